@@ -1,0 +1,4 @@
+from lovecraft_convert.cli import main
+
+if __name__ == "__main__":
+    main()

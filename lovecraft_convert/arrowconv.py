@@ -1,0 +1,107 @@
+"""Batches to and from Apache Arrow, without copying values where the layouts agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import SchemaError
+from .schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
+
+_STRING_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+
+
+def arrow_type(f: Field) -> pa.DataType:
+    """The Arrow type that holds a field; N-d rows become nested fixed-size lists."""
+    if f.kind == STRING:
+        return pa.string()
+    if f.kind == BINARY:
+        return pa.binary()
+    try:
+        base = pa.from_numpy_dtype(f.np_dtype)
+    except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
+        raise SchemaError(
+            f"column '{f.name}' has dtype {f.np_dtype}, which Arrow/Parquet cannot hold",
+            hint="write it to memmap or hdf5",
+        ) from None
+    if f.kind == SEQUENCE:
+        return pa.list_(base)
+    t = base
+    for dim in reversed(f.shape):
+        t = pa.list_(t, dim)
+    return t
+
+
+def arrow_schema(schema: Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, arrow_type(f), nullable=False) for f in schema])
+
+
+def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
+    arrays = []
+    for f in schema:
+        col = batch.columns[f.name]
+        t = arrow_type(f)
+        if isinstance(col, VarColumn):
+            offs = col.offsets
+            if offs[-1] < 2**31:
+                offsets = pa.py_buffer(offs.astype(np.int32))
+            else:
+                raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
+            if f.kind == SEQUENCE:
+                values = pa.array(col.values)
+                arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
+            else:
+                arrays.append(pa.Array.from_buffers(t, len(col), [None, offsets, pa.py_buffer(col.values)]))
+        else:
+            flat = pa.array(col.reshape(-1)) if col.dtype != np.bool_ else pa.array(col.reshape(-1), type=pa.bool_())
+            arr = flat
+            sizes = list(f.shape)
+            while sizes:
+                dim = sizes.pop()
+                arr = pa.FixedSizeListArray.from_arrays(arr, dim)
+            arrays.append(arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(schema))
+
+
+def field_from_arrow(name: str, t: pa.DataType) -> Field:
+    if t in (pa.string(), pa.large_string()):
+        return Field(name, STRING, "|u1")
+    if t in (pa.binary(), pa.large_binary()):
+        return Field(name, BINARY, "|u1")
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return Field(name, SEQUENCE, np.dtype(t.value_type.to_pandas_dtype()).str)
+    shape = []
+    while pa.types.is_fixed_size_list(t):
+        shape.append(t.list_size)
+        t = t.value_type
+    return Field(name, FIXED, np.dtype(t.to_pandas_dtype()).str, tuple(shape))
+
+
+def column_from_arrow(arr: pa.Array, f: Field):
+    """One Arrow array (no nulls, except floats where null becomes NaN) as a batch column."""
+    if f.kind in (STRING, BINARY):
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+        bufs = arr.buffers()
+        odt = np.int64 if large else np.int32
+        offs = np.frombuffer(bufs[1], dtype=odt)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        base = offs[0]
+        return VarColumn(data[base : offs[-1]], offs - base)
+    if f.kind == SEQUENCE:
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        offs = np.asarray(arr.offsets, dtype=np.int64)
+        values = arr.values.to_numpy(zero_copy_only=False)
+        base = offs[0]
+        return VarColumn(values[base : offs[-1]], offs - base)
+    a = arr
+    while pa.types.is_fixed_size_list(a.type):
+        a = a.flatten()
+    values = a.to_numpy(zero_copy_only=False)
+    return values.reshape((len(arr), *f.shape))
+
+
+def batch_from_arrow(rb: pa.RecordBatch, schema: Schema) -> Batch:
+    return Batch({f.name: column_from_arrow(rb.column(f.name), f) for f in schema}, rb.num_rows)

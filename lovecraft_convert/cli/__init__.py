@@ -1,0 +1,53 @@
+"""The ``lovecraft`` command: a thin skin over the library.
+
+Heavy libraries are imported only inside commands, so ``lovecraft --help`` is instant. Library
+errors become one ``Error: ...`` line and exit 1 (130 when interrupted); bad flags exit 2; a real
+bug keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        from ..errors import LovecraftError
+
+        try:
+            return super().invoke(ctx)
+        except LovecraftError as e:
+            click.echo(f"Error: {e.one_line()}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("Error: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="lovecraft")
+def cli() -> None:
+    """Stream datasets larger than RAM into training-ready files.
+
+    \b
+    Inputs: text (one record per line), CSV, NPY; plain or .gz/.bz2/.xz/.zst.
+    Outputs: memmap (.npy), hdf5, parquet, tfrecord; every output is a directory
+    with the data files and a _manifest.json that records what was written.
+    """
+
+
+def _register() -> None:
+    from .convert import convert
+
+    cli.add_command(convert)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="lovecraft")

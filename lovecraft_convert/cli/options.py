@@ -1,0 +1,135 @@
+"""Option stacks shared by the commands that read inputs and write datasets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import click
+
+OUTPUT_FORMATS = ("memmap", "hdf5", "parquet", "tfrecord")
+INPUT_FORMATS = ("text", "csv", "npy")
+COLUMN_TYPES = (
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "bool", "string",
+)  # fmt: skip
+
+
+class SizeParam(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from ..util import parse_size
+
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class ColumnTypeParam(click.ParamType):
+    name = "NAME=TYPE"
+
+    def convert(self, value, param, ctx):
+        name, sep, typ = value.rpartition("=")
+        if not sep or not name:
+            self.fail(f"{value!r} is not NAME=TYPE", param, ctx)
+        if typ not in COLUMN_TYPES:
+            self.fail(f"{value!r}: unknown type {typ!r} (choose from {', '.join(COLUMN_TYPES)})", param, ctx)
+        return name, typ
+
+
+def input_options(f: Callable) -> Callable:
+    opts = [
+        click.argument("inputs", nargs=-1, required=True),
+        click.option("--input-format", type=click.Choice(INPUT_FORMATS), help="Override format detection."),
+        click.option("--no-header", "no_header", is_flag=True, help="CSV: the first line is data; columns are f0, f1, ..."),
+        click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
+        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV: fix a column's type, e.g. zip=string (repeatable)."),
+        click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order."),
+        click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text: invalid UTF-8 is an error, or replaced with U+FFFD."),
+        click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
+    ]  # fmt: skip
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def output_options(f: Callable) -> Callable:
+    opts = [
+        click.option("-o", "--output", required=True, metavar="DIR", help="Output dataset directory (must not exist unless --overwrite)."),
+        click.option("--to", "to", type=click.Choice(OUTPUT_FORMATS), required=True, help="Output format."),
+        click.option("--dtype", type=click.Choice(["float16", "float32"]), help="Downcast floating columns."),
+        click.option("--on-overflow", type=click.Choice(["error", "clip"]), default="error", show_default=True, help="A value beyond the --dtype range: fail, or clip to the largest finite value."),
+        click.option("--compression", type=click.Choice(["zstd", "snappy", "gzip", "lzf", "none"]), help="parquet: zstd (default)/snappy/gzip/none; hdf5: gzip/lzf; tfrecord: gzip."),
+        click.option("--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."),
+        click.option("--overwrite", is_flag=True, help="Replace an existing output (atomically, once the new one is complete)."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
+        click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout."),
+    ]  # fmt: skip
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def library_kwargs(params: dict) -> dict:
+    """Map the shared CLI flags to the library's keyword arguments."""
+    return {
+        "input_format": params["input_format"],
+        "header": not params["no_header"],
+        "delimiter": _delimiter(params["delimiter"]),
+        "column_types": dict(params["column_types"]),
+        "columns": [c for c in params["columns"].split(",") if c] if params["columns"] else None,
+        "errors": params["errors"],
+        "max_expansion": params["max_expansion"],
+        "to": params["to"],
+        "dtype": params["dtype"],
+        "on_overflow": params["on_overflow"],
+        "compression": params["compression"],
+        "max_memory": params["max_memory"],
+        "overwrite": params["overwrite"],
+        "progress": False if params["quiet"] else None,
+    }
+
+
+def _delimiter(d: str | None) -> str | None:
+    if d is None:
+        return None
+    d = {"\\t": "\t", "tab": "\t"}.get(d, d)
+    if len(d) != 1:
+        raise click.BadParameter(f"{d!r} must be one character", param_hint="--delimiter")
+    return d
+
+
+def summary(manifest: dict, output: str) -> dict:
+    return {
+        "output": output,
+        "format": manifest["output_format"],
+        "rows": manifest["rows"],
+        "files": [{k: f[k] for k in ("path", "rows", "bytes", "sha256")} for f in manifest["files"]],
+        "bytes": sum(f["bytes"] for f in manifest["files"]),
+        "schema": manifest["schema"],
+        "float16": manifest.get("float16") or {},
+        "seconds": manifest.get("seconds"),
+    }
+
+
+def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> None:
+    s = summary(manifest, output)
+    if as_json:
+        click.echo(json.dumps(s, indent=1))
+        return
+    if quiet:
+        return
+    from ..util import format_size
+
+    click.echo(
+        f"wrote {s['rows']} rows to {output} ({s['format']}, {len(s['files'])} files, {format_size(s['bytes'])}) in {s['seconds']:.1f}s",
+        err=True,
+    )
+    for name, r in s["float16"].items():
+        click.echo(
+            f"  {name} -> {r['target']}: {r['overflow']} overflowed ({r['clipped']} clipped), "
+            f"{r['flushed_to_zero']} flushed to zero, max abs error {r['max_abs_error']:.3g}, max rel error {r['max_rel_error']:.3g}",
+            err=True,
+        )

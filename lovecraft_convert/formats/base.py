@@ -1,0 +1,100 @@
+"""What every reader and writer shares: the interfaces and the options they take."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..schema import Batch, Schema
+from ..sources import InputSpec
+
+
+@dataclass
+class ReadOptions:
+    """Options of the input readers (the CLI's input flags)."""
+
+    batch_bytes: int = 32 << 20  # in-memory bytes of one batch, sized from --max-memory
+    errors: str = "strict"  # text decoding: strict | replace
+    header: bool = True
+    delimiter: str | None = None
+    column_types: dict[str, str] = field(default_factory=dict)
+    max_ratio: float = 1000.0
+
+
+class Reader:
+    """A source of bounded batches. ``schema`` is known after construction."""
+
+    schema: Schema
+    rows: int | None = None  # known up front (npy), else None
+
+    def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
+        self.specs = specs
+        self.options = options
+
+    def batches(self) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def progress_total(self) -> int | None:
+        """Total input bytes for progress (compressed size for compressed inputs)."""
+        sizes = [s.size for s in self.specs]
+        return None if any(x is None for x in sizes) else sum(sizes)  # type: ignore[misc]
+
+    def progress_done(self) -> int:
+        return 0
+
+
+@dataclass
+class FileRecord:
+    """One written file, as the manifest records it (path relative to the dataset directory)."""
+
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+    column: str | None = None
+    role: str | None = None  # for memmap: "data" | "values" | "offsets"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
+        if self.column is not None:
+            d["column"] = self.column
+        if self.role is not None:
+            d["role"] = self.role
+        return d
+
+
+@dataclass
+class WriteOptions:
+    compression: str | None = None  # hdf5: gzip|lzf ; tfrecord: gzip ; parquet: zstd (default)|snappy|none
+    row_group_bytes: int = 64 << 20
+    expected_rows: int | None = None
+
+
+class Writer:
+    """Writes one shard (one or more files) into a temporary dataset directory."""
+
+    extension = ""
+
+    def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
+        self.directory = directory
+        self.stem = stem
+        self.schema = schema
+        self.options = options
+        self.rows = 0
+
+    @classmethod
+    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+        """Raise OutputError/SchemaError if this format cannot hold the schema."""
+
+    def write(self, batch: Batch) -> None:
+        raise NotImplementedError
+
+    def close(self) -> list[FileRecord]:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Release handles after a failure (the temporary directory is removed by the caller)."""
+
+    def manifest_extra(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,109 @@
+"""Writing a dataset directory without ever leaving a complete-looking partial output.
+
+1. Lock ``.<name>.lock`` beside the output (``fcntl.flock``); refuse an existing output unless
+   overwriting; remove stale temporaries of earlier runs (we hold the lock, so they are stale).
+2. Write everything into the temporary sibling ``.<name>.tmp-<pid>``.
+3. Writers close and fsync each file and record its size and sha256.
+4. The manifest is written last (temporary name, fsync, rename), the temporary directory is
+   fsynced and renamed into place, and the parent is fsynced.
+On any error or interrupt the temporary directory is removed; the output path is never touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import glob
+import json
+import os
+import shutil
+
+from .errors import OutputError
+from .util import fsync_path
+
+MANIFEST = "_manifest.json"
+
+
+class OutputDir:
+    def __init__(self, path: str, *, overwrite: bool = False, protect: list[str] | None = None) -> None:
+        self.path = os.path.abspath(path.rstrip("/") or path)
+        self.parent = os.path.dirname(self.path)
+        self.name = os.path.basename(self.path)
+        self.overwrite = overwrite
+        self.protect = [os.path.abspath(p) for p in (protect or [])]
+        self.tmp = os.path.join(self.parent, f".{self.name}.tmp-{os.getpid()}")
+        self.lock_path = os.path.join(self.parent, f".{self.name}.lock")
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> OutputDir:
+        for p in self.protect:
+            if p == self.path or p.startswith(self.path + os.sep):
+                raise OutputError(f"{self.path}: the output would replace the input {p}", hint="choose another output directory")
+        if os.path.exists(self.path) and not self.overwrite:
+            raise OutputError(f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path")
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise OutputError(f"{self.path}: exists and is not a directory", hint="remove it or choose another path")
+        try:
+            os.makedirs(self.parent, exist_ok=True)
+            self._lock_fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as e:
+            raise OutputError(f"{self.path}: cannot create the output ({e.strerror})", hint="check the path and permissions") from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise OutputError(f"{self.path}: another lovecraft run is writing this output", hint="wait for it or choose another path") from None
+        for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.tmp-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        os.mkdir(self.tmp)
+        return self
+
+    def reset(self) -> None:
+        """Empty the temporary directory (a run that starts over)."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        os.mkdir(self.tmp)
+
+    def commit(self, manifest: dict) -> None:
+        mtmp = os.path.join(self.tmp, MANIFEST + ".tmp")
+        with open(mtmp, "w") as f:
+            json.dump(manifest, f, indent=1, sort_keys=False, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(mtmp, os.path.join(self.tmp, MANIFEST))
+        fsync_path(self.tmp)
+        old = None
+        if os.path.exists(self.path):
+            old = os.path.join(self.parent, f".{self.name}.old-{os.getpid()}")
+            os.rename(self.path, old)
+        os.rename(self.tmp, self.path)
+        fsync_path(self.parent)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if os.path.exists(self.tmp):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._lock_fd is not None:
+            try:
+                os.unlink(self.lock_path)
+            except OSError:
+                pass
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise OutputError(
+                f"{self.path}: no space left on device; nothing was written",
+                hint="free space or write elsewhere",
+            ) from None
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o))

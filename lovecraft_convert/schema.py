@@ -1,0 +1,213 @@
+"""The unit that flows through the pipeline: bounded record batches of named columns.
+
+A column is either a NumPy array whose axis 0 is the record axis (fixed-shape rows of any NumPy
+dtype), or a :class:`VarColumn` (variable-length rows: UTF-8 text, raw bytes or numeric sequences),
+held as one flat ``values`` array plus ``offsets`` (int64, ``len == rows + 1``). Both convert to and
+from Apache Arrow without copying the values (see :mod:`lovecraft_convert.arrowconv`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+FIXED = "fixed"
+STRING = "string"  # UTF-8 text; values are uint8 bytes
+BINARY = "binary"  # raw bytes; values are uint8
+SEQUENCE = "sequence"  # numeric sequences; values of ``dtype``
+KINDS = (FIXED, STRING, BINARY, SEQUENCE)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its name, kind, element dtype and (for fixed rows) per-row shape."""
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int, ...] = ()
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    @property
+    def variable(self) -> bool:
+        return self.kind != FIXED
+
+    @property
+    def row_size(self) -> int:
+        """Elements per row (fixed kinds only)."""
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Field:
+        return cls(d["name"], d["kind"], d["dtype"], tuple(d.get("shape", ())))
+
+    def describe(self) -> str:
+        if self.kind == FIXED:
+            shape = f"[{','.join(map(str, self.shape))}]" if self.shape else ""
+            return f"{np.dtype(self.dtype).name}{shape}"
+        if self.kind == SEQUENCE:
+            return f"sequence<{np.dtype(self.dtype).name}>"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Schema:
+    fields: tuple[Field, ...]
+
+    def __iter__(self):
+        return iter(self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    def __getitem__(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [f.to_dict() for f in self.fields]
+
+    @classmethod
+    def from_list(cls, items: list[dict[str, Any]]) -> Schema:
+        return cls(tuple(Field.from_dict(d) for d in items))
+
+
+@dataclass
+class VarColumn:
+    """Variable-length rows as flat values plus offsets (``offsets[0] == 0``)."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes + self.offsets.nbytes)
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def slice(self, start: int, stop: int) -> VarColumn:
+        offs = self.offsets[start : stop + 1]
+        base = offs[0]
+        return VarColumn(self.values[base : offs[-1]], offs - base)
+
+    def take(self, idx: np.ndarray) -> VarColumn:
+        lens = self.lengths()[idx]
+        offs = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        if len(idx) == 0:
+            return VarColumn(self.values[:0], offs)
+        starts = self.offsets[idx]
+        # Gather every element: position j of row k comes from starts[k] + j.
+        rel = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], lens)
+        return VarColumn(self.values[np.repeat(starts, lens) + rel], offs)
+
+    @classmethod
+    def concat(cls, parts: list[VarColumn]) -> VarColumn:
+        values = np.concatenate([p.values for p in parts])
+        offs = [np.zeros(1, dtype=np.int64)]
+        base = 0
+        for p in parts:
+            offs.append(p.offsets[1:] + base)
+            base += int(p.offsets[-1])
+        return cls(values, np.concatenate(offs))
+
+    @classmethod
+    def from_pylist(cls, rows: list[Any], dtype: Any) -> VarColumn:
+        lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        offs = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        if dtype == np.uint8 and rows and isinstance(rows[0], (bytes, str)):
+            data = b"".join(r.encode() if isinstance(r, str) else r for r in rows)
+            if isinstance(rows[0], str):
+                lens = np.fromiter((len(r.encode()) for r in rows), dtype=np.int64, count=len(rows))
+                np.cumsum(lens, out=offs[1:])
+            return cls(np.frombuffer(data, dtype=np.uint8), offs)
+        flat = [x for r in rows for x in r]
+        return cls(np.asarray(flat, dtype=dtype), offs)
+
+    def to_pylist(self, kind: str) -> list[Any]:
+        out = []
+        for i in range(len(self)):
+            v = self.row(i)
+            if kind == STRING:
+                out.append(v.tobytes().decode("utf-8"))
+            elif kind == BINARY:
+                out.append(v.tobytes())
+            else:
+                out.append(v.tolist())
+        return out
+
+
+Column = np.ndarray | VarColumn
+
+
+@dataclass
+class Batch:
+    """A bounded slice of records: every column has ``num_rows`` rows."""
+
+    columns: dict[str, Column]
+    num_rows: int = field(default=-1)
+
+    def __post_init__(self) -> None:
+        if self.num_rows < 0:
+            self.num_rows = len(next(iter(self.columns.values()))) if self.columns else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(c.nbytes) for c in self.columns.values())
+
+    def slice(self, start: int, stop: int) -> Batch:
+        stop = min(stop, self.num_rows)
+        cols = {k: (c.slice(start, stop) if isinstance(c, VarColumn) else c[start:stop]) for k, c in self.columns.items()}
+        return Batch(cols, max(0, stop - start))
+
+    def take(self, idx: np.ndarray) -> Batch:
+        cols = {k: c.take(idx) if isinstance(c, VarColumn) else c[idx] for k, c in self.columns.items()}
+        return Batch(cols, len(idx))
+
+    @classmethod
+    def concat(cls, parts: list[Batch]) -> Batch:
+        if len(parts) == 1:
+            return parts[0]
+        names = list(parts[0].columns)
+        cols: dict[str, Column] = {}
+        for n in names:
+            first = parts[0].columns[n]
+            if isinstance(first, VarColumn):
+                cols[n] = VarColumn.concat([p.columns[n] for p in parts])  # type: ignore[misc]
+            else:
+                cols[n] = np.concatenate([p.columns[n] for p in parts])
+        return cls(cols, sum(p.num_rows for p in parts))
+
+
+def field_for_array(name: str, arr: np.ndarray) -> Field:
+    """The field of a fixed-shape column whose axis 0 is the record axis."""
+    return Field(name, FIXED, arr.dtype.str, tuple(int(s) for s in arr.shape[1:]))
+
+
+def row_nbytes(f: Field, mean_var_len: float = 64.0) -> float:
+    """Estimated in-memory bytes of one row, used to size batches from the memory budget."""
+    if f.kind == FIXED:
+        return max(1, f.np_dtype.itemsize * f.row_size)
+    return 8 + mean_var_len * f.np_dtype.itemsize

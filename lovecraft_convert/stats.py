@@ -1,0 +1,106 @@
+"""Per-column statistics gathered while writing (min, max, NaN and length figures)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .schema import FIXED, Batch, Schema, VarColumn
+
+
+class ColumnStats:
+    def __init__(self, kind: str, dtype: np.dtype) -> None:
+        self.kind = kind
+        self.dtype = dtype
+        self.count = 0
+        self.min = None
+        self.max = None
+        self.nan = 0
+        self.sum = 0.0
+        self.len_min = None
+        self.len_max = None
+        self.len_sum = 0
+
+    def _numeric(self, a: np.ndarray) -> None:
+        if a.size == 0 or self.dtype.kind not in "biuf":
+            return
+        if self.dtype.kind == "f":
+            nan = int(np.count_nonzero(np.isnan(a)))
+            self.nan += nan
+            if nan == a.size:
+                return
+            lo, hi = (np.nanmin(a), np.nanmax(a)) if nan else (a.min(), a.max())
+            self.sum += float(np.nansum(a, dtype=np.float64)) if nan else float(a.sum(dtype=np.float64))
+        else:
+            lo, hi = a.min(), a.max()
+            self.sum += float(a.sum(dtype=np.float64))
+        lo, hi = lo.item(), hi.item()
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+
+    def update(self, col) -> None:
+        if isinstance(col, VarColumn):
+            lens = col.lengths()
+            if len(lens):
+                lo, hi = int(lens.min()), int(lens.max())
+                self.len_min = lo if self.len_min is None else min(self.len_min, lo)
+                self.len_max = hi if self.len_max is None else max(self.len_max, hi)
+                self.len_sum += int(lens.sum())
+            self.count += len(col)
+            if self.kind == "sequence":
+                self._numeric(col.values)
+        else:
+            self.count += len(col)
+            self._numeric(col)
+
+    def to_dict(self) -> dict:
+        d: dict = {"count": self.count}
+        if self.kind == FIXED or self.kind == "sequence":
+            d["min"] = _clean(self.min)
+            d["max"] = _clean(self.max)
+            if self.dtype.kind == "f":
+                d["nan"] = self.nan
+        if self.len_min is not None or self.kind != FIXED:
+            d["length_min"] = self.len_min
+            d["length_max"] = self.len_max
+            d["length_mean"] = self.len_sum / self.count if self.count else None
+        return d
+
+    def merge(self, other: ColumnStats) -> None:
+        self.count += other.count
+        self.nan += other.nan
+        self.sum += other.sum
+        self.len_sum += other.len_sum
+        for a in ("min", "len_min"):
+            o = getattr(other, a)
+            if o is not None:
+                s = getattr(self, a)
+                setattr(self, a, o if s is None else min(s, o))
+        for a in ("max", "len_max"):
+            o = getattr(other, a)
+            if o is not None:
+                s = getattr(self, a)
+                setattr(self, a, o if s is None else max(s, o))
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class BatchStats:
+    def __init__(self, schema: Schema) -> None:
+        self.columns = {f.name: ColumnStats(f.kind, f.np_dtype) for f in schema}
+
+    def update(self, batch: Batch) -> None:
+        for name, st in self.columns.items():
+            st.update(batch.columns[name])
+
+    def merge(self, other: BatchStats) -> None:
+        for name, st in self.columns.items():
+            st.merge(other.columns[name])
+
+    def to_dict(self) -> dict:
+        return {k: v.to_dict() for k, v in self.columns.items()}

@@ -1,0 +1,1 @@
+"""Record-batch in, record-batch out."""

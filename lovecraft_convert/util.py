@@ -1,0 +1,94 @@
+"""Small shared helpers: sizes, hashing, fsync."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse ``256MiB``, ``1.5GB``, ``4096`` into bytes."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (use e.g. 256MiB, 1GB, 4096)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def sha256_file(path: str, bufsize: int = 4 << 20) -> str:
+    h = hashlib.sha256()
+    buf = bytearray(bufsize)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by path."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class HashingWriter:
+    """A write-only binary file that hashes what it writes and fsyncs on close."""
+
+    def __init__(self, path: str, preallocate: int = 0) -> None:
+        self.path = path
+        self.f = open(path, "wb", buffering=0)  # noqa: SIM115
+        self.h = hashlib.sha256()
+        self.bytes = 0
+        if preallocate > 0:
+            preallocate_fd(self.f.fileno(), preallocate, path)
+
+    def write(self, data) -> int:
+        mv = memoryview(data).cast("B")
+        self.h.update(mv)
+        n = 0
+        while n < len(mv):
+            n += self.f.write(mv[n:])
+        self.bytes += n
+        return n
+
+    def close(self) -> tuple[int, str]:
+        if not self.f.closed:
+            self.f.truncate(self.bytes)
+            os.fsync(self.f.fileno())
+            self.f.close()
+        return self.bytes, self.h.hexdigest()
+
+    def abort(self) -> None:
+        if not self.f.closed:
+            self.f.close()
+
+
+def preallocate_fd(fd: int, nbytes: int, path: str) -> None:
+    """Reserve disk blocks up front so a full disk fails now, not in the middle (or as SIGBUS)."""
+    from .errors import OutputError
+
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as e:
+        import errno
+
+        if e.errno == errno.ENOSPC:
+            raise OutputError(f"{path}: no space left on device for {nbytes} bytes", hint="free space or write elsewhere") from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", 95)):
+            raise
