@@ -219,7 +219,7 @@ def _run_once(reader: Reader, writer_cls, out: OutputDir, o: ConvertOptions, bud
     progress = _Progress(reader, o.progress)
     rows = 0
     try:
-        for batch in _select(reader.batches(), schema):
+        for batch in prefetch(_select(reader.batches(), schema), depth=2):
             if down is not None:
                 batch = down(batch)
             stats.update(batch)
@@ -238,6 +238,53 @@ def _run_once(reader: Reader, writer_cls, out: OutputDir, o: ConvertOptions, bud
         raise InputError(f"{source}: empty input (no records)", hint="check the file")
     extra = writer.manifest_extra()
     return files, schema, rows, stats.to_dict(), (down.report() if down else {}), extra
+
+
+def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
+    """Run ``it`` in a background thread, at most ``depth`` batches ahead (bounded memory).
+
+    Parsing and decompression (pyarrow, zlib, zstd, NumPy) release the GIL, so reading the next
+    batch overlaps with transforming and writing this one.
+    """
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def work() -> None:
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put((None, e))
+
+    t = threading.Thread(target=work, name="lovecraft-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item, err = q.get()
+            if err is not None:
+                raise err
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(0.05)
 
 
 def _select(batches: Iterator[Batch], schema: Schema) -> Iterator[Batch]:

@@ -109,12 +109,22 @@ def _check_file(p: str) -> InputSpec:
     return InputSpec(p, p, size=st.st_size if stat.S_ISREG(st.st_mode) else None, mtime=st.st_mtime)
 
 
+_STDIN: list = []
+
+
+def stdin_buffer() -> BinaryIO:
+    """stdin as a buffered stream that can ``peek`` (for magic-byte detection)."""
+    cur = sys.stdin.buffer
+    if _STDIN and _STDIN[0][0] is cur:
+        return _STDIN[0][1]
+    buf = cur if hasattr(cur, "peek") else io.BufferedReader(cur, 1 << 16)
+    _STDIN[:] = [(cur, buf)]
+    return buf
+
+
 def _peek(spec: InputSpec, n: int = 8) -> bytes:
     if spec.is_stdin:
-        buf = sys.stdin.buffer
-        if hasattr(buf, "peek"):
-            return buf.peek(n)[:n]
-        return b""
+        return stdin_buffer().peek(n)[:n]
     with open(spec.path, "rb") as f:
         return f.read(n)
 
@@ -169,7 +179,7 @@ class CountingReader(io.RawIOBase):
         return data
 
     def close(self) -> None:
-        if self.f is not sys.stdin.buffer:
+        if not (_STDIN and self.f is _STDIN[0][1]) and self.f is not sys.stdin.buffer:
             self.f.close()
         super().close()
 
@@ -279,7 +289,7 @@ def open_stream(spec: InputSpec, *, max_ratio: float = DEFAULT_MAX_RATIO) -> io.
     if spec.stdin_spool:
         raw = open(spec.stdin_spool, "rb")  # noqa: SIM115
     elif spec.is_stdin:
-        raw = sys.stdin.buffer
+        raw = stdin_buffer()
     else:
         raw = open(spec.path, "rb")  # noqa: SIM115
     counter = CountingReader(raw)

@@ -59,9 +59,10 @@ class CsvReader(Reader):
             raise SchemaError(f"--column-type {k}={v}: unknown type", hint=f"use one of {', '.join(COLUMN_TYPES)}")
         self.widened: dict[str, str] = {}  # column -> arrow type name we force after widening
         self.header: list[str] | None = None
-        self.schema = self._probe()
-        self._file = None
+        self.schema_types = None
+        self._stream = None
         self._base = 0
+        self.schema = self._probe()
 
     # -- options --------------------------------------------------------------------------------
     def _delimiter(self, spec: InputSpec) -> str:
@@ -73,7 +74,7 @@ class CsvReader(Reader):
         import pyarrow.csv as pc
 
         ro = pc.ReadOptions(
-            block_size=int(max(1 << 20, min(self.options.batch_bytes // 2, 64 << 20))),
+            block_size=int(max(1 << 20, min(self.options.batch_bytes // 8, 4 << 20))),
             autogenerate_column_names=not self.options.header,
             use_threads=True,
         )
@@ -95,33 +96,79 @@ class CsvReader(Reader):
         )
         return ro, po, co
 
-    def _open(self, spec: InputSpec):
+    def _chunks(self, spec: InputSpec, chunk: int) -> Iterator[bytes]:
+        """Decompressed input cut into pieces that end at a record boundary.
+
+        A newline ends a record only outside quotes: with RFC 4180 quoting, that is where the count
+        of quote characters before it is even (a doubled quote adds two). Each piece is then parsed
+        on its own by pyarrow's multi-threaded ``read_csv``.
+        """
+        max_record = max(4 * chunk, 64 << 20)
+        with open_stream(spec, max_ratio=self.options.max_ratio) as stream:
+            self._stream = stream
+            carry = b""
+            first = True
+            while True:
+                data = stream.read(chunk)
+                if first:
+                    first = False
+                    if data.startswith(b"\xef\xbb\xbf"):
+                        data = data[3:]
+                buf = carry + data if carry else data
+                if not data:
+                    if buf:
+                        yield buf if buf.endswith(b"\n") else buf + b"\n"
+                    return
+                cut = _record_end(buf)
+                if cut == 0:
+                    if len(buf) > max_record:
+                        raise InputError(
+                            f"{spec.name}: a record longer than {max_record} bytes (unbalanced quote?)",
+                            hint="check the quoting, or raise --max-memory",
+                        )
+                    carry = buf
+                    continue
+                carry = buf[cut:]
+                yield buf[:cut]
+
+    def _parse(self, piece: bytes, spec: InputSpec, names: list[str] | None, types: bool = True):
         import pyarrow as pa
         import pyarrow.csv as pc
 
         ro, po, co = self._arrow_options(spec)
-        if spec.compression is None and not spec.is_stdin:
-            src = pa.OSFile(spec.path, "rb")
-            self._file = src
-        else:
-            src = open_stream(spec, max_ratio=self.options.max_ratio)
-            self._file = src
+        if names is not None:
+            ro.column_names = names
+            ro.autogenerate_column_names = False
+        if types and self.schema_types is not None:
+            co.column_types = self.schema_types
         try:
-            return pc.open_csv(src, read_options=ro, parse_options=po, convert_options=co)
+            return pc.read_csv(pa.py_buffer(piece), read_options=ro, parse_options=po, convert_options=co)
         except pa.ArrowInvalid as e:
-            src.close()
             self._raise(spec, e, 0)
             raise
 
     # -- schema ---------------------------------------------------------------------------------
     def _probe(self) -> Schema:
-        reader = self._open(self.specs[0])
-        try:
-            schema = self._fields(reader.schema, self.specs[0])
-        finally:
-            reader.close()
-            self._file.close()
+        """Infer types from the first piece of the first input (later pieces may widen them)."""
+        spec = self.specs[0]
+        self.schema_types = None
+        piece = b""
+        for piece in self._chunks(spec, 4 << 20):
+            break
+        if not piece.strip():
+            raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
+        table = self._parse(piece, spec, None, types=False)
+        schema = self._fields(table.schema, spec)
+        self.schema_types = {f.name: self._arrow_type(f) for f in schema}
         return schema
+
+    def _arrow_type(self, f: Field):
+        pa = self.pa
+        if f.kind == STRING:
+            return pa.string()
+        if f.kind == BINARY:
+            return pa.binary()
+        return pa.from_numpy_dtype(f.np_dtype)
 
     def _fields(self, aschema, spec: InputSpec) -> Schema:
         pa = self.pa
@@ -162,40 +209,36 @@ class CsvReader(Reader):
 
     # -- reading --------------------------------------------------------------------------------
     def progress_done(self) -> int:
-        f = self._file
-        try:
-            pos = f.raw_count() if hasattr(f, "raw_count") else f.tell()
-        except (ValueError, OSError, AttributeError):
-            pos = 0
-        return self._base + pos
+        return self._base + (self._stream.raw_count() if self._stream is not None else 0)
 
     def batches(self) -> Iterator[Batch]:
-        pa = self.pa
         rows = 0
         self._base = 0
+        chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
         for spec in self.specs:
-            reader = self._open(spec)
-            got = self._fields(reader.schema, spec)
-            if got != self.schema:
-                reader.close()
-                self.schema = got
-                raise SchemaChanged()
             row0 = rows
-            try:
-                while True:
-                    try:
-                        rb = reader.read_next_batch()
-                    except StopIteration:
-                        break
-                    except pa.ArrowInvalid as e:
-                        self._raise(spec, e, rows - row0)
-                        raise
+            pieces = self._chunks(spec, chunk)
+            names = None
+            for piece in pieces:
+                if names is None:
+                    names = self.header
+                    if self.options.header:
+                        end = _record_end(piece, 1)
+                        head = self._parse(piece[:end], spec, None, types=False)
+                        if list(head.schema.names) != self.header:
+                            raise SchemaError(
+                                f"{spec.name}: header {list(head.schema.names)} differs from the first input's {self.header}",
+                                hint="give inputs with the same columns",
+                            )
+                        piece = piece[end:]
+                        if not piece:
+                            continue
+                table = self._parse(piece, spec, names)
+                for rb in table.to_batches(max_chunksize=max(1, table.num_rows)):
                     yield self._convert(rb, spec, rows - row0)
                     rows += rb.num_rows
-            finally:
-                reader.close()
-                self._base += spec.size or 0
-                self._file.close()
+            self._base += spec.size or 0
+            self._stream = None
             if rows == row0:
                 raise InputError(f"{spec.name}: no data rows (header only)", hint="check the file")
 
@@ -283,12 +326,37 @@ def _spool_stdin(spec: InputSpec) -> None:
     import atexit
     import os
     import shutil
-    import sys
     import tempfile
+
+    from ..sources import stdin_buffer
 
     fd, path = tempfile.mkstemp(prefix="lovecraft-stdin-", suffix=".spool")
     atexit.register(lambda: os.path.exists(path) and os.unlink(path))
     with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(sys.stdin.buffer, out, 4 << 20)
+        shutil.copyfileobj(stdin_buffer(), out, 4 << 20)
     spec.stdin_spool = path
     spec.size = os.path.getsize(path)
+
+
+def _record_end(buf: bytes, count: int | None = None) -> int:
+    """Offset just past the last (or the ``count``-th) newline outside quotes; 0 if none."""
+    if b'"' not in buf:
+        if count is None:
+            return buf.rfind(b"\n") + 1
+        i = -1
+        for _ in range(count):
+            i = buf.find(b"\n", i + 1)
+            if i < 0:
+                return 0
+        return i + 1
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 10)
+    if not len(nl):
+        return 0
+    quotes = np.cumsum(arr == 34, dtype=np.uint8)  # wraps mod 256: parity survives
+    outside = nl[(quotes[nl] & 1) == 0]
+    if not len(outside):
+        return 0
+    if count is None:
+        return int(outside[-1]) + 1
+    return int(outside[count - 1]) + 1 if len(outside) >= count else 0

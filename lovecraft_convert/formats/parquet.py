@@ -39,6 +39,8 @@ class ParquetWriter(Writer):
             compression="none" if comp == "none" else comp,
             write_page_checksum=True,
             write_statistics=True,
+            # Dictionaries pay off for text and small-int columns, not for floats.
+            use_dictionary=[f.name for f in schema if f.np_dtype.kind != "f"],
         )
         self.aschema = aschema
         self.pending: list = []

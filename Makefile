@@ -1,0 +1,52 @@
+# make demo  : install (core) and convert sample_data/ into demo_out/
+# make test  : install (core + dev + tf + torch) and run every test
+# make bench : the benchmark table (ratios against peers in the same run)
+# make lint  : ruff check + format check
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+CORE   := $(VENV)/.core-installed
+FULL   := $(VENV)/.full-installed
+
+.PHONY: demo test test-slow bench lint format clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(CORE): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e .
+	touch $@
+
+$(FULL): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[dev,all]'
+	touch $(CORE) $@
+
+demo: $(CORE)
+	rm -rf demo_out && mkdir -p demo_out
+	$(VENV)/bin/lovecraft convert sample_data/data.csv -o demo_out/csv_parquet --to parquet --column-type zip=string
+	$(VENV)/bin/lovecraft convert sample_data/features.npy sample_data/labels.npy -o demo_out/npy_hdf5 --to hdf5 --dtype float16
+	$(VENV)/bin/lovecraft convert sample_data/data.csv.gz -o demo_out/csv_tfrecord --to tfrecord --compression gzip
+	$(VENV)/bin/lovecraft convert sample_data/corpus.txt.zst -o demo_out/text_memmap --to memmap
+	@echo "demo outputs are in demo_out/ (each directory has a _manifest.json)"
+
+test: $(FULL)
+	$(PY) -m pytest -q
+
+test-slow: $(FULL)
+	$(PY) -m pytest -q -m slow
+
+bench: $(FULL)
+	$(PY) bench/run.py
+
+lint: $(FULL)
+	$(VENV)/bin/ruff check lovecraft_convert tests bench sample_data
+	$(VENV)/bin/ruff format --check lovecraft_convert tests bench sample_data
+
+format: $(FULL)
+	$(VENV)/bin/ruff check --fix lovecraft_convert tests bench sample_data
+	$(VENV)/bin/ruff format lovecraft_convert tests bench sample_data
+
+clean:
+	rm -rf $(VENV) demo_out .pytest_cache .hypothesis

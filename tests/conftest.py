@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+from dataclasses import dataclass
+
+import pytest
+import zstandard
+from click.testing import CliRunner
+
+from lovecraft_convert.cli import cli
+
+SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+VECTORS = os.path.join(SHARED, "vectors")
+
+
+@dataclass
+class Run:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def lovecraft(*args: str, input: bytes | None = None) -> Run:
+    """Run the CLI in-process; stderr kept apart from stdout."""
+    r = CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+    return Run(r.exit_code, r.stdout, r.stderr)
+
+
+def compress(data: bytes, kind: str | None) -> bytes:
+    if kind is None:
+        return data
+    if kind == "gz":
+        return gzip.compress(data, mtime=0)
+    if kind == "bz2":
+        return bz2.compress(data)
+    if kind == "xz":
+        return lzma.compress(data)
+    if kind == "zst":
+        return zstandard.ZstdCompressor(write_checksum=True).compress(data)
+    raise ValueError(kind)
+
+
+def write(path, data: bytes, kind: str | None = None) -> str:
+    p = str(path) + (f".{kind}" if kind else "")
+    with open(p, "wb") as f:
+        f.write(compress(data, kind))
+    return p
+
+
+def leftovers(directory) -> list[str]:
+    """Anything a failed run may have left beside its output (temporaries, locks)."""
+    return sorted(n for n in os.listdir(directory) if n.startswith("."))
+
+
+@pytest.fixture
+def vectors() -> str:
+    if not os.path.isdir(VECTORS):
+        pytest.skip(f"../shared/vectors not found at {VECTORS}")
+    return VECTORS

@@ -1,0 +1,109 @@
+"""Reading our outputs back with the independent clients (np.load, h5py, pyarrow, polars, tf.data)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+
+
+def manifest(out: str) -> dict:
+    with open(os.path.join(out, "_manifest.json")) as f:
+        return json.load(f)
+
+
+def read_memmap(out: str) -> dict[str, object]:
+    m = manifest(out)
+    cols: dict[str, object] = {}
+    for f in m["schema"]:
+        name = f["name"]
+        if f["kind"] == "fixed":
+            cols[name] = np.load(os.path.join(out, f"{name}.npy"), mmap_mode="r")
+        else:
+            values = np.load(os.path.join(out, f"{name}.values.npy"), mmap_mode="r")
+            offsets = np.load(os.path.join(out, f"{name}.offsets.npy"), mmap_mode="r")
+            rows = [values[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+            if f["kind"] == "string":
+                rows = [r.tobytes().decode("utf-8") for r in rows]
+            cols[name] = rows
+    return cols
+
+
+def read_hdf5(out: str) -> dict[str, object]:
+    import h5py
+
+    m = manifest(out)
+    cols: dict[str, object] = {}
+    with h5py.File(os.path.join(out, "data.h5"), "r") as h:
+        for f in m["schema"]:
+            ds = h[f["name"]]
+            if f["kind"] == "string":
+                cols[f["name"]] = [x.decode("utf-8") for x in ds[:]]
+            elif f["kind"] == "fixed":
+                cols[f["name"]] = ds[:]
+            else:
+                cols[f["name"]] = list(ds[:])
+    return cols
+
+
+def read_parquet(out: str) -> dict[str, object]:
+    """pyarrow reads the directory (the manifest's leading underscore keeps it out)."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(out)
+    m = manifest(out)
+    cols: dict[str, object] = {}
+    for f in m["schema"]:
+        col = t.column(f["name"])
+        if f["kind"] == "fixed":
+            a = col.combine_chunks()
+            while hasattr(a, "flatten") and a.type.num_fields == 1 and str(a.type).startswith("fixed_size_list"):
+                a = a.flatten()
+            cols[f["name"]] = a.to_numpy(zero_copy_only=False).reshape((t.num_rows, *f["shape"]))
+        else:
+            cols[f["name"]] = col.to_pylist()
+    return cols
+
+
+def read_polars(out: str) -> dict[str, object]:
+    import polars as pl
+
+    df = pl.read_parquet(os.path.join(out, "*.parquet"))
+    return {c: df[c] for c in df.columns}
+
+
+def read_tfrecord(out: str) -> dict[str, object]:
+    import tensorflow as tf
+
+    from lovecraft_convert.formats.tfrecord_codec import to_tf_feature_spec
+
+    m = manifest(out)
+    spec = to_tf_feature_spec(m["tfrecord"]["feature_spec"])
+    files = sorted(glob.glob(os.path.join(out, "*.tfrecord*")))
+    comp = m["tfrecord"]["compression"] or ""
+    ds = tf.data.TFRecordDataset(files, compression_type=comp).batch(1 << 16).map(lambda x: tf.io.parse_example(x, spec))
+    parts: dict[str, list] = {f["name"]: [] for f in m["schema"]}
+    for batch in ds:
+        for f in m["schema"]:
+            v = batch[f["name"]]
+            if isinstance(v, tf.sparse.SparseTensor):
+                v = tf.RaggedTensor.from_sparse(v)
+                parts[f["name"]].extend(r.numpy().tolist() for r in v)
+            elif f["kind"] in ("string", "binary"):
+                parts[f["name"]].extend(x.decode("utf-8") if f["kind"] == "string" else x for x in v.numpy())
+            else:
+                parts[f["name"]].append(v.numpy())
+    cols: dict[str, object] = {}
+    for f in m["schema"]:
+        p = parts[f["name"]]
+        cols[f["name"]] = np.concatenate(p) if f["kind"] == "fixed" else p
+    return cols
+
+
+READERS = {"memmap": read_memmap, "hdf5": read_hdf5, "parquet": read_parquet, "tfrecord": read_tfrecord}
+
+
+def read_back(out: str, fmt: str) -> dict[str, object]:
+    return READERS[fmt](out)
