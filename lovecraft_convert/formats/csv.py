@@ -157,7 +157,14 @@ class CsvReader(Reader):
             break
         if not piece.strip():
             raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
+        end = _record_end(piece, 1) or len(piece)
+        first = self._parse(piece[:end], spec, None, types=False) if self.options.header else None
+        if first is not None:
+            self.header = list(first.schema.names)
+        else:
+            self.header = [f"f{i}" for i in range(len(next(pycsv.reader(io.StringIO(piece[:end].decode("utf-8", "replace")), delimiter=self._delimiter(spec)))))]
         table = self._parse(piece, spec, None, types=False)
+        self.header = None
         schema = self._fields(table.schema, spec)
         self.schema_types = {f.name: self._arrow_type(f) for f in schema}
         return schema

@@ -50,7 +50,7 @@ def downcast_array(src: np.ndarray, target: np.dtype, st: DowncastStats, on_over
                 i = int(np.flatnonzero(bad.reshape(-1))[0])
                 big = src.reshape(-1)[i]
                 raise OverflowErrorF16(
-                    f"{where(i)}: value {big!r} overflows {np.dtype(target).name} (max {float(np.finfo(target).max)})",
+                    f"{where(i)}: value {float(big)!r} overflows {np.dtype(target).name} (max {float(np.finfo(target).max)})",
                     hint="scale the data, keep a wider type, or pass --on-overflow clip",
                 )
             lim = np.finfo(target).max
