@@ -25,6 +25,10 @@ class ColumnStats:
     def _numeric(self, a: np.ndarray) -> None:
         if a.size == 0 or self.dtype.kind not in "biuf":
             return
+        with np.errstate(all="ignore"):
+            self._reduce(a)
+
+    def _reduce(self, a: np.ndarray) -> None:
         if self.dtype.kind == "f":
             nan = int(np.count_nonzero(np.isnan(a)))
             self.nan += nan
