@@ -74,7 +74,7 @@ def open_reader(inputs: list[str], o: ConvertOptions, budget: int) -> Reader:
     if len(formats) > 1:
         raise SchemaError(f"inputs mix formats ({', '.join(sorted(formats))})", hint="convert them separately")
     ropts = ReadOptions(
-        batch_bytes=max(1 << 20, budget // 8),
+        batch_bytes=max(1 << 20, budget // 16),
         errors=o.errors,
         header=o.header,
         delimiter=o.delimiter,
@@ -212,7 +212,7 @@ def _run_once(reader: Reader, writer_cls, out: OutputDir, o: ConvertOptions, bud
         schema = down.schema
     source = ", ".join(s.name for s in reader.specs)
     writer_cls.check_schema(schema, source, getattr(reader, "format", None))
-    wopts = WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 4), expected_rows=reader.rows)
+    wopts = WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=reader.rows)
     stem = "" if o.to == "memmap" else "data"
     writer = writer_cls(out.tmp, stem, schema, wopts)
     stats = BatchStats(schema)

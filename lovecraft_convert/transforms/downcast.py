@@ -38,41 +38,61 @@ class DowncastStats:
         }
 
 
+SUB = 1 << 20  # elements per step: bounds the temporaries whatever the batch size
+
+
 def downcast_array(src: np.ndarray, target: np.dtype, st: DowncastStats, on_overflow: str, where) -> np.ndarray:
     """Cast ``src`` to ``target``, updating ``st``; ``where(index)`` names a flat index for errors."""
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        out = src.astype(target)
-        finite_src = np.isfinite(src)
-        bad = np.isinf(out) & finite_src
-        n_over = int(np.count_nonzero(bad))
-        if n_over:
-            if on_overflow != "clip":
-                i = int(np.flatnonzero(bad.reshape(-1))[0])
-                big = src.reshape(-1)[i]
-                raise OverflowErrorF16(
-                    f"{where(i)}: value {float(big)!r} overflows {np.dtype(target).name} (max {float(np.finfo(target).max)})",
-                    hint="scale the data, keep a wider type, or pass --on-overflow clip",
-                )
-            lim = np.finfo(target).max
-            np.clip(out, -lim, lim, out=out, where=bad)
-            st.clipped += n_over
-        st.overflow += n_over
-        st.values += src.size
-        st.nan += int(np.count_nonzero(np.isnan(src)))
-        st.flushed_to_zero += int(np.count_nonzero((out == 0) & (src != 0)))
-        ok = finite_src & ~bad
-        if ok.any():
-            diff = np.abs(out.astype(src.dtype) - src)
-            diff = np.where(ok, diff, 0)
-            m = float(diff.max())
-            if m > st.max_abs_error:
-                st.max_abs_error = m
-            denom = np.abs(src)
-            rel = np.divide(diff, denom, out=np.zeros_like(diff), where=ok & (denom > 0))
-            r = float(rel.max())
-            if r > st.max_rel_error:
-                st.max_rel_error = r
+    out = np.empty(src.shape, dtype=target)
+    flat_src = src.reshape(-1)
+    flat_out = out.reshape(-1)
+    for i in range(0, flat_src.size, SUB):
+        _step(flat_src[i : i + SUB], flat_out[i : i + SUB], i, st, on_overflow, where)
     return out
+
+
+def _step(src: np.ndarray, out: np.ndarray, base: int, st: DowncastStats, on_overflow: str, where) -> None:
+    lim = np.finfo(out.dtype).max
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        out[...] = src
+        st.values += src.size
+        nan = np.isnan(src)
+        st.nan += int(np.count_nonzero(nan))
+        inf_out = np.isinf(out)
+        bad = None
+        if inf_out.any():
+            bad = inf_out & np.isfinite(src)
+            n_over = int(np.count_nonzero(bad))
+            if n_over:
+                if on_overflow != "clip":
+                    i = int(np.flatnonzero(bad)[0])
+                    raise OverflowErrorF16(
+                        f"{where(base + i)}: value {float(src[i])!r} overflows {out.dtype.name} (max {float(lim)})",
+                        hint="scale the data, keep a wider type, or pass --on-overflow clip",
+                    )
+                np.copyto(out, np.where(src > 0, lim, -lim).astype(out.dtype), where=bad)
+                st.clipped += n_over
+                st.overflow += n_over
+            else:
+                bad = None
+        st.flushed_to_zero += int(np.count_nonzero((out == 0) & (src != 0)))
+        diff = out.astype(src.dtype)
+        diff -= src
+        np.abs(diff, out=diff)
+        # NaN and +-inf in the source, and clipped values, are not rounding errors
+        skip = nan | np.isinf(src)
+        if bad is not None:
+            skip |= bad
+        diff[skip] = 0
+        m = float(diff.max()) if diff.size else 0.0
+        if m > st.max_abs_error:
+            st.max_abs_error = m
+        denom = np.abs(src)
+        np.divide(diff, denom, out=diff, where=denom > 0)
+        diff[denom == 0] = 0
+        r = float(diff.max()) if diff.size else 0.0
+        if r > st.max_rel_error:
+            st.max_rel_error = r
 
 
 class Downcast:
