@@ -1,0 +1,136 @@
+"""The commit protocol: nothing at the output path until the dataset is complete (GUIDE.md §3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import leftovers, lovecraft
+
+
+@pytest.fixture(scope="module")
+def big_csv(tmp_path_factory):
+    """A CSV that takes a few seconds to convert with a small memory budget."""
+    d = tmp_path_factory.mktemp("big")
+    p = d / "big.csv"
+    rng = np.random.default_rng(0)
+    with open(p, "w") as f:
+        f.write(",".join(f"c{i}" for i in range(8)) + "\n")
+        for _ in range(20):
+            np.savetxt(f, rng.normal(size=(100_000, 8)), fmt="%.9g", delimiter=",")
+    return str(p)
+
+
+def _start(args):
+    return subprocess.Popen([sys.executable, "-m", "lovecraft_convert", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_tmp(parent: str, proc, timeout=30.0):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if any(n.startswith(".out.tmp-") for n in os.listdir(parent)):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("to", ["parquet", "tfrecord", "memmap", "hdf5"])
+def test_sigint_leaves_nothing(tmp_path, big_csv, to):
+    out = tmp_path / "out"
+    p = _start(["convert", big_csv, "-o", str(out), "--to", to, "--max-memory", "16MiB", "-q"])
+    assert _wait_for_tmp(str(tmp_path), p)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert err == f"Error: interrupted; nothing was written to {out}\n"
+    assert not out.exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_sigterm_behaves_like_ctrl_c(tmp_path, big_csv):
+    out = tmp_path / "out"
+    p = _start(["convert", big_csv, "-o", str(out), "--to", "parquet", "--max-memory", "16MiB", "-q"])
+    assert _wait_for_tmp(str(tmp_path), p)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and not out.exists() and leftovers(tmp_path) == []
+
+
+def test_sigkill_leaves_no_output_and_next_run_cleans_up(tmp_path, big_csv):
+    out = tmp_path / "out"
+    p = _start(["convert", big_csv, "-o", str(out), "--to", "parquet", "--max-memory", "16MiB", "-q"])
+    assert _wait_for_tmp(str(tmp_path), p)
+    time.sleep(0.5)
+    p.kill()
+    p.wait()
+    assert not out.exists()  # only a hidden temporary (and the lock file) may remain
+    r = lovecraft("convert", big_csv, "-o", str(out), "--to", "parquet", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert leftovers(tmp_path) == []
+    m = json.loads((out / "_manifest.json").read_text())
+    assert m["rows"] == 2_000_000 and m["complete"] is True
+
+
+def test_concurrent_run_is_refused(tmp_path, big_csv):
+    out = tmp_path / "out"
+    p = _start(["convert", big_csv, "-o", str(out), "--to", "parquet", "--max-memory", "16MiB", "-q"])
+    assert _wait_for_tmp(str(tmp_path), p)
+    r = lovecraft("convert", big_csv, "-o", str(out), "--to", "parquet", "-q")
+    p.kill()
+    p.wait()
+    assert (r.exit_code, r.stderr) == (1, f"Error: {out}: another lovecraft run is writing this output; wait for it or choose another path\n")
+
+
+def test_failed_overwrite_keeps_the_old_output(tmp_path):
+    good = tmp_path / "good.csv"
+    good.write_text("a\n1\n2\n")
+    out = tmp_path / "out"
+    assert lovecraft("convert", str(good), "-o", str(out), "--to", "parquet", "-q").exit_code == 0
+    before = (out / "data.parquet").read_bytes()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a\n1\n2,3\n")
+    r = lovecraft("convert", str(bad), "-o", str(out), "--to", "parquet", "-q", "--overwrite")
+    assert r.exit_code == 1
+    assert (out / "data.parquet").read_bytes() == before
+    assert leftovers(tmp_path) == []
+
+
+def test_manifest_records_files_and_sources(tmp_path):
+    import hashlib
+
+    src = tmp_path / "d.csv"
+    src.write_text("a,b\n1,x\n2,y\n")
+    out = tmp_path / "out"
+    r = lovecraft("convert", str(src), "-o", str(out), "--to", "hdf5", "--json")
+    assert r.exit_code == 0
+    summary = json.loads(r.stdout)
+    m = json.loads((out / "_manifest.json").read_text())
+    assert summary["rows"] == m["rows"] == 2
+    for f in m["files"]:
+        data = (out / f["path"]).read_bytes()
+        assert f["bytes"] == len(data) and f["sha256"] == hashlib.sha256(data).hexdigest()
+    st = os.stat(src)
+    assert m["sources"] == [{"name": str(src), "path": str(src), "size": st.st_size, "mtime": st.st_mtime, "format": "csv", "compression": None}]
+    assert m["options"]["to"] == "hdf5" and m["version"] == 1
+    assert m["stats"]["a"] == {"count": 2, "min": 1, "max": 2}
+    assert sorted(os.listdir(out)) == ["_manifest.json", "data.h5"]
+
+
+def test_progress_bar_on_stderr(tmp_path, capsys):
+    from lovecraft_convert import convert
+
+    src = tmp_path / "d.txt"
+    src.write_text("a\n" * 1000)
+    convert([str(src)], str(tmp_path / "out"), to="parquet", progress=True)
+    err = capsys.readouterr().err
+    assert "B/s" in err or "it/s" in err or "%" in err
