@@ -10,6 +10,8 @@ __version__ = "0.1.0"
 _API = {
     "convert": "lovecraft_convert.pipeline:convert",
     "ConvertOptions": "lovecraft_convert.pipeline:ConvertOptions",
+    "shard": "lovecraft_convert.sharding:shard",
+    "ShardOptions": "lovecraft_convert.sharding:ShardOptions",
     "LovecraftError": "lovecraft_convert.errors:LovecraftError",
 }
 

@@ -25,13 +25,24 @@ MANIFEST = "_manifest.json"
 
 
 class OutputDir:
-    def __init__(self, path: str, *, overwrite: bool = False, protect: list[str] | None = None) -> None:
+    def __init__(
+        self, path: str, *, overwrite: bool = False, protect: list[str] | None = None, resume: bool | None = None
+    ) -> None:
+        """``resume`` None: a one-shot run (temporary ``.<name>.tmp-<pid>``, removed on any failure).
+        True/False: a resumable run (work directory ``.<name>.partial``, kept when interrupted or
+        killed; True continues it, False refuses to touch one unless overwriting)."""
         self.path = os.path.abspath(path.rstrip("/") or path)
         self.parent = os.path.dirname(self.path)
         self.name = os.path.basename(self.path)
         self.overwrite = overwrite
         self.protect = [os.path.abspath(p) for p in (protect or [])]
-        self.tmp = os.path.join(self.parent, f".{self.name}.tmp-{os.getpid()}")
+        self.resumable = resume is not None
+        self.resume = bool(resume)
+        self.keep = False  # set by a resumable run that was interrupted
+        if self.resumable:
+            self.tmp = os.path.join(self.parent, f".{self.name}.partial")
+        else:
+            self.tmp = os.path.join(self.parent, f".{self.name}.tmp-{os.getpid()}")
         self.lock_path = os.path.join(self.parent, f".{self.name}.lock")
         self._lock_fd: int | None = None
 
@@ -56,6 +67,19 @@ class OutputDir:
             raise OutputError(f"{self.path}: another lovecraft run is writing this output", hint="wait for it or choose another path") from None
         for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.tmp-*")):
             shutil.rmtree(stale, ignore_errors=True)
+        for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.old-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        partial = os.path.join(self.parent, f".{self.name}.partial")
+        if os.path.exists(partial):
+            if self.resumable and self.resume:
+                return self
+            if not self.overwrite:
+                self._unlock()
+                raise OutputError(
+                    f"{self.path}: an unfinished run was left in {partial}",
+                    hint="run the same command with --resume to finish it, or --overwrite to start over",
+                )
+            shutil.rmtree(partial, ignore_errors=True)
         os.mkdir(self.tmp)
         return self
 
@@ -83,8 +107,16 @@ class OutputDir:
             shutil.rmtree(old, ignore_errors=True)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if os.path.exists(self.tmp):
+        if os.path.exists(self.tmp) and not self.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
+        self._unlock()
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise OutputError(
+                f"{self.path}: no space left on device; nothing was written",
+                hint="free space or write elsewhere",
+            ) from None
+
+    def _unlock(self) -> None:
         if self._lock_fd is not None:
             try:
                 os.unlink(self.lock_path)
@@ -92,11 +124,6 @@ class OutputDir:
                 pass
             os.close(self._lock_fd)
             self._lock_fd = None
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            raise OutputError(
-                f"{self.path}: no space left on device; nothing was written",
-                hint="free space or write elsewhere",
-            ) from None
 
 
 def _json_default(o):

@@ -68,7 +68,7 @@ def _validate(o: ConvertOptions) -> None:
         raise SchemaError(f"--compression {o.compression} is not offered for {o.to}", hint=f"choose {opts}")
 
 
-def open_reader(inputs: list[str], o: ConvertOptions, budget: int) -> Reader:
+def open_reader(inputs: list[str], o: ConvertOptions, budget: int, threads: bool = True) -> Reader:
     specs = resolve_inputs(list(inputs), o.input_format)
     formats = {s.format for s in specs}
     if len(formats) > 1:
@@ -82,6 +82,7 @@ def open_reader(inputs: list[str], o: ConvertOptions, budget: int) -> Reader:
         if specs[0].format == "csv"
         else {},
         max_ratio=o.max_expansion,
+        threads=threads,
     )
     if specs[0].format != "csv" and o.column_types:
         raise SchemaError("--column-type applies to CSV inputs only")

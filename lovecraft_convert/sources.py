@@ -313,3 +313,93 @@ def open_stream(spec: InputSpec, *, max_ratio: float = DEFAULT_MAX_RATIO) -> io.
         stream = io.BufferedReader(BoundedReader(inner, counter, spec.name, spec.compression, max_ratio), buffer_size=1 << 20)
     stream.raw_count = lambda: counter.count  # type: ignore[attr-defined]
     return stream
+
+
+class _RangeReader(io.RawIOBase):
+    def __init__(self, f: BinaryIO, length: int) -> None:
+        self.f = f
+        self.left = length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.left <= 0:
+            return 0
+        mv = memoryview(b)[: self.left]
+        n = self.f.readinto(mv) or 0
+        self.left -= n
+        return n
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+def open_range(path: str, start: int, end: int) -> io.BufferedReader:
+    """Bytes ``[start, end)`` of an uncompressed file as a stream with ``raw_count()``."""
+    f = open(path, "rb", buffering=0)  # noqa: SIM115
+    f.seek(start)
+    counter = CountingReader(_RangeReader(f, end - start))
+    stream = io.BufferedReader(counter, buffer_size=1 << 20)
+    stream.raw_count = lambda: counter.count  # type: ignore[attr-defined]
+    return stream
+
+
+def split_points(path: str, size: int, target: int, quoted: bool) -> list[tuple[int, int]]:
+    """Offsets where records start, about ``target`` bytes apart, with the lines before each.
+
+    Records end at a newline; with ``quoted`` (CSV), only at a newline outside quotes, i.e. where
+    the number of quote characters since the start of the file is even. Returns
+    ``[(offset, lines_before), ...]`` starting with ``(0, 0)``.
+    """
+    points = [(0, 0)]
+    if size <= target:
+        return points
+    quotes = 0
+    lines = 0
+    pos = 0
+    with open(path, "rb", buffering=0) as f:
+        nominal = target
+        while nominal < size:
+            # count quotes and newlines up to the nominal split
+            while pos < nominal:
+                chunk = f.read(min(8 << 20, nominal - pos))
+                if not chunk:
+                    break
+                if quoted:
+                    quotes += chunk.count(b'"')
+                lines += chunk.count(b"\n")
+                pos += len(chunk)
+            # then find the first record end at or after it
+            found = None
+            while found is None:
+                window = f.read(1 << 20)
+                if not window:
+                    break
+                if quoted and b'"' in window:
+                    import numpy as np
+
+                    arr = np.frombuffer(window, dtype=np.uint8)
+                    par = (np.cumsum(arr == 34, dtype=np.uint8) + (quotes & 1)) & 1
+                    nl = np.flatnonzero((arr == 10) & (par == 0))
+                    i = int(nl[0]) if len(nl) else -1
+                else:
+                    i = window.find(b"\n") if not (quoted and quotes & 1) else -1
+                if i >= 0:
+                    found = pos + i + 1
+                    if quoted:
+                        quotes += window[: i + 1].count(b'"')
+                    lines += window[: i + 1].count(b"\n")
+                    f.seek(found)
+                    pos = found
+                else:
+                    if quoted:
+                        quotes += window.count(b'"')
+                    lines += window.count(b"\n")
+                    pos += len(window)
+            if found is None or found >= size:
+                break
+            points.append((found, lines))
+            nominal = max(found + 1, nominal + target)
+    return points

@@ -42,8 +42,10 @@ def cli() -> None:
 
 def _register() -> None:
     from .convert import convert
+    from .shard import shard
 
     cli.add_command(convert)
+    cli.add_command(shard)
 
 
 _register()

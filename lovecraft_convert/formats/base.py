@@ -20,6 +20,20 @@ class ReadOptions:
     delimiter: str | None = None
     column_types: dict[str, str] = field(default_factory=dict)
     max_ratio: float = 1000.0
+    threads: bool = True  # False in shard workers: one process, one core
+
+
+@dataclass(frozen=True)
+class Part:
+    """A unit of input that can be read on its own: a byte range of one file (``start``/``end``),
+    a whole (compressed or piped) input (both None), or a row range of NPY inputs (``rows``)."""
+
+    index: int
+    spec: int = 0
+    start: int | None = None
+    end: int | None = None
+    line0: int = 0  # lines before ``start`` (text), for error messages
+    rows: tuple[int, int] | None = None
 
 
 class Reader:
@@ -33,6 +47,17 @@ class Reader:
         self.options = options
 
     def batches(self) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def partitions(self, target_bytes: int) -> list[Part]:
+        """Split the input into parts of about ``target_bytes`` that can be read independently.
+
+        The split depends only on the input and ``target_bytes`` (never on the number of workers),
+        so the same input always gives the same parts. Compressed and piped inputs are one part.
+        """
+        return [Part(i, i) for i in range(len(self.specs))]
+
+    def part_batches(self, part: Part) -> Iterator[Batch]:
         raise NotImplementedError
 
     def progress_total(self) -> int | None:

@@ -19,8 +19,8 @@ import numpy as np
 
 from ..errors import InputError, SchemaError
 from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
-from ..sources import InputSpec, open_stream
-from .base import Reader, ReadOptions
+from ..sources import InputSpec, open_range, open_stream, split_points
+from .base import Part, Reader, ReadOptions
 
 # User-facing column types and the Arrow type the CSV reader parses them as.
 COLUMN_TYPES = {
@@ -33,7 +33,14 @@ _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
 
 
 class SchemaChanged(Exception):
-    """A column had to be widened; the conversion must start over with the reader's new types."""
+    """A column had to be widened; the conversion must start over with the reader's new types.
+
+    ``widened`` maps columns to the Arrow type names they now have (for readers in other processes).
+    """
+
+    def __init__(self, widened: dict[str, str] | None = None) -> None:
+        super().__init__(widened)
+        self.widened = dict(widened or {})
 
 
 def _looks_float(v: str) -> bool:
@@ -76,7 +83,7 @@ class CsvReader(Reader):
         ro = pc.ReadOptions(
             block_size=int(max(1 << 20, min(self.options.batch_bytes // 8, 4 << 20))),
             autogenerate_column_names=not self.options.header,
-            use_threads=True,
+            use_threads=self.options.threads,
         )
         po = pc.ParseOptions(delimiter=self._delimiter(spec), newlines_in_values=True)
         types = {}
@@ -96,7 +103,7 @@ class CsvReader(Reader):
         )
         return ro, po, co
 
-    def _chunks(self, spec: InputSpec, chunk: int) -> Iterator[bytes]:
+    def _chunks(self, spec: InputSpec, chunk: int, stream=None, strip_bom: bool = True) -> Iterator[bytes]:
         """Decompressed input cut into pieces that end at a record boundary.
 
         A newline ends a record only outside quotes: with RFC 4180 quoting, that is where the count
@@ -104,10 +111,12 @@ class CsvReader(Reader):
         on its own by pyarrow's multi-threaded ``read_csv``.
         """
         max_record = max(4 * chunk, 64 << 20)
-        with open_stream(spec, max_ratio=self.options.max_ratio) as stream:
+        if stream is None:
+            stream = open_stream(spec, max_ratio=self.options.max_ratio)
+        with stream:
             self._stream = stream
             carry = b""
-            first = True
+            first = strip_bom
             while True:
                 data = stream.read(chunk)
                 if first:
@@ -221,35 +230,61 @@ class CsvReader(Reader):
     def batches(self) -> Iterator[Batch]:
         rows = 0
         self._base = 0
-        chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
         for spec in self.specs:
             row0 = rows
-            pieces = self._chunks(spec, chunk)
-            names = None
-            for piece in pieces:
-                if names is None:
-                    names = self.header
-                    if self.options.header:
-                        end = _record_end(piece, 1)
-                        head = self._parse(piece[:end], spec, None, types=False)
-                        if list(head.schema.names) != self.header:
-                            raise SchemaError(
-                                f"{spec.name}: header {list(head.schema.names)} differs from the first input's {self.header}",
-                                hint="give inputs with the same columns",
-                            )
-                        piece = piece[end:]
-                        if not piece:
-                            continue
-                table = self._parse(piece, spec, names)
-                for rb in table.to_batches(max_chunksize=max(1, table.num_rows)):
-                    yield self._convert(rb, spec, rows - row0)
-                    rows += rb.num_rows
+            for b in self._stream_batches(spec, None, self.options.header, True, row0=0):
+                rows += b.num_rows
+                yield b
             self._base += spec.size or 0
             self._stream = None
             if rows == row0:
                 raise InputError(f"{spec.name}: no data rows (header only)", hint="check the file")
 
-    def _convert(self, rb, spec: InputSpec, row0: int) -> Batch:
+    def partitions(self, target_bytes: int) -> list[Part]:
+        parts: list[Part] = []
+        for i, spec in enumerate(self.specs):
+            if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
+                parts.append(Part(len(parts), i))
+                continue
+            points = split_points(spec.path, spec.size, target_bytes, quoted=True)
+            ends = [p[0] for p in points[1:]] + [spec.size]
+            for (start, line0), end in zip(points, ends, strict=True):
+                parts.append(Part(len(parts), i, start, end, line0))
+        return parts
+
+    def part_batches(self, part: Part) -> Iterator[Batch]:
+        spec = self.specs[part.spec]
+        if part.start is None:
+            yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
+        else:
+            stream = open_range(spec.path, part.start, part.end)
+            first = part.start == 0
+            yield from self._stream_batches(spec, stream, self.options.header and first, first, row0=None)
+
+    def _stream_batches(self, spec: InputSpec, stream, with_header: bool, strip_bom: bool, row0: int | None):
+        """Batches of one input (or one byte range of it). ``row0`` None: rows are not known here."""
+        chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
+        rows = 0
+        header_done = not with_header
+        for piece in self._chunks(spec, chunk, stream, strip_bom):
+            if not header_done:
+                header_done = True
+                end = _record_end(piece, 1)
+                head = self._parse(piece[:end], spec, None, types=False)
+                if list(head.schema.names) != self.header:
+                    raise SchemaError(
+                        f"{spec.name}: header {list(head.schema.names)} differs from the first input's {self.header}",
+                        hint="give inputs with the same columns",
+                    )
+                piece = piece[end:]
+                if not piece:
+                    continue
+            table = self._parse(piece, spec, self.header)
+            for rb in table.to_batches(max_chunksize=max(1, table.num_rows)):
+                yield self._convert(rb, spec, None if row0 is None else row0 + rows)
+                rows += rb.num_rows
+
+    def _convert(self, rb, spec: InputSpec, row0: int | None) -> Batch:
         from ..arrowconv import column_from_arrow
 
         pa = self.pa
@@ -260,11 +295,16 @@ class CsvReader(Reader):
                 if pa.types.is_integer(arr.type) and f.name not in self.options.column_types:
                     self.widened[f.name] = "float64"
                     self.schema = self._probe()
-                    raise SchemaChanged()
+                    raise SchemaChanged(self.widened)
                 if not pa.types.is_floating(arr.type):
-                    i = int(np.flatnonzero(~np.asarray(arr.is_valid()))[0])
+                    if row0 is None:
+                        idx = self.header.index(f.name)
+                        row, line = self._locate(spec, lambda r, idx=idx: len(r) > idx and r[idx] == "")
+                        where = f"row {row} (line {line})"
+                    else:
+                        where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
                     raise InputError(
-                        f"{spec.name}, row {row0 + i + 1}, column '{f.name}': empty value in a {f.describe()} column",
+                        f"{spec.name}, {where}, column '{f.name}': empty value in a {f.describe()} column",
                         hint=f"fill it, or pass --column-type {f.name}=float64 to read empty values as NaN",
                     )
             cols[f.name] = column_from_arrow(arr, f)
@@ -290,7 +330,7 @@ class CsvReader(Reader):
                     new = "string"
                 self.widened[col] = new
                 self.schema = self._probe()
-                raise SchemaChanged() from None
+                raise SchemaChanged(self.widened) from None
             want = self.options.column_types[col]
             idx = int(m.group(1))
             row, line = self._locate(spec, lambda r: len(r) > idx and r[idx] == value)

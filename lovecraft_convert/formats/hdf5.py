@@ -24,6 +24,19 @@ def chunk_rows(row_bytes: int, target: int = CHUNK_BYTES) -> int:
     return int(max(1, min(target // max(1, row_bytes), 1 << 20)))
 
 
+def _create(h5py, path: str, cache_bytes: int):
+    """A new file whose bytes depend only on what is written: no object timestamps anywhere (the
+    root group's included), links in creation order, a chunk cache of ``cache_bytes``."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_obj_track_times(False)
+    fcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    fapl.set_cache(0, 521, cache_bytes, 0.75)
+    fid = h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    return h5py.File(fid)
+
+
 class Hdf5Writer(Writer):
     extension = ".h5"
 
@@ -42,7 +55,7 @@ class Hdf5Writer(Writer):
 
         self.h5py = h5py
         self.path = os.path.join(directory, f"{stem or 'data'}.h5")
-        self.f = h5py.File(self.path, "w", libver="latest", rdcc_nbytes=max(4 << 20, 2 * CHUNK_BYTES * len(schema)), track_order=True)
+        self.f = _create(h5py, self.path, max(4 << 20, 2 * CHUNK_BYTES * len(schema)))
         self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
         rows = options.expected_rows
         comp = options.compression

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..schema import Batch, Field, Schema, field_for_array
+from ..schema import Batch, Schema, field_for_array
 from ..sources import InputSpec, open_stream
-from .base import Reader, ReadOptions
+from .base import Part, Reader, ReadOptions
 
 MAGIC = b"\x93NUMPY"
 MAX_HEADER = 1 << 16
@@ -155,15 +155,35 @@ class NpyReader(Reader):
             return sum(s.raw_count() for s in self._streams)
         return self._done
 
+    @property
+    def row_bytes(self) -> int:
+        return sum(max(1, f.np_dtype.itemsize * f.row_size) for f in self.schema)
+
+    @property
+    def mapped(self) -> bool:
+        return all(s.compression is None and not s.is_stdin for s in self.specs)
+
     def batches(self) -> Iterator[Batch]:
-        row_bytes = sum(max(1, f.np_dtype.itemsize * f.row_size) for f in self.schema)
-        step = max(1, self.options.batch_bytes // row_bytes)
-        if all(s.compression is None for s in self.specs):
+        step = max(1, self.options.batch_bytes // self.row_bytes)
+        if self.mapped:
             yield from self._mapped(step)
         else:
             yield from self._streamed(step)
 
-    def _mapped(self, step: int) -> Iterator[Batch]:
+    def partitions(self, target_bytes: int) -> list[Part]:
+        if not self.mapped:
+            return [Part(0, 0)]
+        per = max(1, target_bytes // self.row_bytes)
+        return [Part(i, 0, rows=(a, min(a + per, self.rows))) for i, a in enumerate(range(0, self.rows, per))] or [Part(0, 0, rows=(0, 0))]
+
+    def part_batches(self, part: Part) -> Iterator[Batch]:
+        step = max(1, self.options.batch_bytes // self.row_bytes)
+        if part.rows is None:
+            yield from self._streamed(step)
+        else:
+            yield from self._mapped(step, *part.rows)
+
+    def _mapped(self, step: int, first: int = 0, last: int | None = None) -> Iterator[Batch]:
         arrays = []
         for spec, h in zip(self.specs, self.headers, strict=True):
             order = "F" if h.fortran_order else "C"
@@ -172,8 +192,9 @@ class NpyReader(Reader):
             else:
                 arrays.append(np.memmap(spec.path, dtype=h.dtype, mode="r", offset=h.offset, shape=h.shape, order=order))
         per_row = [s.size / max(1, h.rows) if s.size else 0 for s, h in zip(self.specs, self.headers, strict=True)]
-        for start in range(0, self.rows or 0, step):
-            stop = min(start + step, self.rows)
+        last = self.rows if last is None else last
+        for start in range(first, last, step):
+            stop = min(start + step, last)
             cols = {f.name: native(a[start:stop]) for f, a in zip(self.schema, arrays, strict=True)}
             self._done = int(sum(p * stop for p in per_row))
             yield Batch(cols, stop - start)
@@ -204,8 +225,6 @@ class NpyReader(Reader):
                             )
                         got += more
                     arr = np.frombuffer(buf, dtype=h.dtype).reshape((n, *h.shape[1:]))
-                    if h.fortran_order:
-                        arr = arr  # 1-d or single row: same bytes in either order
                     cols[f.name] = native(arr)
                 yield Batch(cols, n)
             for s, spec in zip(streams, self.specs, strict=True):
@@ -224,7 +243,3 @@ class _nullctx:
 
     def __exit__(self, *a):
         return False
-
-
-def fields_of(schema: Schema) -> list[Field]:
-    return list(schema)

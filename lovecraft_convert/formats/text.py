@@ -8,8 +8,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..schema import STRING, Batch, Field, Schema, VarColumn
-from ..sources import open_stream
-from .base import Reader, ReadOptions
+from ..sources import open_range, open_stream, split_points
+from .base import Part, Reader, ReadOptions
 
 BOM = b"\xef\xbb\xbf"
 
@@ -26,51 +26,73 @@ class TextReader(Reader):
         return self._base + (self._stream.raw_count() if self._stream is not None else 0)
 
     def batches(self) -> Iterator[Batch]:
-        chunk_size = max(1 << 16, self.options.batch_bytes // 2)
-        max_line = max(chunk_size * 2, 1 << 20)
         total_rows = 0
         for spec in self.specs:
-            line_no = 0  # lines of this file consumed so far
-            carry = b""
-            first = True
-            with open_stream(spec, max_ratio=self.options.max_ratio) as stream:
-                self._stream = stream
-                while True:
-                    data = stream.read(chunk_size)
-                    eof = not data
-                    if first:
-                        first = False
-                        if data.startswith(BOM):
-                            data = data[3:]
-                    buf = carry + data if carry else data
-                    if eof:
-                        if not buf:
-                            break
-                        if not buf.endswith(b"\n"):
-                            buf += b"\n"
-                        cut = len(buf)
-                    else:
-                        cut = buf.rfind(b"\n") + 1
-                        if cut == 0:
-                            if len(buf) > max_line:
-                                raise InputError(
-                                    f"{spec.name}, line {line_no + 1}: line longer than {max_line} bytes",
-                                    hint="raise --max-memory or split the line",
-                                )
-                            carry = buf
-                            continue
-                    batch, n = self._lines(buf[:cut], spec.name, line_no)
-                    line_no += n
-                    total_rows += n
-                    carry = buf[cut:]
-                    yield batch
-                    if eof:
-                        break
-                self._base += stream.raw_count()
-                self._stream = None
+            for batch in self._stream_batches(spec, None, 0, True):
+                total_rows += batch.num_rows
+                yield batch
         if total_rows == 0:
             names = ", ".join(s.name for s in self.specs)
             raise InputError(f"{names}: empty input (no lines)", hint="check the file")
+
+    def partitions(self, target_bytes: int) -> list[Part]:
+        parts: list[Part] = []
+        for i, spec in enumerate(self.specs):
+            if spec.compression is not None or spec.is_stdin or not spec.size:
+                parts.append(Part(len(parts), i))
+                continue
+            points = split_points(spec.path, spec.size, target_bytes, quoted=False)
+            ends = [p[0] for p in points[1:]] + [spec.size]
+            for (start, line0), end in zip(points, ends, strict=True):
+                parts.append(Part(len(parts), i, start, end, line0))
+        return parts
+
+    def part_batches(self, part: Part) -> Iterator[Batch]:
+        spec = self.specs[part.spec]
+        stream = None if part.start is None else open_range(spec.path, part.start, part.end)
+        yield from self._stream_batches(spec, stream, part.line0, part.start in (None, 0))
+
+    def _stream_batches(self, spec, stream, line_no: int, strip_bom: bool) -> Iterator[Batch]:
+        chunk_size = max(1 << 16, self.options.batch_bytes // 2)
+        max_line = max(chunk_size * 2, 1 << 20)
+        carry = b""
+        first = strip_bom
+        if stream is None:
+            stream = open_stream(spec, max_ratio=self.options.max_ratio)
+        with stream:
+            self._stream = stream
+            while True:
+                data = stream.read(chunk_size)
+                eof = not data
+                if first:
+                    first = False
+                    if data.startswith(BOM):
+                        data = data[3:]
+                buf = carry + data if carry else data
+                if eof:
+                    if not buf:
+                        break
+                    if not buf.endswith(b"\n"):
+                        buf += b"\n"
+                    cut = len(buf)
+                else:
+                    cut = buf.rfind(b"\n") + 1
+                    if cut == 0:
+                        if len(buf) > max_line:
+                            raise InputError(
+                                f"{spec.name}, line {line_no + 1}: line longer than {max_line} bytes",
+                                hint="raise --max-memory or split the line",
+                            )
+                        carry = buf
+                        continue
+                batch, n = self._lines(buf[:cut], spec.name, line_no)
+                line_no += n
+                carry = buf[cut:]
+                yield batch
+                if eof:
+                    break
+            self._base += stream.raw_count()
+            self._stream = None
 
     def _lines(self, buf: bytes, name: str, line_no: int) -> tuple[Batch, int]:
         try:

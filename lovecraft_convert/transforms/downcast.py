@@ -111,6 +111,8 @@ class Downcast:
         self.schema = Schema(tuple(fields))
         self.source = ""
         self.rows_done = 0
+        self.row_offset: int | None = 0
+        self._last_row = 0
 
     @classmethod
     def for_dtype(cls, schema: Schema, dtype: str | None, per_column: dict[str, str], on_overflow: str) -> Downcast | None:
@@ -123,28 +125,51 @@ class Downcast:
                 targets[f.name] = dtype
         return cls(schema, targets, on_overflow) if targets else None
 
+    def _where(self, row: int, name: str) -> str:
+        """Name a (0-based, within this transform's stream) row for an error message.
+
+        With ``row_offset`` None the global row is not known here (a part of the input read by a
+        worker); the message then holds ``{ROW}`` and the error carries ``local_row``.
+        """
+        self._last_row = row
+        text = "{ROW}" if self.row_offset is None else str(self.row_offset + row + 1)
+        return f"{self.source}, row {text}, column '{name}'"
+
     def __call__(self, batch: Batch) -> Batch:
         cols = dict(batch.columns)
-        for name, target in self.targets.items():
-            col = cols[name]
-            st = self.stats[name]
-            row0 = self.rows_done
-            if isinstance(col, VarColumn):
-                offs = col.offsets
+        try:
+            for name, target in self.targets.items():
+                col = cols[name]
+                st = self.stats[name]
+                row0 = self.rows_done
+                if isinstance(col, VarColumn):
+                    offs = col.offsets
 
-                def where(i, offs=offs, name=name, row0=row0):
-                    return f"{self.source}, row {row0 + int(np.searchsorted(offs, i, side='right'))}, column '{name}'"
+                    def where(i, offs=offs, name=name, row0=row0):
+                        return self._where(row0 + int(np.searchsorted(offs, i, side="right")) - 1, name)
 
-                cols[name] = VarColumn(downcast_array(col.values, target, st, self.on_overflow, where), col.offsets)
-            else:
-                per_row = max(1, int(np.prod(col.shape[1:], dtype=np.int64)))
+                    cols[name] = VarColumn(downcast_array(col.values, target, st, self.on_overflow, where), col.offsets)
+                else:
+                    per_row = max(1, int(np.prod(col.shape[1:], dtype=np.int64)))
 
-                def where(i, per_row=per_row, name=name, row0=row0):
-                    return f"{self.source}, row {row0 + i // per_row + 1}, column '{name}'"
+                    def where(i, per_row=per_row, name=name, row0=row0):
+                        return self._where(row0 + i // per_row, name)
 
-                cols[name] = downcast_array(col, target, st, self.on_overflow, where)
+                    cols[name] = downcast_array(col, target, st, self.on_overflow, where)
+        except OverflowErrorF16 as e:
+            e.local_row = self._last_row
+            raise
         self.rows_done += batch.num_rows
         return Batch(cols, batch.num_rows)
+
+    def merge(self, report: dict) -> None:
+        """Add another part's report (same targets) to this one."""
+        for name, r in report.items():
+            st = self.stats[name]
+            for k in ("values", "overflow", "clipped", "flushed_to_zero", "nan"):
+                setattr(st, k, getattr(st, k) + r[k])
+            st.max_abs_error = max(st.max_abs_error, r["max_abs_error"])
+            st.max_rel_error = max(st.max_rel_error, r["max_rel_error"])
 
     def report(self) -> dict:
         return {k: v.to_dict() for k, v in self.stats.items()}

@@ -1,0 +1,48 @@
+"""``lovecraft shard``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .options import SizeParam, input_options, library_kwargs, output_options, print_summary
+
+
+@click.command()
+@input_options
+@output_options
+@click.option("--shard-size", type=SizeParam(), help="Output bytes per shard (every shard but the last within 10%).")
+@click.option("--rows-per-shard", type=click.IntRange(min=1), help="Records per shard.")
+@click.option("--num-shards", type=click.IntRange(min=1), help="Number of shards (rows split evenly).")
+@click.option("--shuffle", is_flag=True, help="Global shuffle at write time (external, bounded memory); needs --seed.")
+@click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical shards.")
+@click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores).")
+@click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping the shards it committed.")
+def shard(**params) -> None:
+    """Write INPUTS as many shards of a controlled size.
+
+    \b
+    Give exactly one of --shard-size, --rows-per-shard, --num-shards. Shards are named
+    part-00003-of-00064.<ext> for every format. The output bytes do not depend on --workers.
+    A killed or interrupted run leaves .<output>.partial; --resume finishes it.
+
+    \b
+    Examples:
+      lovecraft shard data.csv -o shards/ --to tfrecord --shard-size 128MiB
+      lovecraft shard x.npy y.npy -o shards/ --to memmap --rows-per-shard 100000
+      lovecraft shard corpus.txt.zst -o shards/ --to parquet --num-shards 64 --shuffle --seed 7
+      lovecraft shard data.csv -o shards/ --to hdf5 --shard-size 256MiB --resume
+    """
+    from ..sharding import shard as run
+
+    given = [k for k in ("shard_size", "rows_per_shard", "num_shards") if params[k] is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --shard-size, --rows-per-shard, --num-shards")
+    if params["shuffle"] and params["seed"] is None:
+        raise click.UsageError("--shuffle needs --seed N (the seed makes the shuffle reproducible)")
+    kwargs = library_kwargs(params)
+    for k in ("shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume"):
+        kwargs[k] = params[k]
+    manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
+    print_summary(manifest, params["output"], params["as_json"], params["quiet"])
