@@ -1,6 +1,6 @@
 """TFRecord output: one ``tf.train.Example`` per row, optionally GZIP-compressed.
 
-Encoding is ours (see :mod:`.tfrecord_codec`): TensorFlow is neither needed nor imported to write.
+Encoding is ours (see :mod:`.tfexample`): TensorFlow is neither needed nor imported to write.
 The ``tf.io.parse_example`` feature spec goes into the manifest.
 """
 
@@ -19,7 +19,7 @@ class TfrecordWriter(Writer):
 
     @classmethod
     def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
-        from .tfrecord_codec import feature_kind
+        from .tfexample import feature_kind
 
         for f in schema:
             feature_kind(f)
@@ -37,7 +37,7 @@ class TfrecordWriter(Writer):
             self.z = None
 
     def write(self, batch: Batch) -> None:
-        from .tfrecord_codec import encode_batch
+        from .tfexample import encode_batch
 
         data = encode_batch(batch, self.schema)
         self.out.write(self.z.compress(data) if self.z else data)
@@ -53,6 +53,6 @@ class TfrecordWriter(Writer):
         self.out.abort()
 
     def manifest_extra(self) -> dict:
-        from .tfrecord_codec import feature_spec
+        from .tfexample import feature_spec
 
         return {"tfrecord": {"compression": "GZIP" if self.gzip else None, "feature_spec": feature_spec(self.schema)}}

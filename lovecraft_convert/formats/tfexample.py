@@ -1,0 +1,367 @@
+"""``tf.train.Example`` records and TFRecord framing, in NumPy, without TensorFlow.
+
+A record is ``uint64 length | masked CRC32C(length) | data | masked CRC32C(data)``. The data is an
+Example protobuf: ``Example{features=1: Features{feature=1: map<string, Feature>}}`` with
+``Feature{bytes_list=1 | float_list=2 | int64_list=3}``, lists packed.
+
+When every column is fixed-shape and numeric, every record of a batch has the same layout: we
+build one template row and fill the values in with a 2-D slice assignment. Integer values are
+written as varints of one width per column and batch (the widest value's width, padding smaller
+values with continuation bytes, which protobuf decodes to the same value), so the layout stays
+constant. Text, bytes and sequences go through a per-row encoder.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, SchemaError
+from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
+
+MASK_DELTA = 0xA282EAD8
+MAX_RECORD = 2 << 30
+
+
+def _crc32c():
+    import crc32c
+
+    return crc32c.crc32c
+
+
+def masked_crc32c(data) -> int:
+    c = _crc32c()(data)
+    return (((c >> 15) | (c << 17)) + MASK_DELTA) & 0xFFFFFFFF
+
+
+def _mask(c: np.ndarray) -> np.ndarray:
+    c = c.astype(np.uint64)
+    return ((((c >> np.uint64(15)) | (c << np.uint64(17))) + np.uint64(MASK_DELTA)) & np.uint64(0xFFFFFFFF)).astype("<u4")
+
+
+def frame_record(data: bytes) -> bytes:
+    n = struct.pack("<Q", len(data))
+    return n + struct.pack("<I", masked_crc32c(n)) + data + struct.pack("<I", masked_crc32c(data))
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    n &= (1 << 64) - 1
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def feature_kind(f: Field) -> str:
+    """float (float_list, as float32), int64 (int64_list) or bytes (bytes_list)."""
+    if f.kind in (STRING, BINARY):
+        return "bytes"
+    dt = f.np_dtype
+    if dt.kind == "f" and dt.itemsize <= 8:
+        return "float"
+    if dt.kind in "iub":
+        return "int64"
+    raise SchemaError(
+        f"column '{f.name}' has dtype {dt}, which TFRecord cannot hold",
+        hint="write it to memmap or hdf5",
+    )
+
+
+def feature_spec(schema: Schema) -> dict[str, dict]:
+    """The ``tf.io.parse_example`` spec as JSON (``to_tf_feature_spec`` builds the real one)."""
+    spec = {}
+    for f in schema:
+        kind = feature_kind(f)
+        dtype = {"float": "float32", "int64": "int64", "bytes": "string"}[kind]
+        if f.kind == SEQUENCE:
+            spec[f.name] = {"type": "VarLenFeature", "dtype": dtype}
+        elif f.kind == FIXED:
+            spec[f.name] = {"type": "FixedLenFeature", "shape": list(f.shape), "dtype": dtype}
+        else:
+            spec[f.name] = {"type": "FixedLenFeature", "shape": [], "dtype": dtype}
+    return spec
+
+
+def to_tf_feature_spec(spec: dict[str, dict]) -> dict:
+    import tensorflow as tf
+
+    out = {}
+    for name, s in spec.items():
+        dtype = getattr(tf, s["dtype"])
+        if s["type"] == "VarLenFeature":
+            out[name] = tf.io.VarLenFeature(dtype)
+        else:
+            out[name] = tf.io.FixedLenFeature(s["shape"], dtype)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# encoding
+# --------------------------------------------------------------------------------------------
+
+
+def _varint_len(v: np.ndarray) -> np.ndarray:
+    """Bytes of each (uint64) value as a minimal varint."""
+    n = np.ones(v.shape, dtype=np.int64)
+    for j in range(1, 10):
+        n += v >= np.uint64(1 << (7 * j))
+    return n
+
+
+def _varints_fixed(v: np.ndarray, width: int) -> np.ndarray:
+    """Each uint64 value as a varint of exactly ``width`` bytes -> uint8 array (..., width)."""
+    out = np.empty((*v.shape, width), dtype=np.uint8)
+    for j in range(width):
+        b = ((v >> np.uint64(7 * j)) & np.uint64(0x7F)).astype(np.uint8)
+        if j < width - 1:
+            b |= 0x80
+        out[..., j] = b
+    return out
+
+
+def _as_uint64(col: np.ndarray, name: str) -> np.ndarray:
+    if col.dtype == np.uint64 and col.size and int(col.max()) > 2**63 - 1:
+        raise SchemaError(f"column '{name}' holds a uint64 value above 2**63-1, which int64_list cannot hold", hint="write it to memmap, hdf5 or parquet")
+    return col.astype(np.int64, copy=False).view(np.uint64) if col.dtype != np.uint64 else col
+
+
+def _fixed_layout(batch: Batch, schema: Schema) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
+    """Template example bytes and (offset, uint8 2-D data) for each column, for all-fixed batches."""
+    n = batch.num_rows
+    parts: list[bytes] = []
+    fills: list[tuple[int, np.ndarray]] = []
+    body = bytearray()
+    for f in schema:
+        col = batch.columns[f.name]
+        k = f.row_size
+        kind = feature_kind(f)
+        if kind == "float":
+            with np.errstate(over="ignore"):
+                data = np.ascontiguousarray(col, dtype="<f4").reshape(n, k).view(np.uint8)
+            tag = 0x12
+        else:
+            v = _as_uint64(col.reshape(n, k), f.name)
+            width = int(_varint_len(v).max()) if v.size else 1
+            data = _varints_fixed(v, width).reshape(n, k * width)
+            tag = 0x1A
+        payload_len = data.shape[1]
+        lst = (b"\x0a" + varint(payload_len)) if payload_len else b""
+        p_len = len(lst) + payload_len
+        feature = bytes([tag]) + varint(p_len) + lst
+        f_len = len(feature) + payload_len
+        key = f.name.encode()
+        head = b"\x0a" + varint(len(key)) + key + b"\x12" + varint(f_len) + feature
+        entry_len = len(head) + payload_len
+        entry_head = b"\x0a" + varint(entry_len) + head
+        body += entry_head
+        fills.append((len(body), data))
+        body += bytes(payload_len)
+    example = b"\x0a" + varint(len(body))
+    shift = len(example)
+    template = example + bytes(body)
+    return template, [(off + shift, d) for off, d in fills]
+
+
+def _encode_fixed(batch: Batch, schema: Schema) -> bytes:
+    n = batch.num_rows
+    template, fills = _fixed_layout(batch, schema)
+    e = len(template)
+    rec = 12 + e + 4
+    out = np.empty((n, rec), dtype=np.uint8)
+    head = struct.pack("<Q", e)
+    out[:, :8] = np.frombuffer(head, dtype=np.uint8)
+    out[:, 8:12] = np.frombuffer(struct.pack("<I", masked_crc32c(head)), dtype=np.uint8)
+    out[:, 12 : 12 + e] = np.frombuffer(template, dtype=np.uint8)
+    for off, data in fills:
+        out[:, 12 + off : 12 + off + data.shape[1]] = data
+    crc = _crc32c()
+    flat = out.reshape(-1)
+    mv = memoryview(flat)
+    raw = np.fromiter((crc(mv[i * rec + 12 : i * rec + 12 + e]) for i in range(n)), dtype=np.uint64, count=n)
+    out[:, 12 + e :] = _mask(raw).view(np.uint8).reshape(n, 4)
+    return flat.tobytes()
+
+
+def _row_feature(f: Field, kind: str, col, i: int) -> bytes:
+    if isinstance(col, VarColumn):
+        vals = col.values[col.offsets[i] : col.offsets[i + 1]]
+        if kind == "bytes":
+            raw = vals.tobytes()
+            lst = b"\x0a" + varint(len(raw)) + raw
+            return b"\x0a" + varint(len(lst)) + lst
+    else:
+        vals = col[i].reshape(-1)
+    if kind == "float":
+        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, as in TensorFlow
+            payload = vals.astype("<f4").tobytes()
+        tag = b"\x12"
+    else:
+        v = _as_uint64(np.asarray(vals), f.name)
+        payload = b"".join(varint(int(x)) for x in v)
+        tag = b"\x1a"
+    lst = (b"\x0a" + varint(len(payload)) + payload) if payload else b""
+    return tag + varint(len(lst)) + lst
+
+
+def _encode_rows(batch: Batch, schema: Schema) -> bytes:
+    keys = [(f, feature_kind(f), batch.columns[f.name], b"\x0a" + varint(len(f.name.encode())) + f.name.encode()) for f in schema]
+    out = []
+    for i in range(batch.num_rows):
+        body = []
+        for f, kind, col, key in keys:
+            feat = _row_feature(f, kind, col, i)
+            entry = key + b"\x12" + varint(len(feat)) + feat
+            body.append(b"\x0a" + varint(len(entry)) + entry)
+        b = b"".join(body)
+        out.append(frame_record(b"\x0a" + varint(len(b)) + b))
+    return b"".join(out)
+
+
+def encode_batch(batch: Batch, schema: Schema) -> bytes:
+    """One framed ``tf.train.Example`` record per row, features in schema order."""
+    if batch.num_rows == 0:
+        return b""
+    if all(f.kind == FIXED for f in schema):
+        # keep the 2-D buffer around 32 MiB
+        per_row = 16 + sum(f.row_size * 10 + 32 for f in schema)
+        step = max(1, (32 << 20) // per_row)
+        if batch.num_rows <= step:
+            return _encode_fixed(batch, schema)
+        return b"".join(_encode_fixed(batch.slice(i, i + step), schema) for i in range(0, batch.num_rows, step))
+    return _encode_rows(batch, schema)
+
+
+# --------------------------------------------------------------------------------------------
+# reading (for verify, inspect and tests): framing and a minimal protobuf decoder
+# --------------------------------------------------------------------------------------------
+
+
+def iter_records(f, name: str, size: int | None = None) -> Iterator[bytes]:
+    """Record payloads of a TFRecord stream, both CRCs checked."""
+    crc = _crc32c()
+    pos = 0
+    index = 0
+    while True:
+        head = f.read(12)
+        if not head:
+            return
+        index += 1
+        where = f"{name}: record {index} at byte {pos}"
+        if len(head) < 12:
+            raise InputError(f"{where}: truncated record header", hint="the file is cut short; re-create it")
+        (n,) = struct.unpack("<Q", head[:8])
+        (lc,) = struct.unpack("<I", head[8:])
+        if _mask_int(crc(head[:8])) != lc:
+            raise InputError(f"{where}: length CRC mismatch (file is corrupt)", hint="re-create it")
+        if n > MAX_RECORD or (size is not None and pos + 16 + n > size):
+            raise InputError(f"{where}: record length {n} runs past the end of the file", hint="the file is cut short; re-create it")
+        data = f.read(n)
+        tail = f.read(4)
+        if len(data) < n or len(tail) < 4:
+            raise InputError(f"{where}: truncated record", hint="the file is cut short; re-create it")
+        if _mask_int(crc(data)) != struct.unpack("<I", tail)[0]:
+            raise InputError(f"{where}: data CRC mismatch (file is corrupt)", hint="re-create it")
+        pos += 16 + n
+        yield data
+
+
+def _mask_int(c: int) -> int:
+    return (((c >> 15) | (c << 17)) + MASK_DELTA) & 0xFFFFFFFF
+
+
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("bad varint")
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result & ((1 << 64) - 1), i
+        shift += 7
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+    i = 0
+    while i < len(buf):
+        key, i = _read_varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            n, i = _read_varint(buf, i)
+            if i + n > len(buf):
+                raise ValueError("length past end")
+            yield field, wire, buf[i : i + n]
+            i += n
+        elif wire == 0:
+            v, i = _read_varint(buf, i)
+            yield field, wire, v
+        elif wire == 5:
+            if i + 4 > len(buf):
+                raise ValueError("fixed32 past end")
+            yield field, wire, buf[i : i + 4]
+            i += 4
+        elif wire == 1:
+            if i + 8 > len(buf):
+                raise ValueError("fixed64 past end")
+            yield field, wire, buf[i : i + 8]
+            i += 8
+        else:
+            raise ValueError(f"wire type {wire}")
+
+
+def parse_example(data: bytes) -> dict[str, tuple[str, list]]:
+    """``{name: ("float"|"int64"|"bytes", values)}``; InputError on a malformed message."""
+    try:
+        out: dict[str, tuple[str, list]] = {}
+        for fno, _, features in _fields(data):
+            if fno != 1:
+                continue
+            for eno, _, entry in _fields(features):
+                if eno != 1:
+                    continue
+                key, value = "", b""
+                for k, _, v in _fields(entry):
+                    if k == 1:
+                        key = v.decode("utf-8")
+                    elif k == 2:
+                        value = v
+                out[key] = _feature(value)
+        return out
+    except (ValueError, UnicodeDecodeError, struct.error) as e:
+        raise InputError(f"malformed tf.train.Example ({e})", hint="the record is corrupt") from None
+
+
+def _feature(buf: bytes) -> tuple[str, list]:
+    for kind_no, _, lst in _fields(buf):
+        kind = {1: "bytes", 2: "float", 3: "int64"}.get(kind_no)
+        if kind is None:
+            continue
+        values: list = []
+        for _, wire, v in _fields(lst):
+            if kind == "bytes":
+                values.append(bytes(v))
+            elif kind == "float":
+                if wire == 2:
+                    values.extend(np.frombuffer(v, dtype="<f4").tolist())
+                else:
+                    values.append(struct.unpack("<f", v)[0])
+            else:
+                if wire == 2:
+                    j = 0
+                    while j < len(v):
+                        x, j = _read_varint(v, j)
+                        values.append(x - (1 << 64) if x >= 1 << 63 else x)
+                else:
+                    values.append(v - (1 << 64) if v >= 1 << 63 else v)
+        return kind, values
+    return "bytes", []
