@@ -49,22 +49,30 @@ class OutputDir:
     def __enter__(self) -> OutputDir:
         for p in self.protect:
             if p == self.path or p.startswith(self.path + os.sep):
-                raise OutputError(f"{self.path}: the output would replace the input {p}", hint="choose another output directory")
+                raise OutputError(
+                    f"{self.path}: the output would replace the input {p}", hint="choose another output directory"
+                )
         if os.path.exists(self.path) and not self.overwrite:
-            raise OutputError(f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path")
+            raise OutputError(
+                f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path"
+            )
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise OutputError(f"{self.path}: exists and is not a directory", hint="remove it or choose another path")
         try:
             os.makedirs(self.parent, exist_ok=True)
             self._lock_fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
         except OSError as e:
-            raise OutputError(f"{self.path}: cannot create the output ({e.strerror})", hint="check the path and permissions") from None
+            raise OutputError(
+                f"{self.path}: cannot create the output ({e.strerror})", hint="check the path and permissions"
+            ) from None
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
             self._lock_fd = None
-            raise OutputError(f"{self.path}: another lovecraft run is writing this output", hint="wait for it or choose another path") from None
+            raise OutputError(
+                f"{self.path}: another lovecraft run is writing this output", hint="wait for it or choose another path"
+            ) from None
         for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.tmp-*")):
             shutil.rmtree(stale, ignore_errors=True)
         for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.old-*")):

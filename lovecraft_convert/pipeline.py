@@ -59,10 +59,16 @@ def _validate(o: ConvertOptions) -> None:
     if o.input_format is not None and o.input_format not in INPUT_FORMATS:
         raise SchemaError(f"unknown input format '{o.input_format}'", hint=f"use one of {', '.join(INPUT_FORMATS)}")
     if o.dtype is not None and o.dtype not in FLOAT_TARGETS:
-        raise SchemaError(f"--dtype {o.dtype}: only float16 or float32 downcasting is offered", hint="use --dtype float16")
+        raise SchemaError(
+            f"--dtype {o.dtype}: only float16 or float32 downcasting is offered", hint="use --dtype float16"
+        )
     if o.on_overflow not in ("error", "clip"):
         raise SchemaError(f"--on-overflow {o.on_overflow}: use error or clip")
-    valid = {"parquet": (None, "zstd", "snappy", "gzip", "none"), "hdf5": (None, "gzip", "lzf"), "tfrecord": (None, "gzip")}
+    valid = {
+        "parquet": (None, "zstd", "snappy", "gzip", "none"),
+        "hdf5": (None, "gzip", "lzf"),
+        "tfrecord": (None, "gzip"),
+    }
     if o.compression is not None and o.compression not in valid.get(o.to, (None,)):
         opts = ", ".join(c for c in valid.get(o.to, (None,)) if c) or "none"
         raise SchemaError(f"--compression {o.compression} is not offered for {o.to}", hint=f"choose {opts}")
@@ -101,7 +107,15 @@ class _Progress:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=reader.progress_total(), unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, dynamic_ncols=True, leave=False)
+            self.bar = tqdm(
+                total=reader.progress_total(),
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+            )
         self.last = 0.0
 
     def update(self) -> None:
@@ -185,7 +199,7 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
             "version": MANIFEST_VERSION,
             "complete": True,
             "created_by": f"lovecraft_convert {__version__}",
-            "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": "convert",
             "argv": argv,
             "output_format": o.to,
@@ -213,7 +227,9 @@ def _run_once(reader: Reader, writer_cls, out: OutputDir, o: ConvertOptions, bud
         schema = down.schema
     source = ", ".join(s.name for s in reader.specs)
     writer_cls.check_schema(schema, source, getattr(reader, "format", None))
-    wopts = WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=reader.rows)
+    wopts = WriteOptions(
+        compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=reader.rows
+    )
     stem = "" if o.to == "memmap" else "data"
     writer = writer_cls(out.tmp, stem, schema, wopts)
     stats = BatchStats(schema)
@@ -294,4 +310,3 @@ def _select(batches: Iterator[Batch], schema: Schema) -> Iterator[Batch]:
         if list(b.columns) != names:
             b = Batch({n: b.columns[n] for n in names}, b.num_rows)
         yield b
-

@@ -179,7 +179,9 @@ class Batch:
 
     def slice(self, start: int, stop: int) -> Batch:
         stop = min(stop, self.num_rows)
-        cols = {k: (c.slice(start, stop) if isinstance(c, VarColumn) else c[start:stop]) for k, c in self.columns.items()}
+        cols = {
+            k: (c.slice(start, stop) if isinstance(c, VarColumn) else c[start:stop]) for k, c in self.columns.items()
+        }
         return Batch(cols, max(0, stop - start))
 
     def take(self, idx: np.ndarray) -> Batch:

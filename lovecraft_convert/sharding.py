@@ -310,7 +310,9 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
     shutil.rmtree(tmp, ignore_errors=True)
     os.mkdir(tmp)
     writer_cls = load(WRITERS, o.to)
-    wopts = WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, ctx.budget() // 8), expected_rows=stop - start)
+    wopts = WriteOptions(
+        compression=o.compression, row_group_bytes=max(4 << 20, ctx.budget() // 8), expected_rows=stop - start
+    )
     writer = writer_cls(tmp, name, schema, wopts)
     stats = BatchStats(schema)
     try:
@@ -341,7 +343,10 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
 
 
 def _raw_stats(stats: BatchStats) -> dict:
-    return {k: {a: getattr(v, a) for a in ("count", "min", "max", "nan", "sum", "len_min", "len_max", "len_sum")} for k, v in stats.columns.items()}
+    return {
+        k: {a: getattr(v, a) for a in ("count", "min", "max", "nan", "sum", "len_min", "len_max", "len_sum")}
+        for k, v in stats.columns.items()
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +486,11 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         os.makedirs(os.path.join(work, "spill"), exist_ok=True)
         if "-" in inputs:  # workers cannot share stdin: keep a copy in the work directory
             inputs = _spool_stdin(list(inputs), work, probe)
-        fingerprint = {"options": o.fingerprint(), "sources": [s.describe() for s in probe.specs], "version": MANIFEST_VERSION}
+        fingerprint = {
+            "options": o.fingerprint(),
+            "sources": [s.describe() for s in probe.specs],
+            "version": MANIFEST_VERSION,
+        }
         plan = _load_plan(work, fingerprint, out.path)
         journal = _Journal(work)
         runner = _Runner(workers)
@@ -504,7 +513,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         journal.close()
         manifest.update(
             {
-                "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                 "argv": argv,
                 "seconds": round(time.time() - started, 3),
                 "workers": workers,
@@ -519,7 +528,9 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
 
 def _spool_stdin(inputs: list[str], work: str, probe) -> list[str]:
     spec = next(s for s in probe.specs if s.is_stdin)
-    path = os.path.join(work, "stdin" + {"gzip": ".gz", "bz2": ".bz2", "xz": ".xz", "zstd": ".zst"}.get(spec.compression or "", ""))
+    path = os.path.join(
+        work, "stdin" + {"gzip": ".gz", "bz2": ".bz2", "xz": ".xz", "zstd": ".zst"}.get(spec.compression or "", "")
+    )
     src = spec.stdin_spool
     if src:
         shutil.copyfile(src, path)
@@ -671,10 +682,14 @@ def _estimate_bytes(reader) -> int:
     return total
 
 
-def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, schema: Schema, plan: dict, work: str) -> list[tuple[int, int]]:
+def _plan_shards(
+    o: ShardOptions, ctx: Context, total: int, split, schema: Schema, plan: dict, work: str
+) -> list[tuple[int, int]]:
     if o.num_shards is not None:
         if o.num_shards > total:
-            raise SchemaError(f"--num-shards {o.num_shards} is more than the {total} records", hint="ask for fewer shards")
+            raise SchemaError(
+                f"--num-shards {o.num_shards} is more than the {total} records", hint="ask for fewer shards"
+            )
         base, extra = divmod(total, o.num_shards)
         sizes = [base + (1 if k < extra else 0) for k in range(o.num_shards)]
     else:
@@ -754,7 +769,13 @@ def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list
         "schema": schema.to_list(),
         "shuffle": {"seed": o.seed, "buckets": ctx.buckets} if o.shuffle else None,
         "shards": [
-            {"index": fr["shard"], "name": fr["name"], "rows": fr["rows"], "files": [f["path"] for f in fr["files"]], "stats": fr["stats"]}
+            {
+                "index": fr["shard"],
+                "name": fr["name"],
+                "rows": fr["rows"],
+                "files": [f["path"] for f in fr["files"]],
+                "stats": fr["stats"],
+            }
             for fr in frags
         ],
         "files": [{**f, "shard": fr["shard"]} for fr in frags for f in fr["files"]],
@@ -763,5 +784,3 @@ def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list
         "sources": [s.describe() for s in reader.specs],
         **extra,
     }
-
-

@@ -103,7 +103,9 @@ def _check_file(p: str) -> InputSpec:
     except PermissionError:
         raise InputError(f"{p}: permission denied", hint="check the file's permissions") from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{p}: is a directory, not a file", hint="pass the files inside it, e.g. a glob like dir/*.csv")
+        raise InputError(
+            f"{p}: is a directory, not a file", hint="pass the files inside it, e.g. a glob like dir/*.csv"
+        )
     if not os.access(p, os.R_OK):
         raise InputError(f"{p}: permission denied", hint="check the file's permissions")
     return InputSpec(p, p, size=st.st_size if stat.S_ISREG(st.st_mode) else None, mtime=st.st_mtime)
@@ -208,7 +210,10 @@ class _ZstdReader(io.RawIOBase):
             if not chunk:
                 self._eof = True
                 if self._in_frame:
-                    raise InputError(f"{self.name}: truncated zstd stream (ends inside a frame)", hint="re-create or re-download the file")
+                    raise InputError(
+                        f"{self.name}: truncated zstd stream (ends inside a frame)",
+                        hint="re-create or re-download the file",
+                    )
                 break
             out = []
             while chunk:
@@ -218,7 +223,9 @@ class _ZstdReader(io.RawIOBase):
                 try:
                     out.append(self._obj.decompress(chunk))
                 except self._zstd.ZstdError as e:
-                    raise InputError(f"{self.name}: corrupt zstd stream ({e})", hint="re-create or re-download the file") from None
+                    raise InputError(
+                        f"{self.name}: corrupt zstd stream ({e})", hint="re-create or re-download the file"
+                    ) from None
                 if self._obj.eof:
                     chunk = self._obj.unused_data
                     self._obj = None
@@ -307,10 +314,12 @@ def open_stream(spec: InputSpec, *, max_ratio: float = DEFAULT_MAX_RATIO) -> io.
         elif spec.compression == "xz":
             import lzma
 
-            inner = lzma.LZMAFile(io.BufferedReader(counter, 1 << 20), mode="rb")
+            inner = lzma.LZMAFile(io.BufferedReader(counter, 1 << 20), mode="rb")  # noqa: SIM115 - closed with the stream
         else:
             inner = _ZstdReader(counter, spec.name)
-        stream = io.BufferedReader(BoundedReader(inner, counter, spec.name, spec.compression, max_ratio), buffer_size=1 << 20)
+        stream = io.BufferedReader(
+            BoundedReader(inner, counter, spec.name, spec.compression, max_ratio), buffer_size=1 << 20
+        )
     stream.raw_count = lambda: counter.count  # type: ignore[attr-defined]
     return stream
 

@@ -6,8 +6,22 @@ import hashlib
 import os
 import re
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
 
 
 def parse_size(text: str | int) -> int:
@@ -89,6 +103,8 @@ def preallocate_fd(fd: int, nbytes: int, path: str) -> None:
         import errno
 
         if e.errno == errno.ENOSPC:
-            raise OutputError(f"{path}: no space left on device for {nbytes} bytes", hint="free space or write elsewhere") from None
+            raise OutputError(
+                f"{path}: no space left on device for {nbytes} bytes", hint="free space or write elsewhere"
+            ) from None
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", 95)):
             raise

@@ -11,7 +11,30 @@ import numpy as np
 import zstandard
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORDS = "the of and to in is was for on that with as by at from it an be are this which or".split()
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "it",
+    "an",
+    "be",
+    "are",
+    "this",
+    "which",
+    "or",
+]
 
 
 def main() -> None:
@@ -29,7 +52,9 @@ def main() -> None:
             city = cities[i % len(cities)]
             if '"' in city or "," in city:
                 city = '"' + city.replace('"', '""') + '"'
-            f.write(f"{i},{feats[i, 0]:.6g},{feats[i, 1]:.6g},{feats[i, 2]:.6g},{city},{(i * 7919) % 100000:05d},{labels[i]}\n")
+            f.write(
+                f"{i},{feats[i, 0]:.6g},{feats[i, 1]:.6g},{feats[i, 2]:.6g},{city},{(i * 7919) % 100000:05d},{labels[i]}\n"
+            )
     lines = []
     for _ in range(400):
         k = int(rng.zipf(1.6)) % 60 + 1
@@ -39,7 +64,8 @@ def main() -> None:
         f.write(text)
     with open(os.path.join(HERE, "corpus.txt.zst"), "wb") as f:
         f.write(zstandard.ZstdCompressor(level=10, write_checksum=True).compress(text))
-    csv = open(os.path.join(HERE, "data.csv"), "rb").read()
+    with open(os.path.join(HERE, "data.csv"), "rb") as f:
+        csv = f.read()
     with open(os.path.join(HERE, "data.csv.gz"), "wb") as f:
         f.write(gzip.compress(csv, mtime=0))
     with open(os.path.join(HERE, "data.csv.bz2"), "wb") as f:

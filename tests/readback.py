@@ -83,7 +83,9 @@ def read_tfrecord(out: str) -> dict[str, object]:
     spec = to_tf_feature_spec(m["tfrecord"]["feature_spec"])
     files = sorted(glob.glob(os.path.join(out, "*.tfrecord*")))
     comp = m["tfrecord"]["compression"] or ""
-    ds = tf.data.TFRecordDataset(files, compression_type=comp).batch(1 << 16).map(lambda x: tf.io.parse_example(x, spec))
+    ds = (
+        tf.data.TFRecordDataset(files, compression_type=comp).batch(1 << 16).map(lambda x: tf.io.parse_example(x, spec))
+    )
     parts: dict[str, list] = {f["name"]: [] for f in m["schema"]}
     for batch in ds:
         for f in m["schema"]:

@@ -29,7 +29,9 @@ def big_csv(tmp_path_factory):
 
 
 def _start(args):
-    return subprocess.Popen([sys.executable, "-m", "lovecraft_convert", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "lovecraft_convert", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait_for_tmp(parent: str, proc, timeout=30.0):
@@ -88,7 +90,10 @@ def test_concurrent_run_is_refused(tmp_path, big_csv):
     r = lovecraft("convert", big_csv, "-o", str(out), "--to", "parquet", "-q")
     p.kill()
     p.wait()
-    assert (r.exit_code, r.stderr) == (1, f"Error: {out}: another lovecraft run is writing this output; wait for it or choose another path\n")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {out}: another lovecraft run is writing this output; wait for it or choose another path\n",
+    )
 
 
 def test_failed_overwrite_keeps_the_old_output(tmp_path):
@@ -120,7 +125,16 @@ def test_manifest_records_files_and_sources(tmp_path):
         data = (out / f["path"]).read_bytes()
         assert f["bytes"] == len(data) and f["sha256"] == hashlib.sha256(data).hexdigest()
     st = os.stat(src)
-    assert m["sources"] == [{"name": str(src), "path": str(src), "size": st.st_size, "mtime": st.st_mtime, "format": "csv", "compression": None}]
+    assert m["sources"] == [
+        {
+            "name": str(src),
+            "path": str(src),
+            "size": st.st_size,
+            "mtime": st.st_mtime,
+            "format": "csv",
+            "compression": None,
+        }
+    ]
     assert m["options"]["to"] == "hdf5" and m["version"] == 1
     assert m["stats"]["a"] == {"count": 2, "min": 1, "max": 2}
     assert sorted(os.listdir(out)) == ["_manifest.json", "data.h5"]

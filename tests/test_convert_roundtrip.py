@@ -137,7 +137,9 @@ def test_stdin_gzip_text(tmp_path):
     import gzip
 
     out = str(tmp_path / "out")
-    r = lovecraft("convert", "-", "--input-format", "text", "-o", out, "--to", "memmap", "-q", input=gzip.compress(b"a\nb\n"))
+    r = lovecraft(
+        "convert", "-", "--input-format", "text", "-o", out, "--to", "memmap", "-q", input=gzip.compress(b"a\nb\n")
+    )
     assert r.exit_code == 0, r.stderr
     assert read_back(out, "memmap")["text"] == ["a", "b"]
 

@@ -44,7 +44,20 @@ def _expected(a):
 def test_clip_report(tmp_path, fmt):
     a = _source(tmp_path)
     out = str(tmp_path / "out")
-    r = lovecraft("convert", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "-o", out, "--to", fmt, "--dtype", "float16", "--on-overflow", "clip", "-q")
+    r = lovecraft(
+        "convert",
+        str(tmp_path / "a.npy"),
+        str(tmp_path / "b.npy"),
+        "-o",
+        out,
+        "--to",
+        fmt,
+        "--dtype",
+        "float16",
+        "--on-overflow",
+        "clip",
+        "-q",
+    )
     assert r.exit_code == 0, r.stderr
     want, report = _expected(a)
     got = read_back(out, fmt)
@@ -76,10 +89,24 @@ def test_overflow_error_names_column_and_row(tmp_path):
 def test_csv_float16_column_type(tmp_path):
     (tmp_path / "d.csv").write_text("x,y\n1.5,2\n70000,3\n")
     out = tmp_path / "out"
-    r = lovecraft("convert", str(tmp_path / "d.csv"), "-o", str(out), "--to", "parquet", "--column-type", "x=float16", "-q")
+    r = lovecraft(
+        "convert", str(tmp_path / "d.csv"), "-o", str(out), "--to", "parquet", "--column-type", "x=float16", "-q"
+    )
     assert r.exit_code == 1
     assert r.stderr.startswith(f"Error: {tmp_path}/d.csv, row 2, column 'x': value 70000.0 overflows float16")
-    r = lovecraft("convert", str(tmp_path / "d.csv"), "-o", str(out), "--to", "parquet", "--column-type", "x=float16", "--on-overflow", "clip", "-q")
+    r = lovecraft(
+        "convert",
+        str(tmp_path / "d.csv"),
+        "-o",
+        str(out),
+        "--to",
+        "parquet",
+        "--column-type",
+        "x=float16",
+        "--on-overflow",
+        "clip",
+        "-q",
+    )
     assert r.exit_code == 0
     got = read_back(str(out), "parquet")
     assert got["x"].dtype == np.float16 and got["x"].tolist() == [1.5, 65504.0]

@@ -17,7 +17,9 @@ def test_cli_import_is_light():
 
 
 def test_help_lists_commands():
-    out = subprocess.run([sys.executable, "-m", "lovecraft_convert", "--help"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "lovecraft_convert", "--help"], capture_output=True, text=True, check=True
+    )
     assert "convert" in out.stdout
 
 

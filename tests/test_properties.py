@@ -15,7 +15,19 @@ from hypothesis.extra import numpy as hnp
 from lovecraft_convert import convert
 from tests.readback import read_back
 
-DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.bool_]
+DTYPES = [
+    np.float16,
+    np.float32,
+    np.float64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.bool_,
+]
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -83,7 +95,13 @@ def test_csv_roundtrip_strings(tmp_path_factory, fmt, rows):
     for r in rows:
         w.writerow([r[0], repr(r[1]), r[2]])
     (d / "d.csv").write_text(buf.getvalue(), encoding="utf-8")
-    convert([str(d / "d.csv")], str(d / "out"), to=fmt, progress=False, column_types={"i": "int64", "f": "float64", "s": "string"})
+    convert(
+        [str(d / "d.csv")],
+        str(d / "out"),
+        to=fmt,
+        progress=False,
+        column_types={"i": "int64", "f": "float64", "s": "string"},
+    )
     got = read_back(str(d / "out"), fmt)
     assert [int(x) for x in got["i"]] == [r[0] for r in rows]
     for g, r in zip(got["f"], rows, strict=True):
@@ -94,7 +112,14 @@ def test_csv_roundtrip_strings(tmp_path_factory, fmt, rows):
 
 
 @SETTINGS
-@given(lines=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=30), min_size=1, max_size=40), crlf=st.booleans())
+@given(
+    lines=st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=30),
+        min_size=1,
+        max_size=40,
+    ),
+    crlf=st.booleans(),
+)
 def test_text_roundtrip(tmp_path_factory, lines, crlf):
     d = tmp_path_factory.mktemp("t")
     nl = "\r\n" if crlf else "\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import random
 import signal
@@ -101,7 +100,8 @@ def test_rows_per_shard_and_stats(tmp_path, csv_input):
     assert s1["id"]["min"] == 30_000 and s1["id"]["max"] == 59_999
     assert s1["name"]["length_min"] == 6 and s1["name"]["length_max"] == 6
     for f in m["files"]:
-        assert hashlib.sha256(open(os.path.join(out, f["path"]), "rb").read()).hexdigest() == f["sha256"]
+        with open(os.path.join(out, f["path"]), "rb") as fh:
+            assert hashlib.sha256(fh.read()).hexdigest() == f["sha256"]
 
 
 def test_num_shards_even_split(tmp_path, npy_inputs):
@@ -154,7 +154,9 @@ def test_options_must_match_on_resume(tmp_path, csv_input):
     _wait_for(lambda: _journal_lines(tmp_path) >= 2, p)
     p.kill()
     p.wait()
-    r = lovecraft("shard", csv_input, "-o", str(tmp_path / "out"), "--to", "parquet", "--num-shards", "9", "--resume", "-q")
+    r = lovecraft(
+        "shard", csv_input, "-o", str(tmp_path / "out"), "--to", "parquet", "--num-shards", "9", "--resume", "-q"
+    )
     assert r.exit_code == 1
     assert "was made with other inputs or options" in r.stderr
 
@@ -219,5 +221,5 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, csv_input, fmt, shuffle
             subprocess.run([sys.executable, "-c", code], check=True)
         assert _digest(out) == want
         assert [n for n in leftovers(d) if n != ".out.lock"] == []
-        m = json.loads(open(os.path.join(out, "_manifest.json")).read())
+        m = manifest(out)
         assert m["rows"] == 200_000

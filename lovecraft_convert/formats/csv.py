@@ -161,9 +161,7 @@ class CsvReader(Reader):
         """Infer types from the first piece of the first input (later pieces may widen them)."""
         spec = self.specs[0]
         self.schema_types = None
-        piece = b""
-        for piece in self._chunks(spec, 4 << 20):
-            break
+        piece = next(iter(self._chunks(spec, 4 << 20)), b"")
         if not piece.strip():
             raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
         end = _record_end(piece, 1) or len(piece)
@@ -171,7 +169,18 @@ class CsvReader(Reader):
         if first is not None:
             self.header = list(first.schema.names)
         else:
-            self.header = [f"f{i}" for i in range(len(next(pycsv.reader(io.StringIO(piece[:end].decode("utf-8", "replace")), delimiter=self._delimiter(spec)))))]
+            self.header = [
+                f"f{i}"
+                for i in range(
+                    len(
+                        next(
+                            pycsv.reader(
+                                io.StringIO(piece[:end].decode("utf-8", "replace")), delimiter=self._delimiter(spec)
+                            )
+                        )
+                    )
+                )
+            ]
         table = self._parse(piece, spec, None, types=False)
         self.header = None
         schema = self._fields(table.schema, spec)
@@ -191,14 +200,22 @@ class CsvReader(Reader):
         names = list(aschema.names)
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
-            raise SchemaError(f"{spec.name}: column name '{dup}' appears twice in the header", hint="rename one of them")
+            raise SchemaError(
+                f"{spec.name}: column name '{dup}' appears twice in the header", hint="rename one of them"
+            )
         if self.header is None:
             self.header = names
         elif names != self.header:
-            raise SchemaError(f"{spec.name}: header {names} differs from the first input's {self.header}", hint="give inputs with the same columns")
+            raise SchemaError(
+                f"{spec.name}: header {names} differs from the first input's {self.header}",
+                hint="give inputs with the same columns",
+            )
         for name in self.options.column_types:
             if name not in names:
-                raise SchemaError(f"--column-type {name}=...: no column '{name}' in {spec.name}", hint=f"columns are {', '.join(names)}")
+                raise SchemaError(
+                    f"--column-type {name}=...: no column '{name}' in {spec.name}",
+                    hint=f"columns are {', '.join(names)}",
+                )
         fields = []
         retry = {}
         for f in aschema:
@@ -350,7 +367,9 @@ class CsvReader(Reader):
             ) from None
         if "UTF8" in msg or "utf8" in msg.lower():
             raise InputError(f"{spec.name}: invalid UTF-8 in a text column", hint="fix the file") from None
-        raise InputError(f"{spec.name}: cannot parse CSV ({msg.splitlines()[0]})", hint="check the file and --delimiter") from None
+        raise InputError(
+            f"{spec.name}: cannot parse CSV ({msg.splitlines()[0]})", hint="check the file and --delimiter"
+        ) from None
 
     def _locate(self, spec: InputSpec, bad, col=None) -> tuple[int | None, int | None]:
         """Slow path, on errors only: find the first data row (1-based) matching ``bad``."""

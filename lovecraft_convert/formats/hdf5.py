@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import SchemaError
 from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..util import fsync_path, sha256_file
-from .base import FileRecord, Writer, WriteOptions
+from .base import FileRecord, WriteOptions, Writer
 
 CHUNK_BYTES = 1 << 20
 
@@ -47,7 +47,9 @@ class Hdf5Writer(Writer):
             if f.kind in (FIXED, SEQUENCE) and dt.kind in "MmUO":
                 if dt.kind == "U":
                     continue  # stored as UTF-8 strings
-                raise SchemaError(f"column '{f.name}' has dtype {dt}, which HDF5 cannot hold", hint="write it to memmap")
+                raise SchemaError(
+                    f"column '{f.name}' has dtype {dt}, which HDF5 cannot hold", hint="write it to memmap"
+                )
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)

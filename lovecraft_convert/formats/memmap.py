@@ -15,9 +15,9 @@ import os
 import numpy as np
 
 from ..errors import SchemaError
-from ..schema import FIXED, STRING, Batch, Field, Schema, VarColumn
+from ..schema import FIXED, STRING, Batch, Schema, VarColumn
 from ..util import HashingWriter, sha256_file
-from .base import FileRecord, Writer, WriteOptions
+from .base import FileRecord, WriteOptions, Writer
 
 HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known
 
@@ -94,7 +94,10 @@ class MemmapWriter(Writer):
                 dt = np.dtype(np.uint8) if f.kind != "sequence" else f.np_dtype
                 self.files[f.name] = [
                     ("values", self._open(f"{f.name}.values.npy", dt, (), None)),
-                    ("offsets", self._open(f"{f.name}.offsets.npy", np.dtype("<i8"), (), None if rows is None else rows + 1)),
+                    (
+                        "offsets",
+                        self._open(f"{f.name}.offsets.npy", np.dtype("<i8"), (), None if rows is None else rows + 1),
+                    ),
                 ]
                 self.files[f.name][1][1].write(np.zeros(1, dtype=np.int64))
         self._value_base = {f.name: 0 for f in schema if f.kind != FIXED}
@@ -128,5 +131,3 @@ class MemmapWriter(Writer):
         for entries in self.files.values():
             for _, nf in entries:
                 nf.abort()
-
-

@@ -63,7 +63,9 @@ def read_header(f, name: str) -> NpyHeader:
     else:
         raise InputError(f"{name}: unsupported .npy version {major}.{minor}", hint="re-save it with numpy")
     if hlen > MAX_HEADER:
-        raise InputError(f"{name}: .npy header claims {hlen} bytes (over {MAX_HEADER})", hint="the file is corrupt or hostile")
+        raise InputError(
+            f"{name}: .npy header claims {hlen} bytes (over {MAX_HEADER})", hint="the file is corrupt or hostile"
+        )
     text = f.read(hlen)
     if len(text) < hlen:
         raise InputError(f"{name}: truncated .npy header", hint="re-create the file")
@@ -83,7 +85,9 @@ def read_header(f, name: str) -> NpyHeader:
     try:
         dtype = np.lib.format.descr_to_dtype(d["descr"])
     except (ValueError, TypeError):
-        raise InputError(f"{name}: .npy header has an invalid dtype {d['descr']!r}", hint="re-create the file") from None
+        raise InputError(
+            f"{name}: .npy header has an invalid dtype {d['descr']!r}", hint="re-create the file"
+        ) from None
     if dtype.hasobject:
         raise InputError(
             f"{name}: holds Python objects (dtype {dtype}); refusing to unpickle",
@@ -112,7 +116,9 @@ class NpyReader(Reader):
         for spec in specs:
             with open_stream(spec, max_ratio=options.max_ratio) if not spec.is_stdin else _nullctx() as f:
                 if f is None:
-                    raise InputError("<stdin>: .npy from stdin must be read once; not supported", hint="save it to a file")
+                    raise InputError(
+                        "<stdin>: .npy from stdin must be read once; not supported", hint="save it to a file"
+                    )
                 h = read_header(f, spec.name)
             if spec.compression is None:
                 expect = h.offset + h.data_bytes
@@ -135,12 +141,16 @@ class NpyReader(Reader):
             self.headers.append(h)
             stem = spec.stem
             if stem in names:
-                raise InputError(f"{spec.name}: two inputs named '{stem}'", hint="rename one; columns are named after file stems")
+                raise InputError(
+                    f"{spec.name}: two inputs named '{stem}'", hint="rename one; columns are named after file stems"
+                )
             names.add(stem)
         rows = {h.rows for h in self.headers}
         if len(rows) > 1:
             detail = ", ".join(f"{s.name}: {h.rows}" for s, h in zip(specs, self.headers, strict=True))
-            raise InputError(f"inputs have different numbers of rows ({detail})", hint="give .npy files of equal length")
+            raise InputError(
+                f"inputs have different numbers of rows ({detail})", hint="give .npy files of equal length"
+            )
         self.rows = self.headers[0].rows
         fields = []
         for spec, h in zip(specs, self.headers, strict=True):
@@ -174,7 +184,9 @@ class NpyReader(Reader):
         if not self.mapped:
             return [Part(0, 0)]
         per = max(1, target_bytes // self.row_bytes)
-        return [Part(i, 0, rows=(a, min(a + per, self.rows))) for i, a in enumerate(range(0, self.rows, per))] or [Part(0, 0, rows=(0, 0))]
+        return [Part(i, 0, rows=(a, min(a + per, self.rows))) for i, a in enumerate(range(0, self.rows, per))] or [
+            Part(0, 0, rows=(0, 0))
+        ]
 
     def part_batches(self, part: Part) -> Iterator[Batch]:
         step = max(1, self.options.batch_bytes // self.row_bytes)
@@ -190,7 +202,9 @@ class NpyReader(Reader):
             if h.data_bytes == 0:
                 arrays.append(np.empty(h.shape, dtype=h.dtype))
             else:
-                arrays.append(np.memmap(spec.path, dtype=h.dtype, mode="r", offset=h.offset, shape=h.shape, order=order))
+                arrays.append(
+                    np.memmap(spec.path, dtype=h.dtype, mode="r", offset=h.offset, shape=h.shape, order=order)
+                )
         per_row = [s.size / max(1, h.rows) if s.size else 0 for s, h in zip(self.specs, self.headers, strict=True)]
         last = self.rows if last is None else last
         for start in range(first, last, step):
@@ -229,7 +243,9 @@ class NpyReader(Reader):
                 yield Batch(cols, n)
             for s, spec in zip(streams, self.specs, strict=True):
                 if s.read(1):
-                    raise InputError(f"{spec.name}: trailing garbage after the declared data", hint="re-create the file")
+                    raise InputError(
+                        f"{spec.name}: trailing garbage after the declared data", hint="re-create the file"
+                    )
         finally:
             self._done = sum(s.raw_count() for s in streams)
             self._streams = []

@@ -12,7 +12,7 @@ import os
 
 from ..schema import Batch, Schema
 from ..util import fsync_path, sha256_file
-from .base import FileRecord, Writer, WriteOptions
+from .base import FileRecord, WriteOptions, Writer
 
 
 class ParquetWriter(Writer):

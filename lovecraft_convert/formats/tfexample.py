@@ -39,7 +39,9 @@ def masked_crc32c(data) -> int:
 
 def _mask(c: np.ndarray) -> np.ndarray:
     c = c.astype(np.uint64)
-    return ((((c >> np.uint64(15)) | (c << np.uint64(17))) + np.uint64(MASK_DELTA)) & np.uint64(0xFFFFFFFF)).astype("<u4")
+    return ((((c >> np.uint64(15)) | (c << np.uint64(17))) + np.uint64(MASK_DELTA)) & np.uint64(0xFFFFFFFF)).astype(
+        "<u4"
+    )
 
 
 def frame_record(data: bytes) -> bytes:
@@ -129,14 +131,16 @@ def _varints_fixed(v: np.ndarray, width: int) -> np.ndarray:
 
 def _as_uint64(col: np.ndarray, name: str) -> np.ndarray:
     if col.dtype == np.uint64 and col.size and int(col.max()) > 2**63 - 1:
-        raise SchemaError(f"column '{name}' holds a uint64 value above 2**63-1, which int64_list cannot hold", hint="write it to memmap, hdf5 or parquet")
+        raise SchemaError(
+            f"column '{name}' holds a uint64 value above 2**63-1, which int64_list cannot hold",
+            hint="write it to memmap, hdf5 or parquet",
+        )
     return col.astype(np.int64, copy=False).view(np.uint64) if col.dtype != np.uint64 else col
 
 
 def _fixed_layout(batch: Batch, schema: Schema) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
     """Template example bytes and (offset, uint8 2-D data) for each column, for all-fixed batches."""
     n = batch.num_rows
-    parts: list[bytes] = []
     fills: list[tuple[int, np.ndarray]] = []
     body = bytearray()
     for f in schema:
@@ -212,7 +216,10 @@ def _row_feature(f: Field, kind: str, col, i: int) -> bytes:
 
 
 def _encode_rows(batch: Batch, schema: Schema) -> bytes:
-    keys = [(f, feature_kind(f), batch.columns[f.name], b"\x0a" + varint(len(f.name.encode())) + f.name.encode()) for f in schema]
+    keys = [
+        (f, feature_kind(f), batch.columns[f.name], b"\x0a" + varint(len(f.name.encode())) + f.name.encode())
+        for f in schema
+    ]
     out = []
     for i in range(batch.num_rows):
         body = []
@@ -262,7 +269,9 @@ def iter_records(f, name: str, size: int | None = None) -> Iterator[bytes]:
         if _mask_int(crc(head[:8])) != lc:
             raise InputError(f"{where}: length CRC mismatch (file is corrupt)", hint="re-create it")
         if n > MAX_RECORD or (size is not None and pos + 16 + n > size):
-            raise InputError(f"{where}: record length {n} runs past the end of the file", hint="the file is cut short; re-create it")
+            raise InputError(
+                f"{where}: record length {n} runs past the end of the file", hint="the file is cut short; re-create it"
+            )
         data = f.read(n)
         tail = f.read(4)
         if len(data) < n or len(tail) < 4:

@@ -11,7 +11,7 @@ import zlib
 
 from ..schema import Batch, Schema
 from ..util import HashingWriter
-from .base import FileRecord, Writer, WriteOptions
+from .base import FileRecord, WriteOptions, Writer
 
 
 class TfrecordWriter(Writer):

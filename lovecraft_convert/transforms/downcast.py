@@ -115,7 +115,9 @@ class Downcast:
         self._last_row = 0
 
     @classmethod
-    def for_dtype(cls, schema: Schema, dtype: str | None, per_column: dict[str, str], on_overflow: str) -> Downcast | None:
+    def for_dtype(
+        cls, schema: Schema, dtype: str | None, per_column: dict[str, str], on_overflow: str
+    ) -> Downcast | None:
         targets = {}
         for f in schema:
             floating = f.kind in (FIXED, SEQUENCE) and f.np_dtype.kind == "f"

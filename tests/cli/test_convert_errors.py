@@ -75,7 +75,10 @@ def test_existing_output(tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     r = lovecraft("convert", str(src), "-o", str(out), "--to", "parquet", "-q")
-    assert (r.exit_code, r.stderr) == (1, f"Error: {out}: output already exists; pass --overwrite to replace it or choose another path\n")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {out}: output already exists; pass --overwrite to replace it or choose another path\n",
+    )
     assert os.listdir(out) == ["keep.txt"]
     r = lovecraft("convert", str(src), "-o", str(out), "--to", "parquet", "-q", "--overwrite")
     assert r.exit_code == 0
@@ -87,7 +90,10 @@ def test_output_would_replace_input(tmp_path):
     src = tmp_path / "a.csv"
     src.write_text("a\n1\n")
     r = lovecraft("convert", str(src), "-o", str(tmp_path), "--to", "parquet", "-q", "--overwrite")
-    assert (r.exit_code, r.stderr) == (1, f"Error: {tmp_path}: the output would replace the input {src}; choose another output directory\n")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {tmp_path}: the output would replace the input {src}; choose another output directory\n",
+    )
     assert src.read_text() == "a\n1\n"
 
 

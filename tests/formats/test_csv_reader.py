@@ -28,7 +28,10 @@ def test_int_column_turning_float_after_first_megabytes(tmp_path):
 
 def test_int_column_with_empty_value_later_becomes_float_nan(tmp_path):
     body = "a\n" + "1\n" * 400_000 + "\n" + "3\n"
-    got, m = _convert(tmp_path, body.replace("\n\n", "\n,\n").replace("a\n", "a,b\n", 1).replace("1\n", "1,1\n").replace("3\n", "3,1\n"))
+    got, m = _convert(
+        tmp_path,
+        body.replace("\n\n", "\n,\n").replace("a\n", "a,b\n", 1).replace("1\n", "1,1\n").replace("3\n", "3,1\n"),
+    )
     assert m["schema"][0]["dtype"] == "<f8"
     assert np.isnan(got["a"][400_000]) and got["a"][-1] == 3
 
@@ -41,7 +44,17 @@ def test_string_column_type_keeps_leading_zeros(tmp_path):
 
 
 def test_column_types_fix_dtype(tmp_path):
-    got, m = _convert(tmp_path, "a,b,c\n1,2,true\n3,4,false\n", "--column-type", "a=uint8", "--column-type", "b=float32", "--column-type", "c=bool", to="hdf5")
+    got, m = _convert(
+        tmp_path,
+        "a,b,c\n1,2,true\n3,4,false\n",
+        "--column-type",
+        "a=uint8",
+        "--column-type",
+        "b=float32",
+        "--column-type",
+        "c=bool",
+        to="hdf5",
+    )
     assert got["a"].dtype == np.uint8 and got["b"].dtype == np.float32 and got["c"].dtype == np.bool_
     assert got["c"].tolist() == [True, False]
 
