@@ -38,7 +38,7 @@ test-slow: $(FULL)
 	$(PY) -m pytest -q -m slow
 
 bench: $(FULL)
-	$(PY) bench/run.py
+	$(PY) bench/lovecraft_bench.py
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check lovecraft_convert tests bench sample_data

@@ -72,6 +72,17 @@ class ShardOptions(ConvertOptions):
         return d
 
 
+_T0 = time.time()
+
+
+def _trace(msg: str) -> None:
+    """Phase timings on stderr when LOVECRAFT_TRACE is set (for benchmarking)."""
+    if os.environ.get("LOVECRAFT_TRACE"):
+        import sys
+
+        print(f"[{time.time() - _T0:7.2f}s] {msg}", file=sys.stderr, flush=True)
+
+
 def shard_name(k: int, n: int) -> str:
     return f"part-{k:05d}-of-{n:05d}"
 
@@ -82,15 +93,38 @@ def shard_name(k: int, n: int) -> str:
 
 
 def write_frame(f, batch: Batch, schema: Schema) -> tuple[int, int]:
+    """Append a batch as raw column bytes (the schema says how to read them back)."""
     offset = f.tell()
     for fd in schema:
         col = batch.columns[fd.name]
         if isinstance(col, VarColumn):
-            np.save(f, col.offsets, allow_pickle=False)
-            np.save(f, col.values, allow_pickle=False)
+            f.write(np.ascontiguousarray(col.offsets, dtype=np.int64).data)
+            f.write(np.ascontiguousarray(col.values, dtype=fd.np_dtype if fd.kind == "sequence" else np.uint8).data)
         else:
-            np.save(f, np.ascontiguousarray(col), allow_pickle=False)
+            f.write(np.ascontiguousarray(col, dtype=fd.np_dtype).reshape(-1).view(np.uint8).data)
     return offset, batch.num_rows
+
+
+def frames_from_buffer(buf: bytes, frames: list, schema: Schema) -> list[Batch]:
+    """The frames of a whole frame file already in memory (no copies: views into ``buf``)."""
+    out = []
+    for offset, rows in frames:
+        pos = offset
+        cols: dict[str, Any] = {}
+        for fd in schema:
+            if fd.variable:
+                offs = np.frombuffer(buf, dtype=np.int64, count=rows + 1, offset=pos)
+                pos += offs.nbytes
+                vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
+                vals = np.frombuffer(buf, dtype=vdt, count=int(offs[-1]), offset=pos)
+                pos += vals.nbytes
+                cols[fd.name] = VarColumn(vals, offs)
+            else:
+                a = np.frombuffer(buf, dtype=fd.np_dtype, count=rows * fd.row_size, offset=pos)
+                pos += a.nbytes
+                cols[fd.name] = a.reshape((rows, *fd.shape))
+        out.append(Batch(cols, rows))
+    return out
 
 
 def read_frame(f, offset: int, rows: int, schema: Schema) -> Batch:
@@ -98,11 +132,13 @@ def read_frame(f, offset: int, rows: int, schema: Schema) -> Batch:
     cols: dict[str, Any] = {}
     for fd in schema:
         if fd.variable:
-            offs = np.load(f, allow_pickle=False)
-            vals = np.load(f, allow_pickle=False)
+            offs = np.fromfile(f, dtype=np.int64, count=rows + 1)
+            vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
+            vals = np.fromfile(f, dtype=vdt, count=int(offs[-1]))
             cols[fd.name] = VarColumn(vals, offs)
         else:
-            cols[fd.name] = np.load(f, allow_pickle=False)
+            a = np.fromfile(f, dtype=fd.np_dtype, count=rows * fd.row_size)
+            cols[fd.name] = a.reshape((rows, *fd.shape))
     return Batch(cols, rows)
 
 
@@ -125,7 +161,12 @@ class Context:
         return ShardOptions(**self.options)
 
     def budget(self) -> int:
-        return parse_size(self.o.max_memory)
+        """The memory one unit may use: a quarter of --max-memory, so that up to four workers fit.
+
+        Every size that shapes the output (batches, row groups, buckets) comes from this, never
+        from the number of workers, so the bytes do not depend on --workers.
+        """
+        return parse_size(self.o.max_memory) // 4
 
     def reader(self, threads: bool = False):
         reader = open_reader(self.inputs, self.o, self.budget(), threads=threads)
@@ -278,8 +319,9 @@ class _Order:
             if not frames:
                 continue
             with open(os.path.join(self.ctx.work, "spill", f"u{p['part']:05d}-b{b:04d}.bin"), "rb") as f:
-                pieces.extend(read_frame(f, off, n, self.schema) for off, n in frames)
+                pieces.extend(frames_from_buffer(f.read(), frames, self.schema))
         batch = Batch.concat(pieces)
+        del pieces
         perm = np.random.default_rng([self.ctx.o.seed or 0, b]).permutation(batch.num_rows)
         return batch.take(perm)
 
@@ -325,6 +367,9 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
     except BaseException:
         writer.abort()
         raise
+    extra = writer.manifest_extra()
+    del writer, source
+    _trim()
     for f in files:
         os.rename(os.path.join(tmp, f.path), os.path.join(ctx.work, f.path))
     fsync_path(ctx.work)
@@ -337,7 +382,7 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
         "files": [f.to_dict() for f in files],
         "stats": stats.to_dict(),
         "float16": down.report() if down else {},
-        "extra": writer.manifest_extra(),
+        "extra": extra,
         "stats_raw": _raw_stats(stats),
     }
 
@@ -352,6 +397,16 @@ def _raw_stats(stats: BatchStats) -> dict:
 # --------------------------------------------------------------------------------------------
 # the driver
 # --------------------------------------------------------------------------------------------
+
+
+def _trim() -> None:
+    """Give freed heap back to the system (glibc keeps it otherwise)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _worker_init() -> None:
@@ -369,6 +424,8 @@ def _worker_init() -> None:
 
         pa.set_cpu_count(1)
         pa.set_io_thread_count(1)
+        # hand freed buffers back at once: a caching allocator in every worker adds up
+        pa.set_memory_pool(pa.system_memory_pool())
     except ImportError:
         pass
 
@@ -479,6 +536,12 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         raise SchemaError(f"--max-memory {o.max_memory} is too small", hint="give at least 16MiB")
     workers = o.workers or os.cpu_count() or 1
     started = time.time()
+    try:
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
+    except ImportError:
+        pass
     probe = open_reader(list(inputs), o, budget)  # checks inputs and flags before anything is written
     protect = [s.path for s in probe.specs if not s.is_stdin]
     with _SigTerm(), OutputDir(output, overwrite=o.overwrite, protect=protect, resume=o.resume) as out:
@@ -578,10 +641,12 @@ def _run(o: ShardOptions, inputs, work, plan, journal: _Journal, runner: _Runner
         source = ", ".join(s.name for s in reader.specs)
         load(WRITERS, o.to).check_schema(schema, source, getattr(reader, "format", None))
         ctx.out_schema = schema.to_list()
+        _trace("planning parts")
         parts = reader.partitions(o.part_bytes)
+        _trace(f"{len(parts)} parts")
         if o.shuffle:
             est = _estimate_bytes(reader)
-            ctx.buckets = max(1, math.ceil(est / max(1, budget // 8)))
+            ctx.buckets = max(1, math.ceil(est / max(1, ctx.budget() // 4)))
             plan.setdefault("buckets", ctx.buckets)
             ctx.buckets = plan["buckets"]
         if direct:
@@ -601,7 +666,9 @@ def _run(o: ShardOptions, inputs, work, plan, journal: _Journal, runner: _Runner
         break
     if total == 0:
         raise LovecraftError(f"{source}: empty input (no records)", hint="check the file")
+    _trace(f"phase 1 done: {total} rows")
     bounds = _plan_shards(o, ctx, total, split if not direct else None, schema, plan, work)
+    _trace(f"{len(bounds)} shards planned")
     n = len(bounds)
     done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
     calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
@@ -614,6 +681,7 @@ def _run(o: ShardOptions, inputs, work, plan, journal: _Journal, runner: _Runner
             bar.update()
     finally:
         bar.close()
+    _trace("phase 2 done")
     frags = [done[k] for k in range(n)]
     return _manifest(o, ctx, reader, schema, frags, split, total)
 
@@ -723,6 +791,9 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
 
     sample = min(total, 1 << 16)
     per = max(1, int(round(target / (trial(sample) / sample))))
+    _trim()
+    if o.to in ("tfrecord", "memmap") and o.compression is None:
+        return per  # bytes grow linearly with rows: the sample settles it
     for _ in range(3):
         if per >= total:
             return per

@@ -360,7 +360,7 @@ def split_points(path: str, size: int, target: int, quoted: bool) -> list[tuple[
 
     Records end at a newline; with ``quoted`` (CSV), only at a newline outside quotes, i.e. where
     the number of quote characters since the start of the file is even. Returns
-    ``[(offset, lines_before), ...]`` starting with ``(0, 0)``.
+    ``[(offset, lines_before), ...]`` starting with ``(0, 0)`` (lines are counted for text only).
     """
     points = [(0, 0)]
     if size <= target:
@@ -376,9 +376,10 @@ def split_points(path: str, size: int, target: int, quoted: bool) -> list[tuple[
                 chunk = f.read(min(8 << 20, nominal - pos))
                 if not chunk:
                     break
-                if quoted:
+                if quoted:  # CSV needs the quote parity; text needs line numbers
                     quotes += chunk.count(b'"')
-                lines += chunk.count(b"\n")
+                else:
+                    lines += chunk.count(b"\n")
                 pos += len(chunk)
             # then find the first record end at or after it
             found = None

@@ -191,7 +191,7 @@ def _encode_fixed(batch: Batch, schema: Schema) -> bytes:
     mv = memoryview(flat)
     raw = np.fromiter((crc(mv[i * rec + 12 : i * rec + 12 + e]) for i in range(n)), dtype=np.uint64, count=n)
     out[:, 12 + e :] = _mask(raw).view(np.uint8).reshape(n, 4)
-    return flat.tobytes()
+    return flat
 
 
 def _row_feature(f: Field, kind: str, col, i: int) -> bytes:
@@ -232,18 +232,21 @@ def _encode_rows(batch: Batch, schema: Schema) -> bytes:
     return b"".join(out)
 
 
+def iter_encoded(batch: Batch, schema: Schema) -> Iterator[bytes | np.ndarray]:
+    """Framed ``tf.train.Example`` records, one per row, in pieces of about 8 MiB (bytes-like)."""
+    if batch.num_rows == 0:
+        return
+    fixed = all(f.kind == FIXED for f in schema)
+    per_row = 16 + sum(f.row_size * 10 + 32 for f in schema) if fixed else 256
+    step = max(1, (8 << 20) // per_row)
+    for i in range(0, batch.num_rows, step):
+        part = batch.slice(i, i + step) if batch.num_rows > step else batch
+        yield _encode_fixed(part, schema) if fixed else _encode_rows(part, schema)
+
+
 def encode_batch(batch: Batch, schema: Schema) -> bytes:
     """One framed ``tf.train.Example`` record per row, features in schema order."""
-    if batch.num_rows == 0:
-        return b""
-    if all(f.kind == FIXED for f in schema):
-        # keep the 2-D buffer around 32 MiB
-        per_row = 16 + sum(f.row_size * 10 + 32 for f in schema)
-        step = max(1, (32 << 20) // per_row)
-        if batch.num_rows <= step:
-            return _encode_fixed(batch, schema)
-        return b"".join(_encode_fixed(batch.slice(i, i + step), schema) for i in range(0, batch.num_rows, step))
-    return _encode_rows(batch, schema)
+    return b"".join(bytes(p) if isinstance(p, np.ndarray) else p for p in iter_encoded(batch, schema))
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,10 +37,10 @@ class TfrecordWriter(Writer):
             self.z = None
 
     def write(self, batch: Batch) -> None:
-        from .tfexample import encode_batch
+        from .tfexample import iter_encoded
 
-        data = encode_batch(batch, self.schema)
-        self.out.write(self.z.compress(data) if self.z else data)
+        for data in iter_encoded(batch, self.schema):
+            self.out.write(self.z.compress(data) if self.z else data)
         self.rows += batch.num_rows
 
     def close(self) -> list[FileRecord]:

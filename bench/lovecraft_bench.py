@@ -1,0 +1,479 @@
+"""`make bench`: lovecraft against its peers, measured in the same run on the same files.
+
+These machines are shared and noisy, so every figure that matters is a ratio against a peer run
+in the same round on the same input, the median of several rounds (tools alternate within a
+round). Peak memory is peak *anonymous* memory (RssAnon from /proc/PID/status, summed over the
+process and its children, sampled every few ms), reported above the baseline of an interpreter
+that has imported the same libraries: a memmap's page cache inflates RSS without costing anything.
+
+    python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR]
+
+Inputs are generated once (fixed seed) and cached in the work directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = sys.executable
+LOVECRAFT = [PY, "-m", "lovecraft_convert"]
+GB = 1000**3
+
+
+# --------------------------------------------------------------------------------------------
+# measuring one command
+# --------------------------------------------------------------------------------------------
+
+
+def _anon_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return out
+
+
+def _tree_anon(pid: int) -> int:
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += _anon_kib(p)
+        todo += _children(p)
+    return total
+
+
+@dataclass
+class Result:
+    seconds: float
+    peak_mib: float
+
+
+def run(cmd: list[str], env: dict | None = None) -> Result:
+    """Run ``cmd``; wall time and peak anonymous memory of its process tree."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    peak = 0
+    stop = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_anon(p.pid))
+            time.sleep(0.004)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    _, err = p.communicate()
+    dt = time.perf_counter() - t0
+    stop.set()
+    t.join()
+    if p.returncode != 0:
+        sys.stderr.write(err.decode(errors="replace")[-3000:])
+        raise SystemExit(f"bench: command failed ({p.returncode}): {' '.join(cmd)}")
+    return Result(dt, peak / 1024)
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------
+
+
+def make_csv(path: str, target: int) -> str:
+    """~target bytes of CSV: 20 float columns (%.7g) and an int label. A 64 MiB block repeated."""
+    if os.path.exists(path) and os.path.getsize(path) >= target * 0.95:
+        return path
+    rng = np.random.default_rng(20261122)
+    rows = 300_000
+    data = rng.normal(size=(rows, 20)).astype(np.float32)
+    label = rng.integers(0, 10, size=rows)
+    import io
+
+    buf = io.StringIO()
+    np.savetxt(buf, np.column_stack([data, label]), fmt=["%.7g"] * 20 + ["%d"], delimiter=",")
+    block = buf.getvalue().encode()
+    header = (",".join([f"f{i}" for i in range(20)] + ["label"]) + "\n").encode()
+    with open(path + ".tmp", "wb") as f:
+        f.write(header)
+        written = len(header)
+        while written < target:
+            f.write(block)
+            written += len(block)
+    os.rename(path + ".tmp", path)
+    return path
+
+
+def make_npy(path: str, target: int, cols: int = 64) -> str:
+    """~target bytes of float32 (N, cols) .npy, written in chunks."""
+    rows = target // (4 * cols)
+    if os.path.exists(path) and os.path.getsize(path) >= rows * 4 * cols:
+        return path
+    rng = np.random.default_rng(7)
+    out = np.lib.format.open_memmap(path + ".tmp", mode="w+", dtype=np.float32, shape=(rows, cols))
+    block = rng.normal(scale=10, size=(1 << 18, cols)).astype(np.float32)
+    for i in range(0, rows, len(block)):
+        n = min(len(block), rows - i)
+        out[i : i + n] = block[:n]
+    out.flush()
+    del out
+    os.rename(path + ".tmp", path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# peers (each a small script run in its own interpreter)
+# --------------------------------------------------------------------------------------------
+
+PEERS = {
+    "baseline": "import numpy, pyarrow, pyarrow.csv, pyarrow.parquet, h5py, click, tqdm, time; time.sleep(0.5)",
+    "polars": "import polars as pl, sys; pl.scan_csv(sys.argv[1]).sink_parquet(sys.argv[2] + '/data.parquet')",
+    "pyarrow": (
+        "import pyarrow.csv as pc, pyarrow.parquet as pq, sys\n"
+        "r = pc.open_csv(sys.argv[1])\n"
+        "w = pq.ParquetWriter(sys.argv[2] + '/data.parquet', r.schema, compression='zstd')\n"
+        "for b in r: w.write_batch(b)\n"
+        "w.close()\n"
+    ),
+    "numpy_f16": (
+        "import numpy as np, sys\n"
+        "src = np.load(sys.argv[1], mmap_mode='r')\n"
+        "dst = np.lib.format.open_memmap(sys.argv[2] + '/x.npy', 'w+', np.float16, src.shape)\n"
+        "step = max(1, (64 << 20) // (src.itemsize * src[0].size))\n"
+        "for i in range(0, len(src), step): dst[i:i+step] = src[i:i+step].astype(np.float16)\n"
+        "dst.flush()\n"
+    ),
+    "h5py": (
+        "import numpy as np, h5py, sys\n"
+        "src = np.load(sys.argv[1], mmap_mode='r')\n"
+        "rows = max(1, (1 << 20) // (src.itemsize * src[0].size))\n"
+        "with h5py.File(sys.argv[2] + '/data.h5', 'w') as f:\n"
+        "    d = f.create_dataset('x', shape=src.shape, dtype=src.dtype, chunks=(rows,) + src.shape[1:])\n"
+        "    step = max(1, (64 << 20) // (src.itemsize * src[0].size))\n"
+        "    for i in range(0, len(src), step): d[i:i+step] = src[i:i+step]\n"
+    ),
+    "tf_rows": (
+        "import numpy as np, sys, os\n"
+        "os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
+        "import tensorflow as tf\n"
+        "src = np.load(sys.argv[1], mmap_mode='r')\n"
+        "with tf.io.TFRecordWriter(sys.argv[2] + '/data.tfrecord') as w:\n"
+        "    for row in src:\n"
+        "        ex = tf.train.Example(features=tf.train.Features(feature={'x': tf.train.Feature(float_list=tf.train.FloatList(value=row))}))\n"
+        "        w.write(ex.SerializeToString())\n"
+    ),
+}
+
+
+def peer(name: str, *args: str) -> list[str]:
+    return [PY, "-c", PEERS[name], *args]
+
+
+# --------------------------------------------------------------------------------------------
+# the benchmarks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    ours: float  # MB/s
+    peer: str
+    theirs: float
+    target: float  # minimum ratio
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.theirs if self.theirs else float("nan")
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    work: str
+    rows: list[Row] = field(default_factory=list)
+    mem: list[tuple] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    baseline: float = 0.0
+
+    def out(self, name: str) -> str:
+        d = os.path.join(self.work, "out", name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        return d
+
+    def fresh_dir(self, name: str) -> str:
+        d = self.out(name)
+        os.makedirs(d)
+        return d
+
+    def rounds(self, cmds: dict[str, callable]) -> dict[str, list[Result]]:
+        """Warm up once, then N rounds alternating the tools; each callable returns a command."""
+        res: dict[str, list[Result]] = {k: [] for k in cmds}
+        for make in cmds.values():  # warm-up (page cache, imports)
+            run(make())
+        for _ in range(self.args.runs):
+            for k, make in cmds.items():
+                res[k].append(run(make()))
+        return res
+
+
+def med(rs: list[Result]) -> float:
+    return statistics.median(r.seconds for r in rs)
+
+
+def mbps(size: int, rs: list[Result]) -> float:
+    return size / 1e6 / med(rs)
+
+
+def bench_csv_parquet(b: Bench, size: int) -> None:
+    src = make_csv(os.path.join(b.work, f"csv_{size // 10**6}MB.csv"), size)
+    n = os.path.getsize(src)
+    res = b.rounds(
+        {
+            "ours": lambda: [*LOVECRAFT, "convert", src, "-o", b.out("csv_pq"), "--to", "parquet", "-q"],
+            "polars": lambda: peer("polars", src, b.fresh_dir("csv_pq_pl")),
+            "pyarrow": lambda: peer("pyarrow", src, b.fresh_dir("csv_pq_pa")),
+        }
+    )
+    b.rows.append(
+        Row("CSV -> Parquet (zstd)", mbps(n, res["ours"]), "polars scan_csv.sink_parquet", mbps(n, res["polars"]), 0.8)
+    )
+    b.rows.append(
+        Row(
+            "CSV -> Parquet (zstd)",
+            mbps(n, res["ours"]),
+            "pyarrow open_csv + ParquetWriter(zstd)",
+            mbps(n, res["pyarrow"]),
+            0.0,
+            "no target",
+        )
+    )
+
+
+def bench_npy(b: Bench, size: int) -> None:
+    src = make_npy(os.path.join(b.work, f"npy_{size // 10**6}MB.npy"), size)
+    n = os.path.getsize(src)
+    res = b.rounds(
+        {
+            "f16": lambda: [
+                *LOVECRAFT,
+                "convert",
+                src,
+                "-o",
+                b.out("npy_f16"),
+                "--to",
+                "memmap",
+                "--dtype",
+                "float16",
+                "-q",
+            ],
+            "numpy": lambda: peer("numpy_f16", src, b.fresh_dir("npy_f16_np")),
+            "h5": lambda: [*LOVECRAFT, "convert", src, "-o", b.out("npy_h5"), "--to", "hdf5", "-q"],
+            "h5py": lambda: peer("h5py", src, b.fresh_dir("npy_h5_py")),
+            "tfr": lambda: [*LOVECRAFT, "convert", src, "-o", b.out("npy_tfr"), "--to", "tfrecord", "-q"],
+        }
+    )
+    b.rows.append(
+        Row("NPY f32 -> float16 memmap", mbps(n, res["f16"]), "chunked numpy loop", mbps(n, res["numpy"]), 0.9)
+    )
+    b.rows.append(Row("NPY -> HDF5", mbps(n, res["h5"]), "chunked h5py loop", mbps(n, res["h5py"]), 0.9))
+    # The per-row TensorFlow loop is slow: it runs on the first 64 MiB of the same rows.
+    small = os.path.join(b.work, "npy_64MiB.npy")
+    if not os.path.exists(small):
+        a = np.load(src, mmap_mode="r")
+        np.save(small, np.asarray(a[: (64 << 20) // (a.itemsize * a.shape[1])]))
+    m = os.path.getsize(small)
+    tf = [run(peer("tf_rows", small, b.fresh_dir("npy_tfr_tf"))) for _ in range(max(1, min(2, b.args.runs)))]
+    b.rows.append(
+        Row(
+            "NPY -> TFRecord",
+            mbps(n, res["tfr"]),
+            "per-row tf.train.Example + TFRecordWriter",
+            mbps(m, tf),
+            10.0,
+            "peer on the first 64 MiB",
+        )
+    )
+
+
+def bench_memory(b: Bench) -> None:
+    sizes = (GB // 2, 2 * GB) if not b.args.quick else (GB // 32, GB // 8)
+    cases = {
+        "convert CSV -> parquet": lambda s: [
+            *LOVECRAFT, "convert", make_csv(os.path.join(b.work, f"csv_{s // 10**6}MB.csv"), s), "-o", b.out("m"), "--to", "parquet", "-q"],
+        "convert NPY -> memmap f16": lambda s: [
+            *LOVECRAFT, "convert", make_npy(os.path.join(b.work, f"npy_{s // 10**6}MB.npy"), s), "-o", b.out("m"), "--to", "memmap", "--dtype", "float16", "-q"],
+        "convert NPY -> hdf5": lambda s: [
+            *LOVECRAFT, "convert", make_npy(os.path.join(b.work, f"npy_{s // 10**6}MB.npy"), s), "-o", b.out("m"), "--to", "hdf5", "-q"],
+        "convert NPY -> tfrecord": lambda s: [
+            *LOVECRAFT, "convert", make_npy(os.path.join(b.work, f"npy_{s // 10**6}MB.npy"), s), "-o", b.out("m"), "--to", "tfrecord", "-q"],
+        "shard CSV -> tfrecord 128MiB --shuffle": lambda s: [
+            *LOVECRAFT, "shard", make_csv(os.path.join(b.work, f"csv_{s // 10**6}MB.csv"), s), "-o", b.out("m"), "--to", "tfrecord",
+            "--shard-size", "128MiB", "--shuffle", "--seed", "1", "--max-memory", "256MiB", "-q"],
+    }  # fmt: skip
+    for name, make in cases.items():
+        peaks = [run(make(s)) for s in sizes]
+        b.mem.append(
+            (name, peaks[0].peak_mib - b.baseline, peaks[1].peak_mib - b.baseline, peaks[0].seconds, peaks[1].seconds)
+        )
+
+
+def bench_shard(b: Bench, size: int) -> None:
+    src = make_csv(os.path.join(b.work, f"csv_{size // 10**6}MB.csv"), size)
+    n = os.path.getsize(src)
+
+    def cmd(*extra):
+        return lambda: [
+            *LOVECRAFT,
+            "shard",
+            src,
+            "-o",
+            b.out("sh"),
+            "--to",
+            "tfrecord",
+            "--shard-size",
+            "128MiB",
+            "-q",
+            *extra,
+        ]
+
+    res = b.rounds(
+        {
+            "plain2": cmd("--workers", "2"),
+            "shuffle2": cmd("--workers", "2", "--shuffle", "--seed", "1"),
+            "plain1": cmd("--workers", "1"),
+        }
+    )
+    b.rows.append(
+        Row(
+            "shard CSV -> TFRecord 128MiB, --workers 2",
+            mbps(n, res["plain2"]),
+            "same with --workers 1",
+            mbps(n, res["plain1"]),
+            1.6,
+        )
+    )
+    b.rows.append(
+        Row(
+            "shard ... --shuffle (cost vs plain)",
+            mbps(n, res["shuffle2"]),
+            "same without --shuffle",
+            mbps(n, res["plain2"]),
+            1 / 2.5,
+            "ratio >= 0.4 means shuffle costs <= 2.5x",
+        )
+    )
+
+
+def help_time(b: Bench) -> None:
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [os.path.join(os.path.dirname(PY), "lovecraft"), "--help"], stdout=subprocess.DEVNULL, check=True
+        )
+        times.append(time.perf_counter() - t0)
+    b.extra.append(f"`lovecraft --help`: median {statistics.median(times) * 1000:.0f} ms over 5 runs (target < 300 ms)")
+
+
+BENCHES = {"csv": bench_csv_parquet, "npy": bench_npy, "shard": bench_shard}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="inputs 1/16 the size, one run: a smoke test")
+    ap.add_argument("--only", default="csv,npy,shard,memory,help")
+    ap.add_argument("--workdir", default="/tmp/lovecraft-bench")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs = 1
+    size = GB // 16 if args.quick else GB
+    os.makedirs(args.workdir, exist_ok=True)
+    b = Bench(args, args.workdir)
+    b.baseline = statistics.median(run(peer("baseline")).peak_mib for _ in range(3))
+    only = args.only.split(",")
+    t0 = time.time()
+    for name, fn in BENCHES.items():
+        if name in only:
+            print(f"bench: {name} ...", file=sys.stderr, flush=True)
+            fn(b, size)
+    if "memory" in only:
+        print("bench: memory ...", file=sys.stderr, flush=True)
+        bench_memory(b)
+    if "help" in only:
+        help_time(b)
+    report = render(b, size, time.time() - t0)
+    print(report)
+    with open(os.path.join(HERE, "results.md"), "w") as f:
+        f.write(report + "\n")
+    shutil.rmtree(os.path.join(b.work, "out"), ignore_errors=True)
+
+
+def render(b: Bench, size: int, elapsed: float) -> str:
+    lines = [
+        f"Measured {datetime.date.today()} on {os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB; inputs ~{size / GB:g} GB; "
+        f"median of {b.args.runs} runs; {elapsed / 60:.1f} min in all.",
+        "",
+        "| benchmark | ours MB/s | peer | peer MB/s | ratio | target | met |",
+        "|---|---:|---|---:|---:|---:|:---:|",
+    ]
+    for r in b.rows:
+        met = "yes" if r.target == 0 or r.ratio >= r.target else "NO"
+        tgt = f">= {r.target:g}x" if r.target else "-"
+        note = f" ({r.note})" if r.note else ""
+        lines.append(f"| {r.name} | {r.ours:.0f} | {r.peer}{note} | {r.theirs:.1f} | {r.ratio:.2f}x | {tgt} | {met} |")
+    if b.mem:
+        lines += [
+            "",
+            f"Peak anonymous memory above the baseline interpreter with its imports ({b.baseline:.0f} MiB), one run each:",
+            "",
+            "| command | @0.5 GB | @2 GB | difference | target | met |",
+            "|---|---:|---:|---:|---|:---:|",
+        ]
+        for name, a, c, _ta, _tc in b.mem:
+            diff = (c - a) / a * 100 if a else 0.0
+            met = "yes" if max(a, c) < 256 and abs(diff) <= 10 else "NO"
+            lines.append(f"| {name} | {a:.0f} MiB | {c:.0f} MiB | {diff:+.1f}% | < 256 MiB, within 10% | {met} |")
+        lines.append("")
+        lines.append(
+            "Time at the two sizes (linear growth): "
+            + "; ".join(f"{n}: {ta:.1f}s / {tc:.1f}s" for n, _, _, ta, tc in b.mem)
+        )
+    if b.extra:
+        lines += [""] + b.extra
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
