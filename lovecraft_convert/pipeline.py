@@ -238,8 +238,10 @@ def _run_once(reader: Reader, writer_cls, out: OutputDir, o: ConvertOptions, bud
     try:
         for batch in prefetch(_select(reader.batches(), schema), depth=2):
             if down is not None:
+                stats.update(batch, down.targets)
                 batch = down(batch)
-            stats.update(batch)
+            else:
+                stats.update(batch)
             writer.write(batch)
             rows += batch.num_rows
             progress.update()

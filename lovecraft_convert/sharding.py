@@ -360,8 +360,10 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
     try:
         for batch in source:
             if down is not None:
+                stats.update(batch, down.targets)
                 batch = down(batch)
-            stats.update(batch)
+            else:
+                stats.update(batch)
             writer.write(batch)
         files = writer.close()
     except BaseException:

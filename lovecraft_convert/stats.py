@@ -22,28 +22,36 @@ class ColumnStats:
         self.len_max = None
         self.len_sum = 0
 
-    def _numeric(self, a: np.ndarray) -> None:
+    def _numeric(self, a: np.ndarray, cast: np.dtype | None = None) -> None:
         if a.size == 0 or self.dtype.kind not in "biuf":
             return
         with np.errstate(all="ignore"):
-            self._reduce(a)
+            if a.dtype == np.float16:  # NumPy reduces float16 element by element: widen in blocks
+                flat = a.reshape(-1)
+                for i in range(0, flat.size, 1 << 20):
+                    self._reduce(flat[i : i + (1 << 20)].astype(np.float32), np.dtype(np.float16))
+            else:
+                self._reduce(a, cast)
 
-    def _reduce(self, a: np.ndarray) -> None:
-        if self.dtype.kind == "f":
+    def _reduce(self, a: np.ndarray, cast: np.dtype | None = None) -> None:
+        lo, hi = a.min(), a.max()
+        if self.dtype.kind == "f" and (np.isnan(lo) or np.isnan(hi)):  # NaN propagates: count it
             nan = int(np.count_nonzero(np.isnan(a)))
             self.nan += nan
             if nan == a.size:
                 return
-            lo, hi = (np.nanmin(a), np.nanmax(a)) if nan else (a.min(), a.max())
-            self.sum += float(np.nansum(a, dtype=np.float64)) if nan else float(a.sum(dtype=np.float64))
-        else:
-            lo, hi = a.min(), a.max()
-            self.sum += float(a.sum(dtype=np.float64))
+            lo, hi = np.nanmin(a), np.nanmax(a)
+        if cast is not None:
+            # rounding (and clipping) to a narrower float is monotonic: the extremes of the
+            # narrowed values are the narrowed extremes, so they are computed on the wide source
+            lim = float(np.finfo(cast).max)
+            lo, hi = (np.asarray(np.clip(x, -lim, lim)).astype(cast) for x in (lo, hi))
         lo, hi = lo.item(), hi.item()
         self.min = lo if self.min is None else min(self.min, lo)
         self.max = hi if self.max is None else max(self.max, hi)
 
-    def update(self, col) -> None:
+    def update(self, col, cast: np.dtype | None = None) -> None:
+        """Add a column's batch; ``cast``: the values are the wide source of a downcast column."""
         if isinstance(col, VarColumn):
             lens = col.lengths()
             if len(lens):
@@ -53,10 +61,10 @@ class ColumnStats:
                 self.len_sum += int(lens.sum())
             self.count += len(col)
             if self.kind == "sequence":
-                self._numeric(col.values)
+                self._numeric(col.values, cast)
         else:
             self.count += len(col)
-            self._numeric(col)
+            self._numeric(col, cast)
 
     def to_dict(self) -> dict:
         d: dict = {"count": self.count}
@@ -98,9 +106,11 @@ class BatchStats:
     def __init__(self, schema: Schema) -> None:
         self.columns = {f.name: ColumnStats(f.kind, f.np_dtype) for f in schema}
 
-    def update(self, batch: Batch) -> None:
+    def update(self, batch: Batch, casts: dict[str, np.dtype] | None = None) -> None:
+        """Add a batch. ``casts``: columns given as the wide source of a downcast to that dtype."""
+        casts = casts or {}
         for name, st in self.columns.items():
-            st.update(batch.columns[name])
+            st.update(batch.columns[name], casts.get(name))
 
     def merge(self, other: BatchStats) -> None:
         for name, st in self.columns.items():

@@ -62,27 +62,73 @@ def fsync_path(path: str) -> None:
 
 
 class HashingWriter:
-    """A write-only binary file that hashes what it writes and fsyncs on close."""
+    """A write-only binary file that hashes what it writes and fsyncs on close.
+
+    Hashing and writing run in a background thread, at most two buffers behind (hashlib and file
+    writes release the GIL), so they overlap with producing the next buffer; written data is
+    flushed to disk as it goes, so the final fsync has little left to do. Buffers handed to
+    ``write`` must not be changed afterwards.
+    """
+
+    SYNC_EVERY = 256 << 20
 
     def __init__(self, path: str, preallocate: int = 0) -> None:
+        import queue
+        import threading
+
         self.path = path
         self.f = open(path, "wb", buffering=0)  # noqa: SIM115
         self.h = hashlib.sha256()
         self.bytes = 0
+        self._unsynced = 0
+        self._error: BaseException | None = None
         if preallocate > 0:
             preallocate_fd(self.f.fileno(), preallocate, path)
+        self._q: queue.Queue = queue.Queue(maxsize=2)
+        self._t = threading.Thread(target=self._run, name="lovecraft-writer", daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while True:
+            mv = self._q.get()
+            if mv is None:
+                return
+            if self._error is not None:
+                continue
+            try:
+                self.h.update(mv)
+                n = 0
+                while n < len(mv):
+                    n += self.f.write(mv[n:])
+                self.bytes += n
+                self._unsynced += n
+                if self._unsynced >= self.SYNC_EVERY:
+                    os.fdatasync(self.f.fileno())
+                    self._unsynced = 0
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                self._error = e
+
+    def _check(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
 
     def write(self, data) -> int:
+        self._check()
         mv = memoryview(data).cast("B")
-        self.h.update(mv)
-        n = 0
-        while n < len(mv):
-            n += self.f.write(mv[n:])
-        self.bytes += n
-        return n
+        if len(mv):
+            self._q.put(mv)
+        return len(mv)
+
+    def _drain(self) -> None:
+        if self._t.is_alive():
+            self._q.put(None)
+            self._t.join()
 
     def close(self) -> tuple[int, str]:
         if not self.f.closed:
+            self._drain()
+            self._check()
             self.f.truncate(self.bytes)
             os.fsync(self.f.fileno())
             self.f.close()
@@ -90,6 +136,8 @@ class HashingWriter:
 
     def abort(self) -> None:
         if not self.f.closed:
+            self._error = self._error or RuntimeError("aborted")
+            self._drain()
             self.f.close()
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from tests.conftest import lovecraft
 from tests.readback import manifest, read_back
@@ -111,3 +114,25 @@ def test_csv_float16_column_type(tmp_path):
     got = read_back(str(out), "parquet")
     assert got["x"].dtype == np.float16 and got["x"].tolist() == [1.5, 65504.0]
     assert got["y"].dtype == np.int64
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hnp.arrays(
+        np.float32,
+        st.integers(1, 300),
+        elements=st.floats(-65504, 65504, width=32) | st.floats(-(2.0**-13), 2.0**-13, width=32) | st.sampled_from([0.0, -0.0]),
+    )
+)
+def test_fast_float16_cast_is_bit_exact(x):
+    """Our integer float32 -> float16 path equals NumPy's cast bit for bit, errors included."""
+    from lovecraft_convert.transforms.downcast import DowncastStats, _f32_to_f16
+
+    out = np.empty(x.shape, np.float16)
+    st_ = DowncastStats("float16")
+    _f32_to_f16(x, np.abs(x), out, st_)
+    want = x.astype(np.float16)
+    assert np.array_equal(out.view(np.uint16), want.view(np.uint16))
+    err = np.abs(want.astype(np.float32) - x)
+    assert st_.max_abs_error == float(err.max())
+    assert st_.flushed_to_zero == int(((want == 0) & (x != 0)).sum())
