@@ -92,9 +92,12 @@ def shard_name(k: int, n: int) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def write_frame(f, batch: Batch, schema: Schema) -> tuple[int, int]:
-    """Append a batch as raw column bytes (the schema says how to read them back)."""
+def write_frame(f, batch: Batch, schema: Schema, counted: bool = False) -> tuple[int, int]:
+    """Append a batch as raw column bytes (the schema says how to read them back); ``counted``
+    frames start with their row count, so a file of them can be walked without an index."""
     offset = f.tell()
+    if counted:
+        f.write(np.int64(batch.num_rows).tobytes())
     for fd in schema:
         col = batch.columns[fd.name]
         if isinstance(col, VarColumn):
@@ -105,11 +108,13 @@ def write_frame(f, batch: Batch, schema: Schema) -> tuple[int, int]:
     return offset, batch.num_rows
 
 
-def frames_from_buffer(buf: bytes, frames: list, schema: Schema) -> list[Batch]:
-    """The frames of a whole frame file already in memory (no copies: views into ``buf``)."""
+def frames_from_buffer(buf: bytes, schema: Schema) -> list[Batch]:
+    """The counted frames of a whole frame file already in memory (views into ``buf``)."""
     out = []
-    for offset, rows in frames:
-        pos = offset
+    pos = 0
+    while pos < len(buf):
+        rows = int(np.frombuffer(buf, dtype=np.int64, count=1, offset=pos)[0])
+        pos += 8
         cols: dict[str, Any] = {}
         for fd in schema:
             if fd.variable:
@@ -218,7 +223,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
     if ctx.buckets:
         paths = [os.path.join(spill, f"u{part.index:05d}-b{b:04d}.bin") for b in range(ctx.buckets)]
         files = [None] * ctx.buckets
-        frames: dict[int, list] = {b: [] for b in range(ctx.buckets)}
+        bucket_rows = [0] * ctx.buckets
     else:
         path = os.path.join(spill, f"u{part.index:05d}.bin")
         out = open(path + ".tmp", "wb")  # noqa: SIM115
@@ -238,7 +243,8 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
                     if n:
                         if files[b] is None:
                             files[b] = open(paths[b] + ".tmp", "wb")  # noqa: SIM115
-                        frames[b].append(write_frame(files[b], sorted_batch.slice(pos, pos + n), schema))
+                        write_frame(files[b], sorted_batch.slice(pos, pos + n), schema, counted=True)
+                        bucket_rows[b] += n
                         pos += n
             else:
                 frames_list.append(write_frame(out, batch, schema))
@@ -256,7 +262,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
         for b, f in enumerate(files):
             if f is not None:
                 os.rename(paths[b] + ".tmp", paths[b])
-        result = {"buckets": {str(b): v for b, v in frames.items() if v}}
+        result = {"buckets": {str(b): n for b, n in enumerate(bucket_rows) if n}}
     else:
         os.rename(path + ".tmp", path)
         result = {"frames": frames_list}
@@ -278,8 +284,8 @@ class _Order:
         if ctx.buckets:
             self.bucket_rows = [0] * ctx.buckets
             for p in self.parts:
-                for b, frames in p["buckets"].items():
-                    self.bucket_rows[int(b)] += sum(n for _, n in frames)
+                for b, n in p["buckets"].items():
+                    self.bucket_rows[int(b)] += n
             self.starts = np.concatenate([[0], np.cumsum(self.bucket_rows)]).astype(np.int64)
         else:
             self.starts = np.concatenate([[0], np.cumsum([p["rows"] for p in self.parts])]).astype(np.int64)
@@ -315,11 +321,10 @@ class _Order:
     def _bucket(self, b: int) -> Batch:
         pieces = []
         for p in self.parts:
-            frames = p["buckets"].get(str(b))
-            if not frames:
+            if not p["buckets"].get(str(b)):
                 continue
             with open(os.path.join(self.ctx.work, "spill", f"u{p['part']:05d}-b{b:04d}.bin"), "rb") as f:
-                pieces.extend(frames_from_buffer(f.read(), frames, self.schema))
+                pieces.extend(frames_from_buffer(f.read(), self.schema))
         batch = Batch.concat(pieces)
         del pieces
         perm = np.random.default_rng([self.ctx.o.seed or 0, b]).permutation(batch.num_rows)
@@ -669,7 +674,7 @@ def _run(o: ShardOptions, inputs, work, plan, journal: _Journal, runner: _Runner
     if total == 0:
         raise LovecraftError(f"{source}: empty input (no records)", hint="check the file")
     _trace(f"phase 1 done: {total} rows")
-    bounds = _plan_shards(o, ctx, total, split if not direct else None, schema, plan, work)
+    bounds = _plan_shards(o, ctx, total, split if not direct else None, schema, plan, work, runner)
     _trace(f"{len(bounds)} shards planned")
     n = len(bounds)
     done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
@@ -753,7 +758,7 @@ def _estimate_bytes(reader) -> int:
 
 
 def _plan_shards(
-    o: ShardOptions, ctx: Context, total: int, split, schema: Schema, plan: dict, work: str
+    o: ShardOptions, ctx: Context, total: int, split, schema: Schema, plan: dict, work: str, runner: _Runner
 ) -> list[tuple[int, int]]:
     if o.num_shards is not None:
         if o.num_shards > total:
@@ -766,7 +771,7 @@ def _plan_shards(
         if o.rows_per_shard is not None:
             per = o.rows_per_shard
         else:
-            per = plan.get("rows_per_shard") or _rows_for_size(o, ctx, total, split, parse_size(o.shard_size), work)
+            per = plan.get("rows_per_shard") or _rows_for_size(o, ctx, total, split, parse_size(o.shard_size), work, runner)
             plan["rows_per_shard"] = per
             _save_plan(work, plan)
         sizes = [per] * (total // per) + ([total % per] if total % per else [])
@@ -778,22 +783,21 @@ def _plan_shards(
     return bounds
 
 
-def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, work: str) -> int:
+def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, work: str, runner) -> int:
     """Rows per shard for ``--shard-size``: measured by writing trial shards of the first rows.
 
     A sample gives bytes per row; then a trial shard of the estimated size corrects for what a
     sample misses (per-file overhead, chunk allocation, compression of a larger block).
     """
 
-    def trial(rows: int) -> int:
-        res = write_unit(ctx, 99999, 99999, 0, rows, split)
+    def trial(rows: int) -> int:  # in a worker when there are workers: the main process stays small
+        res = next(iter(runner.map(write_unit, [(ctx, 99999, 99999, 0, rows, split)])))
         for f in res["files"]:
             os.unlink(os.path.join(work, f["path"]))
         return sum(f["bytes"] for f in res["files"])
 
     sample = min(total, 1 << 16)
     per = max(1, int(round(target / (trial(sample) / sample))))
-    _trim()
     if o.to in ("tfrecord", "memmap") and o.compression is None:
         return per  # bytes grow linearly with rows: the sample settles it
     for _ in range(3):

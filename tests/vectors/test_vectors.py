@@ -6,8 +6,6 @@ import glob
 import json
 import os
 
-import pytest
-
 from tests.conftest import leftovers, lovecraft
 from tests.readback import read_back
 
