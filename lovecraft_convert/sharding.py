@@ -448,6 +448,8 @@ class _Runner:
             from concurrent.futures import ProcessPoolExecutor
 
             self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
+            for _ in range(workers):  # start the workers now: they import while the main process plans
+                self.pool.submit(int)
         else:
             try:
                 import pyarrow as pa
@@ -456,6 +458,12 @@ class _Runner:
                 pa.set_cpu_count(1)
             except ImportError:
                 self._cpus = None
+
+    def map_ordered(self, fn, calls: list[tuple]) -> list:
+        """Results in the order of ``calls``."""
+        if self.pool is None:
+            return [fn(*args) for args in calls]
+        return list(self.pool.map(fn, *zip(*calls, strict=True))) if calls else []
 
     def map(self, fn, calls: list[tuple]) -> Iterator[dict]:
         """Yield results as units finish (any order); the first error stops everything."""
@@ -649,7 +657,7 @@ def _run(o: ShardOptions, inputs, work, plan, journal: _Journal, runner: _Runner
         load(WRITERS, o.to).check_schema(schema, source, getattr(reader, "format", None))
         ctx.out_schema = schema.to_list()
         _trace("planning parts")
-        parts = reader.partitions(o.part_bytes)
+        parts = reader.partitions(o.part_bytes, mapper=runner.map_ordered)
         _trace(f"{len(parts)} parts")
         if o.shuffle:
             est = _estimate_bytes(reader)
@@ -771,7 +779,9 @@ def _plan_shards(
         if o.rows_per_shard is not None:
             per = o.rows_per_shard
         else:
-            per = plan.get("rows_per_shard") or _rows_for_size(o, ctx, total, split, parse_size(o.shard_size), work, runner)
+            per = plan.get("rows_per_shard") or _rows_for_size(
+                o, ctx, total, split, parse_size(o.shard_size), work, runner
+            )
             plan["rows_per_shard"] = per
             _save_plan(work, plan)
         sizes = [per] * (total // per) + ([total % per] if total % per else [])

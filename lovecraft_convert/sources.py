@@ -355,33 +355,47 @@ def open_range(path: str, start: int, end: int) -> io.BufferedReader:
     return stream
 
 
-def split_points(path: str, size: int, target: int, quoted: bool) -> list[tuple[int, int]]:
+def count_block(path: str, start: int, end: int, quoted: bool) -> tuple[int, int]:
+    """Quote characters (CSV) or newlines (text) in bytes ``[start, end)`` of a file."""
+    n = 0
+    needle = b'"' if quoted else b"\n"
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        pos = start
+        while pos < end:
+            chunk = f.read(min(8 << 20, end - pos))
+            if not chunk:
+                break
+            n += chunk.count(needle)
+            pos += len(chunk)
+    return n, start
+
+
+def split_points(path: str, size: int, target: int, quoted: bool, mapper=None) -> list[tuple[int, int]]:
     """Offsets where records start, about ``target`` bytes apart, with the lines before each.
 
     Records end at a newline; with ``quoted`` (CSV), only at a newline outside quotes, i.e. where
-    the number of quote characters since the start of the file is even. Returns
+    the number of quote characters since the start of the file is even. The counting pass over
+    the whole file runs block by block through ``mapper`` (e.g. a process pool's ordered map);
+    only short windows after each nominal split are read here. Returns
     ``[(offset, lines_before), ...]`` starting with ``(0, 0)`` (lines are counted for text only).
     """
     points = [(0, 0)]
     if size <= target:
         return points
-    quotes = 0
-    lines = 0
-    pos = 0
+    blocks = [(path, k * target, min(size, (k + 1) * target), quoted) for k in range(-(-size // target))]
+    counts = [c for c, _ in (mapper or (lambda fn, calls: [fn(*c) for c in calls]))(count_block, blocks)]
+    prefix = [0]
+    for c in counts:
+        prefix.append(prefix[-1] + c)
+    k = 1
     with open(path, "rb", buffering=0) as f:
-        nominal = target
-        while nominal < size:
-            # count quotes and newlines up to the nominal split
-            while pos < nominal:
-                chunk = f.read(min(8 << 20, nominal - pos))
-                if not chunk:
-                    break
-                if quoted:  # CSV needs the quote parity; text needs line numbers
-                    quotes += chunk.count(b'"')
-                else:
-                    lines += chunk.count(b"\n")
-                pos += len(chunk)
-            # then find the first record end at or after it
+        while k * target < size:
+            nominal = k * target
+            quotes = prefix[k] if quoted else 0
+            lines = 0 if quoted else prefix[k]
+            f.seek(nominal)
+            pos = nominal
             found = None
             while found is None:
                 window = f.read(1 << 20)
@@ -398,18 +412,16 @@ def split_points(path: str, size: int, target: int, quoted: bool) -> list[tuple[
                     i = window.find(b"\n") if not (quoted and quotes & 1) else -1
                 if i >= 0:
                     found = pos + i + 1
-                    if quoted:
-                        quotes += window[: i + 1].count(b'"')
-                    lines += window[: i + 1].count(b"\n")
-                    f.seek(found)
-                    pos = found
+                    if not quoted:
+                        lines += window[: i + 1].count(b"\n")
                 else:
                     if quoted:
                         quotes += window.count(b'"')
-                    lines += window.count(b"\n")
+                    else:
+                        lines += window.count(b"\n")
                     pos += len(window)
             if found is None or found >= size:
                 break
             points.append((found, lines))
-            nominal = max(found + 1, nominal + target)
+            k = max(k + 1, found // target + 1)
     return points

@@ -49,11 +49,12 @@ class Reader:
     def batches(self) -> Iterator[Batch]:
         raise NotImplementedError
 
-    def partitions(self, target_bytes: int) -> list[Part]:
+    def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
         """Split the input into parts of about ``target_bytes`` that can be read independently.
 
         The split depends only on the input and ``target_bytes`` (never on the number of workers),
         so the same input always gives the same parts. Compressed and piped inputs are one part.
+        ``mapper(fn, calls)`` runs the counting pass (an ordered map, e.g. over worker processes).
         """
         return [Part(i, i) for i in range(len(self.specs))]
 

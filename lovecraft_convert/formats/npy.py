@@ -180,7 +180,7 @@ class NpyReader(Reader):
         else:
             yield from self._streamed(step)
 
-    def partitions(self, target_bytes: int) -> list[Part]:
+    def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
         if not self.mapped:
             return [Part(0, 0)]
         per = max(1, target_bytes // self.row_bytes)

@@ -35,13 +35,13 @@ class TextReader(Reader):
             names = ", ".join(s.name for s in self.specs)
             raise InputError(f"{names}: empty input (no lines)", hint="check the file")
 
-    def partitions(self, target_bytes: int) -> list[Part]:
+    def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
         parts: list[Part] = []
         for i, spec in enumerate(self.specs):
             if spec.compression is not None or spec.is_stdin or not spec.size:
                 parts.append(Part(len(parts), i))
                 continue
-            points = split_points(spec.path, spec.size, target_bytes, quoted=False)
+            points = split_points(spec.path, spec.size, target_bytes, quoted=False, mapper=mapper)
             ends = [p[0] for p in points[1:]] + [spec.size]
             for (start, line0), end in zip(points, ends, strict=True):
                 parts.append(Part(len(parts), i, start, end, line0))
