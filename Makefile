@@ -29,6 +29,7 @@ demo: $(CORE)
 	$(VENV)/bin/lovecraft convert sample_data/features.npy sample_data/labels.npy -o demo_out/npy_hdf5 --to hdf5 --dtype float16
 	$(VENV)/bin/lovecraft convert sample_data/data.csv.gz -o demo_out/csv_tfrecord --to tfrecord --compression gzip
 	$(VENV)/bin/lovecraft convert sample_data/corpus.txt.zst -o demo_out/text_memmap --to memmap
+	$(VENV)/bin/lovecraft shard sample_data/data.csv -o demo_out/shards --to parquet --num-shards 4 --shuffle --seed 7 --column-type zip=string
 	@echo "demo outputs are in demo_out/ (each directory has a _manifest.json)"
 
 test: $(FULL)
