@@ -177,7 +177,6 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
     if budget < 16 << 20:
         raise SchemaError(f"--max-memory {o.max_memory} is too small", hint="give at least 16MiB")
     from .formats.csv import SchemaChanged
-    from .transforms.downcast import Downcast
 
     reader = open_reader(inputs, o, budget)
     writer_cls = load(WRITERS, o.to)
@@ -187,7 +186,7 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
         try:
             while True:
                 try:
-                    result = _run_once(reader, writer_cls, out, o, budget, Downcast)
+                    result = _run_once(reader, writer_cls, out, o, budget)
                     break
                 except SchemaChanged:
                     out.reset()
@@ -218,13 +217,22 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
     return manifest
 
 
-def _run_once(reader: Reader, writer_cls, out: OutputDir, o: ConvertOptions, budget: int, Downcast):
+def output_schema(reader: Reader, o: ConvertOptions):
+    """The written schema (``--columns``, then ``--dtype``/float16 column types) and the downcast
+    transform that produces it (None when nothing is downcast)."""
+    from .transforms.downcast import Downcast
+
     schema = _columns(reader, o.columns)
     per_col = {k: v for k, v in o.column_types.items() if v == "float16"}
     down = Downcast.for_dtype(schema, o.dtype, per_col, o.on_overflow)
     if down is not None:
         down.source = ", ".join(s.name for s in reader.specs)
         schema = down.schema
+    return schema, down
+
+
+def _run_once(reader: Reader, writer_cls, out: OutputDir, o: ConvertOptions, budget: int):
+    schema, down = output_schema(reader, o)
     source = ", ".join(s.name for s in reader.specs)
     writer_cls.check_schema(schema, source, getattr(reader, "format", None))
     wopts = WriteOptions(

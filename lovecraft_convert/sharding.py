@@ -41,7 +41,7 @@ from .errors import Interrupted, LovecraftError, OverflowErrorF16, SchemaError
 from .formats import WRITERS, load
 from .formats.base import Part, WriteOptions
 from .output import OutputDir
-from .pipeline import MANIFEST_VERSION, ConvertOptions, _columns, _SigTerm, _validate, open_reader
+from .pipeline import MANIFEST_VERSION, ConvertOptions, _SigTerm, _validate, open_reader, output_schema
 from .schema import Batch, Schema, VarColumn
 from .stats import BatchStats
 from .util import fsync_path, parse_size
@@ -182,16 +182,7 @@ class Context:
 
 
 def _transforms(ctx: Context, reader):
-    from .transforms.downcast import Downcast
-
-    o = ctx.o
-    schema = _columns(reader, o.columns)
-    per_col = {k: v for k, v in o.column_types.items() if v == "float16"}
-    down = Downcast.for_dtype(schema, o.dtype, per_col, o.on_overflow)
-    if down is not None:
-        down.source = ", ".join(s.name for s in reader.specs)
-        schema = down.schema
-    return schema, down
+    return output_schema(reader, ctx.o)
 
 
 def _select(batch: Batch, names: list[str]) -> Batch:

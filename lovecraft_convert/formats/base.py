@@ -61,6 +61,21 @@ class Reader:
     def part_batches(self, part: Part) -> Iterator[Batch]:
         raise NotImplementedError
 
+    def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None) -> list[Part]:
+        """Byte ranges of plain files cut at record boundaries; other inputs whole."""
+        from ..sources import split_points
+
+        parts: list[Part] = []
+        for i, spec in enumerate(self.specs):
+            if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
+                parts.append(Part(len(parts), i))
+                continue
+            points = split_points(spec.path, spec.size, target_bytes, quoted=quoted, mapper=mapper)
+            ends = [p[0] for p in points[1:]] + [spec.size]
+            for (start, line0), end in zip(points, ends, strict=True):
+                parts.append(Part(len(parts), i, start, end, line0))
+        return parts
+
     def progress_total(self) -> int | None:
         """Total input bytes for progress (compressed size for compressed inputs)."""
         sizes = [s.size for s in self.specs]

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InputError, SchemaError
 from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
-from ..sources import InputSpec, open_range, open_stream, split_points
+from ..sources import InputSpec, open_range, open_stream
 from .base import Part, Reader, ReadOptions
 
 # User-facing column types and the Arrow type the CSV reader parses them as.
@@ -258,16 +258,7 @@ class CsvReader(Reader):
                 raise InputError(f"{spec.name}: no data rows (header only)", hint="check the file")
 
     def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
-        parts: list[Part] = []
-        for i, spec in enumerate(self.specs):
-            if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
-                parts.append(Part(len(parts), i))
-                continue
-            points = split_points(spec.path, spec.size, target_bytes, quoted=True, mapper=mapper)
-            ends = [p[0] for p in points[1:]] + [spec.size]
-            for (start, line0), end in zip(points, ends, strict=True):
-                parts.append(Part(len(parts), i, start, end, line0))
-        return parts
+        return self._byte_partitions(target_bytes, quoted=True, mapper=mapper)
 
     def part_batches(self, part: Part) -> Iterator[Batch]:
         spec = self.specs[part.spec]

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..schema import STRING, Batch, Field, Schema, VarColumn
-from ..sources import open_range, open_stream, split_points
+from ..sources import open_range, open_stream
 from .base import Part, Reader, ReadOptions
 
 BOM = b"\xef\xbb\xbf"
@@ -36,16 +36,7 @@ class TextReader(Reader):
             raise InputError(f"{names}: empty input (no lines)", hint="check the file")
 
     def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
-        parts: list[Part] = []
-        for i, spec in enumerate(self.specs):
-            if spec.compression is not None or spec.is_stdin or not spec.size:
-                parts.append(Part(len(parts), i))
-                continue
-            points = split_points(spec.path, spec.size, target_bytes, quoted=False, mapper=mapper)
-            ends = [p[0] for p in points[1:]] + [spec.size]
-            for (start, line0), end in zip(points, ends, strict=True):
-                parts.append(Part(len(parts), i, start, end, line0))
-        return parts
+        return self._byte_partitions(target_bytes, quoted=False, mapper=mapper)
 
     def part_batches(self, part: Part) -> Iterator[Batch]:
         spec = self.specs[part.spec]

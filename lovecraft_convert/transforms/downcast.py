@@ -108,18 +108,7 @@ def _step(src: np.ndarray, out: np.ndarray, base: int, st: DowncastStats, on_ove
         st.flushed_to_zero += int(np.count_nonzero(denom <= tiny)) - zeros_src
         diff = out.astype(src.dtype)
         np.subtract(diff, src, out=diff)
-        np.abs(diff, out=diff)
-        m = float(diff.max())
-        if m > st.max_abs_error:
-            st.max_abs_error = m
-        if zeros_src:
-            np.divide(diff, denom, out=diff, where=denom > 0)
-            diff[denom == 0] = 0
-        else:
-            np.divide(diff, denom, out=diff)
-        r = float(diff.max())
-        if r > st.max_rel_error:
-            st.max_rel_error = r
+        _record_errors(np.abs(diff, out=diff), denom, bool(zeros_src), st)
 
 
 _F16_MIN_NORMAL = 2.0**-14
@@ -148,11 +137,15 @@ def _f32_to_f16(src: np.ndarray, denom: np.ndarray, out: np.ndarray, st: Downcas
     out.view(np.uint16)[...] = half
     diff = rounded.view(np.float32)
     np.subtract(diff, denom, out=diff)
-    np.abs(diff, out=diff)
+    _record_errors(np.abs(diff, out=diff), denom, bool(len(small)), st)
+
+
+def _record_errors(diff: np.ndarray, denom: np.ndarray, has_zeros: bool, st: DowncastStats) -> None:
+    """Largest absolute and relative error of a step (``diff`` = |narrowed - source|, overwritten)."""
     m = float(diff.max())
     if m > st.max_abs_error:
         st.max_abs_error = m
-    if len(small):
+    if has_zeros:
         np.divide(diff, denom, out=diff, where=denom > 0)
         diff[denom == 0] = 0
     else:
