@@ -21,6 +21,7 @@ $(CORE): pyproject.toml | $(VENV)/bin/python
 
 $(FULL): pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q -e '.[dev,all]'
+	$(PIP) install -q torch==2.13.0
 	touch $(CORE) $@
 
 demo: $(CORE)

@@ -13,6 +13,7 @@ _API = {
     "shard": "lovecraft_convert.sharding:shard",
     "ShardOptions": "lovecraft_convert.sharding:ShardOptions",
     "LovecraftError": "lovecraft_convert.errors:LovecraftError",
+    "open_dataset": "lovecraft_convert.loaders:open_dataset",
 }
 
 __all__ = ["__version__", *_API]

@@ -1,0 +1,313 @@
+"""tf.data and Keras loaders. TensorFlow and Keras are imported here and nowhere else.
+
+* TFRecord datasets go through ``tf.data.TFRecordDataset`` (shards interleaved, the manifest's
+  feature spec for ``tf.io.parse_example`` on whole batches, prefetch). The file list is the
+  pipeline's source, so tf.distribute's file-level auto-sharding (``AutoShardPolicy.FILE``/``AUTO``)
+  splits the shards between workers.
+* Other formats (and bucketed datasets) go through ``Dataset.from_generator`` over
+  :meth:`Dataset.batches` with an exact ``output_signature`` (dtypes and row shapes from the schema;
+  the batch dimension is static with ``drop_remainder=True``). Each pass over the dataset (each
+  Keras epoch) is a new epoch of the loader: a new order when shuffling, the same for the same seed.
+* Under ``strategy.distribute_datasets_from_function``, pass ``input_context=``: each input
+  pipeline then reads only its share (whole shards for TFRecord when there are enough of them).
+* ``to_keras_pydataset``: a ``keras.utils.PyDataset`` for memmap and HDF5 datasets (random access).
+
+``x``/``y`` choose what the pipeline yields: by default, when the dataset has exactly one column
+named ``label``, ``labels``, ``y``, ``target`` or ``targets``, batches are ``(inputs, labels)``
+tuples ready for ``model.fit`` (inputs: the single other column as a tensor, or a dict of them);
+otherwise a dict of every column. A name gives a tensor, a list of names a dict.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ..errors import DatasetError
+from ..schema import BINARY, FIXED, SEQUENCE, STRING
+
+LABEL_NAMES = ("label", "labels", "y", "target", "targets")
+
+
+# --------------------------------------------------------------------------------------------
+# output structure
+# --------------------------------------------------------------------------------------------
+
+
+def output_fields(plan) -> dict[str, tuple[tuple, np.dtype | str]]:
+    """Every key a batch of ``plan`` has: name -> (shape with batch dim, numpy dtype or "string")."""
+    from .buckets import LENGTH
+
+    ds = plan.ds
+    b = plan.batch_size if plan.drop_remainder else None
+    out: dict[str, tuple[tuple, Any]] = {}
+    for f in ds.schema:
+        dt = np.dtype(np.float32) if (plan.float32 and f.np_dtype == np.float16) else f.np_dtype
+        if f.kind == FIXED:
+            out[f.name] = ((b, *f.shape), "string" if dt.kind in "USO" else dt)
+        elif f.kind in (STRING, BINARY):
+            out[f.name] = ((b,), "string")
+        elif ds.bucketed:
+            widths = {int(g.bucket["max_length"]) for g in ds.groups}
+            width = widths.pop() if len(widths) == 1 and plan.pad_to == "bucket" else None
+            out[f.name] = ((b, width), dt)
+        else:
+            out[f.name] = ((b, None), dt)
+            out[f"{f.name}_length"] = ((b,), np.dtype(np.int64))
+    if ds.bucketed:
+        out[LENGTH] = ((b,), np.dtype(np.int64))
+    return out
+
+
+def _pick(keys: list[str], x, y) -> tuple[Any, Any]:
+    """(x spec, y spec): None, a name, or a list of names."""
+    if isinstance(y, str) and y == "auto":
+        found = [k for k in keys if k in LABEL_NAMES]
+        y = found[0] if len(found) == 1 else None
+    for name in ([y] if isinstance(y, str) else list(y or [])) + ([x] if isinstance(x, str) else list(x or [])):
+        if name not in keys:
+            raise DatasetError(f"no column '{name}' in the batches", hint=f"they hold {', '.join(keys)}")
+    if x is None:
+        ys = {y} if isinstance(y, str) else set(y or [])
+        rest = [k for k in keys if k not in ys]
+        x = rest[0] if (y is not None and len(rest) == 1) else (rest if y is not None else None)
+    return x, y
+
+
+def _structure(batch: dict, x, y):
+    def part(spec):
+        return batch[spec] if isinstance(spec, str) else {k: batch[k] for k in spec}
+
+    if y is None:
+        return batch if x is None else part(x)
+    return part(x), part(y)
+
+
+# --------------------------------------------------------------------------------------------
+# tf.data
+# --------------------------------------------------------------------------------------------
+
+
+def to_tf_dataset(
+    ds,
+    batch_size: int = 256,
+    *,
+    shuffle: bool | str = False,
+    seed: int | None = None,
+    drop_remainder: bool = False,
+    x: str | list[str] | None = None,
+    y: str | list[str] | None = "auto",
+    dtype_float16: str = "float16",
+    shuffle_buffer: int | None = None,
+    pad_to: str = "bucket",
+    pad_value: int | float = 0,
+    input_context=None,
+    prefetch: bool = True,
+):
+    """A ``tf.data.Dataset`` of batches of ``ds`` (see the module docstring)."""
+    import tensorflow as tf
+
+    plan = ds.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_to, pad_value)
+    fields = output_fields(plan)
+    xs, ys = _pick(list(fields), x, y)
+    if ds.format == "tfrecord" and not ds.bucketed:
+        d, batches = _tfrecord_dataset(tf, ds, plan, input_context)
+    else:
+        d, batches = _generator_dataset(tf, ds, plan, fields, input_context)
+    # A known length lets Keras show progress and end epochs without "ran out of data" warnings.
+    d = d.apply(tf.data.experimental.assert_cardinality(batches))
+    if xs is not None or ys is not None:
+        d = d.map(lambda b: _structure(b, xs, ys))
+    if input_context is not None:
+        opts = tf.data.Options()
+        opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        d = d.with_options(opts)
+    return d.prefetch(tf.data.AUTOTUNE) if prefetch else d
+
+
+def _tf_dtype(tf, dt):
+    return tf.string if isinstance(dt, str) else tf.as_dtype(dt)
+
+
+def _generator_dataset(tf, ds, plan, fields, input_context):
+    worker = (0, 1)
+    if input_context is not None:
+        worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
+    signature = {k: tf.TensorSpec(shape, _tf_dtype(tf, dt)) for k, (shape, dt) in fields.items()}
+    epochs = itertools.count()
+    keys = list(fields)
+
+    def gen():
+        for b in plan.epoch(next(epochs), worker):
+            yield {k: b[k] for k in keys}
+
+    return tf.data.Dataset.from_generator(gen, output_signature=signature), plan.count(0, worker[1], worker[0])
+
+
+def _tfrecord_dataset(tf, ds, plan, input_context):
+    import os
+
+    try:
+        from ..formats.tfrecord_codec import to_tf_feature_spec
+    except ImportError:  # the codec module is newer than this loader
+        from ..formats.tfexample import to_tf_feature_spec
+
+    info = ds.manifest.get("tfrecord") or {}
+    spec_json = info.get("feature_spec") or {}
+    missing = [f.name for f in ds.schema if f.name not in spec_json]
+    if missing:
+        raise DatasetError(f"{ds.path}: the manifest's feature spec has no '{missing[0]}'", hint="re-create it")
+    spec = to_tf_feature_spec({f.name: spec_json[f.name] for f in ds.schema})
+    compression = info.get("compression") or ""
+    group = ds.groups[0]
+    files = []
+    for p in group.parts:
+        r = ds.reader(group, p)  # checks the files; opens nothing
+        files.append(os.path.abspath(r.path))
+    d = tf.data.Dataset.from_tensor_slices(files)
+    per_record_shard = None
+    rows = [p.rows for p in group.parts]
+    total = sum(rows)
+    if input_context is not None:
+        n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
+        if len(files) >= n:
+            d = d.shard(n, i)
+            total = sum(rows[i::n])
+        else:
+            per_record_shard = (n, i)
+            total = len(range(i, total, n))
+    if plan.mode:
+        d = d.shuffle(len(files), seed=plan.seed, reshuffle_each_iteration=True)
+    d = d.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=4 << 20),
+        cycle_length=max(1, min(4, len(files))),
+        block_length=16,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if per_record_shard:
+        d = d.shard(*per_record_shard)
+    if plan.mode:
+        d = d.shuffle(plan.shuffle_buffer, seed=plan.seed, reshuffle_each_iteration=True)
+    d = d.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+    targets = {}
+    for f in ds.schema:
+        dt = np.dtype(np.float32) if (plan.float32 and f.np_dtype == np.float16) else f.np_dtype
+        targets[f.name] = (f, dt)
+    pad = plan.pad_value
+
+    def parse(serialized):
+        ex = tf.io.parse_example(serialized, spec)
+        out = {}
+        for name, (f, dt) in targets.items():
+            v = ex[name]
+            if f.kind == SEQUENCE:
+                r = tf.RaggedTensor.from_sparse(v)
+                out[name] = tf.cast(r.to_tensor(default_value=tf.cast(pad, r.dtype)), dt)
+                out[f"{name}_length"] = r.row_lengths()
+            elif f.kind in (STRING, BINARY) or dt.kind in "USO":
+                out[name] = v
+            else:
+                out[name] = v if v.dtype == tf.as_dtype(dt) else tf.cast(v, dt)
+        return out
+
+    batches = total // plan.batch_size if plan.drop_remainder else -(-total // plan.batch_size)
+    return d.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True), batches
+
+
+# --------------------------------------------------------------------------------------------
+# Keras
+# --------------------------------------------------------------------------------------------
+
+_PYDATASET = None
+
+
+def _pydataset_class():
+    global _PYDATASET
+    if _PYDATASET is None:
+        import keras
+
+        class KerasPyDataset(keras.utils.PyDataset):
+            """Batches of a memmap/HDF5 dataset by index: ``len()`` batches, ``[i]`` batch i of the
+            current epoch; a new (seeded) permutation at each epoch's end when shuffling."""
+
+            def __init__(self, ds, plan, x, y, **kwargs):
+                super().__init__(**kwargs)
+                self.ds = ds
+                self.plan = plan
+                self.x, self.y = x, y
+                self.epoch = 0
+                self._order = None
+
+            def __len__(self) -> int:
+                return self.plan.count(0, 1)
+
+            def _perm(self):
+                from .dataset import Permutation
+
+                if self._order is None or self._order[0] != self.epoch:
+                    self._order = (self.epoch, Permutation(len(self.ds), self.plan._rng(self.epoch, 0, 0)))
+                return self._order[1]
+
+            def __getitem__(self, i: int):
+                n = len(self)
+                if i < 0:
+                    i += n
+                if not 0 <= i < n:
+                    raise IndexError(f"batch {i} of {n}")
+                bs, rows = self.plan.batch_size, len(self.ds)
+                a, b = i * bs, min(rows, (i + 1) * bs)
+                idx = self._perm()[a:b] if self.plan.mode else np.arange(a, b, dtype=np.int64)
+                g = self.ds.groups[0]
+                batch = self.plan.emit(g, self.ds.take_rows(g, idx))
+                return _structure(batch, self.x, self.y)
+
+            def on_epoch_end(self) -> None:
+                self.epoch += 1
+
+        KerasPyDataset.__module__ = __name__
+        KerasPyDataset.__qualname__ = "KerasPyDataset"
+        _PYDATASET = KerasPyDataset
+    return _PYDATASET
+
+
+def __getattr__(name: str):
+    if name == "KerasPyDataset":  # made on first use, so that importing this module imports no Keras
+        return _pydataset_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def to_keras_pydataset(
+    ds,
+    batch_size: int = 256,
+    *,
+    shuffle: bool = False,
+    seed: int | None = None,
+    drop_remainder: bool = False,
+    x: str | list[str] | None = None,
+    y: str | list[str] | None = "auto",
+    dtype_float16: str = "float16",
+    workers: int = 1,
+    use_multiprocessing: bool = False,
+    max_queue_size: int = 10,
+):
+    """A ``keras.utils.PyDataset`` of ``(x, y)`` batches (memmap and HDF5 datasets).
+
+    ``shuffle=True`` draws an exact permutation per epoch (seeded by ``(seed, epoch)``).
+    """
+    if not ds.random_access or ds.bucketed:
+        raise DatasetError(
+            f"{ds.path}: a Keras PyDataset needs random access (memmap or hdf5, not bucketed); this is {ds.format}",
+            hint="use to_tf_dataset() instead",
+        )
+    if shuffle not in (False, True, "exact"):
+        raise DatasetError(f"shuffle={shuffle!r}: a PyDataset shuffles exactly (True) or not at all")
+    plan = ds.plan(batch_size, "exact" if shuffle else False, seed, drop_remainder, dtype_float16)
+    keys = list(output_fields(plan))
+    xs, ys = _pick(keys, x, y)
+    cls = _pydataset_class()
+    return cls(
+        ds, plan, xs, ys, workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size
+    )

@@ -1,0 +1,164 @@
+"""tf.data and Keras: TFRecord through TFRecordDataset, other formats through a generator with an
+exact signature; Keras fits from both and from a PyDataset; file-level auto-sharding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from lovecraft_convert.loaders import open_dataset  # noqa: E402
+
+from .helpers import FORMATS, assert_each_once, build, build_bucketed  # noqa: E402
+
+N = 600
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tf")
+    out = {}
+    for fmt in FORMATS:
+        out[fmt], cols = build(tmp, fmt, N)
+        out[fmt, 4], _ = build(tmp, fmt, N, shards=4)
+    out["cols"] = cols
+    return out
+
+
+def _ids(d) -> np.ndarray:
+    parts = []
+    for b in d.as_numpy_iterator():
+        parts.append(np.asarray(b["id"] if isinstance(b, dict) else b[0]["id"]).reshape(-1))
+    return np.concatenate(parts)
+
+
+def _tiny_model(inputs: int) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss=keras.losses.BinaryCrossentropy(from_logits=True))
+    return model
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "memmap"])
+def test_keras_fits_an_epoch(datasets, fmt):
+    ds = open_dataset(datasets[fmt], columns=["x", "label"])
+    d = ds.to_tf_dataset(batch_size=64, shuffle=True, seed=0)
+    x_spec, y_spec = d.element_spec  # (inputs, labels): the "label" column is the target
+    assert x_spec.shape.as_list() == [None, 4] and y_spec.dtype == tf.int64
+    assert d.cardinality().numpy() == -(-N // 64)
+    history = _tiny_model(4).fit(d, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_keras_fits_from_a_pydataset(datasets):
+    ds = open_dataset(datasets["memmap", 4], columns=["x", "label"])
+    seq = ds.to_keras_pydataset(batch_size=64, shuffle=True, seed=0)
+    assert isinstance(seq, keras.utils.PyDataset)
+    assert len(seq) == -(-N // 64)
+    xb, yb = seq[0]
+    assert xb.shape == (64, 4) and yb.shape == (64,)
+    history = _tiny_model(4).fit(seq, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+
+
+def test_pydataset_epochs_are_exact_permutations(datasets):
+    ds = open_dataset(datasets["hdf5"], columns=["id", "x"])
+    seq = ds.to_keras_pydataset(batch_size=50, shuffle=True, seed=4, x=["id", "x"], y=None)
+    first = np.concatenate([seq[i]["id"] for i in range(len(seq))])
+    assert_each_once(first, N)
+    seq.on_epoch_end()
+    second = np.concatenate([seq[i]["id"] for i in range(len(seq))])
+    assert_each_once(second, N)
+    assert not np.array_equal(first, second)
+    with pytest.raises(Exception, match="needs random access"):
+        open_dataset(datasets["parquet"]).to_keras_pydataset(batch_size=8)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_signature_is_exact_and_records_come_once(datasets, fmt):
+    ds = open_dataset(datasets[fmt, 4])
+    d = ds.to_tf_dataset(batch_size=32, drop_remainder=True, y=None)
+    spec = d.element_spec
+    assert spec["x"] == tf.TensorSpec((32, 4), tf.float32)
+    assert spec["h"] == tf.TensorSpec((32, 3), tf.float16)
+    assert spec["id"] == tf.TensorSpec((32,), tf.int64)
+    got = list(d.as_numpy_iterator())
+    assert len(got) == N // 32
+    cols = datasets["cols"]
+    for b in got:
+        assert b["h"].dtype == np.float16
+        np.testing.assert_array_equal(b["h"], cols["h"][b["id"]])
+    f32 = ds.to_tf_dataset(batch_size=32, dtype_float16="float32", y=None)
+    assert f32.element_spec["h"].dtype == tf.float32
+    assert_each_once(_ids(ds.to_tf_dataset(batch_size=32, shuffle=True, seed=1, y=None)), N)
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "parquet"])
+def test_same_seed_same_order_and_epochs_differ(datasets, fmt):
+    ds = open_dataset(datasets[fmt, 4], columns=["id"])
+
+    def make():
+        return ds.to_tf_dataset(batch_size=16, shuffle=True, seed=7, shuffle_buffer=100)
+
+    a = make()
+    e1, e2 = _ids(a), _ids(a)  # two passes over one dataset: two epochs
+    assert_each_once(e1, N)
+    assert_each_once(e2, N)
+    assert not np.array_equal(e1, e2)
+    np.testing.assert_array_equal(_ids(make()), e1)
+
+
+def test_tfrecord_file_level_auto_sharding(datasets):
+    """tf.distribute's FILE auto-shard rewrite finds our TFRecord files: workers read disjoint shards."""
+    try:
+        from tensorflow.python.data.experimental.ops.distribute import _AutoShardDataset
+    except ImportError:
+        pytest.skip("this TensorFlow has no _AutoShardDataset")
+    ds = open_dataset(datasets["tfrecord", 4], columns=["id"])
+    seen = []
+    for index in range(2):
+        d = ds.to_tf_dataset(batch_size=16, y=None, prefetch=False)
+        opts = tf.data.Options()
+        opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.FILE
+        d = _AutoShardDataset(d.with_options(opts), num_workers=2, index=index, num_replicas=2)
+        seen.append(_ids(d))
+    assert 0 < len(seen[0]) < N
+    assert_each_once(np.concatenate(seen), N)
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "hdf5"])
+def test_input_context_splits_pipelines(datasets, fmt):
+    ds = open_dataset(datasets[fmt, 4], columns=["id"])
+    seen = []
+    for i in range(3):
+        ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=i, num_replicas_in_sync=3)
+        seen.append(_ids(ds.to_tf_dataset(batch_size=16, shuffle=True, seed=2, input_context=ctx)))
+    assert_each_once(np.concatenate(seen), N)
+
+
+def test_text_through_tf(tmp_path):
+    from .helpers import build_text
+
+    lines = ["a", "bb", "", "ccc ✓"] * 10
+    for fmt in ("tfrecord", "parquet"):
+        ds = open_dataset(build_text(tmp_path, fmt, lines))
+        d = ds.to_tf_dataset(batch_size=8)
+        assert d.element_spec["text"].dtype == tf.string
+        got = [s.decode() for b in d.as_numpy_iterator() for s in b["text"]]
+        assert got == lines
+
+
+def test_bucketed_through_tf(tmp_path):
+    from .helpers import BUCKETS
+
+    path, truth = build_bucketed(tmp_path / "b")
+    ds = open_dataset(path)
+    d = ds.to_tf_dataset(batch_size=8, shuffle=True, seed=0, pad_to="batch", y=None)
+    assert d.element_spec["tokens"].shape.as_list() == [None, None]
+    ids = []
+    for b in d.as_numpy_iterator():
+        assert b["tokens"].shape == (len(b["length"]), b["length"].max())
+        ids.append(b["id"])
+    assert_each_once(np.concatenate(ids), sum(r for _, _, r, _ in BUCKETS))
