@@ -41,6 +41,7 @@ test-slow: $(FULL)
 
 bench: $(FULL)
 	$(PY) bench/lovecraft_bench.py
+	$(PY) bench/loader_bench.py
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check lovecraft_convert tests bench sample_data
