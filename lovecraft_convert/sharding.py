@@ -245,18 +245,21 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
         raise
     finally:
         handles = [f for f in files if f is not None] if ctx.buckets else [out]
+        # Spill files are not fsynced: the journal records their sizes instead, and a resumed
+        # run redoes any part whose files are missing or short (a crash of the machine).
         for f in handles:
-            f.flush()
-            os.fsync(f.fileno())
             f.close()
     if ctx.buckets:
         for b, f in enumerate(files):
             if f is not None:
                 os.rename(paths[b] + ".tmp", paths[b])
-        result = {"buckets": {str(b): n for b, n in enumerate(bucket_rows) if n}}
+        result = {
+            "buckets": {str(b): n for b, n in enumerate(bucket_rows) if n},
+            "files": {os.path.basename(p): os.path.getsize(p) for b, p in enumerate(paths) if files[b] is not None},
+        }
     else:
         os.rename(path + ".tmp", path)
-        result = {"frames": frames_list}
+        result = {"frames": frames_list, "files": {os.path.basename(path): os.path.getsize(path)}}
     return {"phase": 1, "part": part.index, "rows": rows, "float16": down.report() if down else {}, **result}
 
 
@@ -692,8 +695,18 @@ def _run(o: ShardOptions, inputs, work, plan, journal: _Journal, runner: _Runner
     return _manifest(o, ctx, reader, schema, frags, split, total)
 
 
+def _intact(ctx: Context, entry: dict) -> bool:
+    """Are a journalled part's spill files all there, at the sizes recorded?"""
+    spill = os.path.join(ctx.work, "spill")
+    for name, size in entry.get("files", {}).items():
+        p = os.path.join(spill, name)
+        if not os.path.exists(p) or os.path.getsize(p) != size:
+            return False
+    return True
+
+
 def _phase1(ctx: Context, parts: list[Part], journal: _Journal, runner: _Runner, o: ShardOptions) -> list[dict]:
-    done = {e["part"]: e for e in journal.phase(1)}
+    done = {e["part"]: e for e in journal.phase(1) if _intact(ctx, e)}
     calls = [(ctx, p) for p in parts if p.index not in done]
     bar = _bar(o, len(calls), "reading")
     try:
