@@ -14,6 +14,8 @@ _API = {
     "ShardOptions": "lovecraft_convert.sharding:ShardOptions",
     "LovecraftError": "lovecraft_convert.errors:LovecraftError",
     "open_dataset": "lovecraft_convert.loaders:open_dataset",
+    "inspect": "lovecraft_convert.inspect:inspect",
+    "verify": "lovecraft_convert.verify:verify",
 }
 
 __all__ = ["__version__", *_API]

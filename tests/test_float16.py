@@ -121,7 +121,9 @@ def test_csv_float16_column_type(tmp_path):
     hnp.arrays(
         np.float32,
         st.integers(1, 300),
-        elements=st.floats(-65504, 65504, width=32) | st.floats(-(2.0**-13), 2.0**-13, width=32) | st.sampled_from([0.0, -0.0]),
+        elements=st.floats(-65504, 65504, width=32)
+        | st.floats(-(2.0**-13), 2.0**-13, width=32)
+        | st.sampled_from([0.0, -0.0]),
     )
 )
 def test_fast_float16_cast_is_bit_exact(x):

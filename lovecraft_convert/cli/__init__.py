@@ -42,10 +42,14 @@ def cli() -> None:
 
 def _register() -> None:
     from .convert import convert
+    from .inspect import inspect
     from .shard import shard
+    from .verify import verify
 
+    cli.add_command(inspect)
     cli.add_command(convert)
     cli.add_command(shard)
+    cli.add_command(verify)
 
 
 _register()

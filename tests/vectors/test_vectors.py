@@ -78,7 +78,21 @@ def test_zstd_golden_frames_decode(tmp_path, vectors):
         src = str(tmp_path / f"g{i}.txt.zst")
         os.symlink(path, src)
         out = _out(tmp_path, f"o{i}")
-        r = lovecraft("convert", src, "-o", out, "--to", "memmap", "--input-format", "text", "--errors", "replace", "--max-expansion", "0", "-q")
+        r = lovecraft(
+            "convert",
+            src,
+            "-o",
+            out,
+            "--to",
+            "memmap",
+            "--input-format",
+            "text",
+            "--errors",
+            "replace",
+            "--max-expansion",
+            "0",
+            "-q",
+        )
         if not want:
             assert r.exit_code == 1 and "empty input" in r.stderr, (path, r.stderr)
             continue
@@ -112,5 +126,8 @@ def test_numpy_pickled_object_arrays_refused(tmp_path, vectors):
         out = _out(tmp_path, f"o{i}")
         r = lovecraft("convert", path, "-o", out, "--to", "memmap", "-q")
         assert r.exit_code == 1
-        assert r.stderr == f"Error: {path}: holds Python objects (dtype object); refusing to unpickle; save it with a numeric or fixed-width string dtype\n"
+        assert (
+            r.stderr
+            == f"Error: {path}: holds Python objects (dtype object); refusing to unpickle; save it with a numeric or fixed-width string dtype\n"
+        )
         assert not os.path.exists(out)

@@ -1,0 +1,77 @@
+"""``lovecraft inspect``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .options import SizeParam, _delimiter, input_options
+
+
+@click.command()
+@input_options
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Read only the first N rows: a quick estimate (said to be one).",
+)
+@click.option(
+    "--num-buckets", type=click.IntRange(min=1), metavar="K", help="Suggest K length-bucket boundaries (default 8)."
+)
+@click.option(
+    "--plot", metavar="FILE.png", help="Draw the length histograms with the suggested boundaries (needs matplotlib)."
+)
+@click.option(
+    "--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def inspect(**params) -> None:
+    """Describe INPUTS before converting them, or a dataset directory from its manifest.
+
+    \b
+    For inputs: format, compression, size, rows; per column dtype, shape, NaN, min, max, mean,
+    what float16 would cost; for text and sequences the length distribution, a histogram and
+    length-bucket boundaries with their padding efficiency; the output size per format.
+    For a dataset directory: format, schema, rows, shards, sizes, the float16 report, the
+    command that made it, and the code that loads it.
+
+    \b
+    Examples:
+      lovecraft inspect data.csv
+      lovecraft inspect corpus.txt.zst --num-buckets 16 --plot lengths.png
+      lovecraft inspect big.csv --sample 100000 --json
+      lovecraft inspect out/
+    """
+    from ..inspect import format_text
+    from ..inspect import inspect as run
+
+    report = run(
+        list(params["inputs"]),
+        sample=params["sample"],
+        num_buckets=params["num_buckets"],
+        input_format=params["input_format"],
+        header=not params["no_header"],
+        delimiter=_delimiter(params["delimiter"]),
+        column_types=dict(params["column_types"]),
+        columns=[c for c in params["columns"].split(",") if c] if params["columns"] else None,
+        errors=params["errors"],
+        max_expansion=params["max_expansion"],
+        max_memory=params["max_memory"],
+        plot=params["plot"],
+        progress=False if params["quiet"] else None,
+    )
+    if params["as_json"]:
+        click.echo(json.dumps(report, indent=1, default=_default))
+    else:
+        click.echo(format_text(report), nl=False)
+
+
+def _default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(type(o))
