@@ -426,6 +426,31 @@ def bench_shard(b: Bench, size: int) -> None:
     )
 
 
+def bench_verify(b: Bench, size: int) -> None:
+    """verify (hashing and decoding) against sha256sum over the same data files."""
+    src = make_npy(os.path.join(b.work, f"npy_{size // 10**6}MB.npy"), size)
+    for fmt in ("memmap", "hdf5", "parquet", "tfrecord"):
+        d = os.path.join(b.work, f"verify_{fmt}")
+        if not os.path.exists(os.path.join(d, "_manifest.json")):
+            run([*LOVECRAFT, "convert", src, "-o", d, "--to", fmt, "-q", "--overwrite"])
+        files = sorted(os.path.join(d, f) for f in os.listdir(d) if not f.startswith("_"))
+        n = sum(os.path.getsize(f) for f in files)
+        res = b.rounds(
+            {"ours": lambda d=d: [*LOVECRAFT, "verify", d], "sha": lambda files=files: ["sha256sum", *files]}
+        )
+        peak = max(r.peak_mib for r in res["ours"]) - b.baseline
+        b.rows.append(
+            Row(
+                f"verify {fmt} dataset",
+                mbps(n, res["ours"]),
+                "sha256sum over the same files",
+                mbps(n, res["sha"]),
+                0.5,
+                f"verify peak {peak:.0f} MiB above baseline",
+            )
+        )
+
+
 def help_time(b: Bench) -> None:
     times = []
     for _ in range(5):
@@ -437,14 +462,14 @@ def help_time(b: Bench) -> None:
     b.extra.append(f"`lovecraft --help`: median {statistics.median(times) * 1000:.0f} ms over 5 runs (target < 300 ms)")
 
 
-BENCHES = {"csv": bench_csv_parquet, "npy": bench_npy, "shard": bench_shard}
+BENCHES = {"csv": bench_csv_parquet, "npy": bench_npy, "shard": bench_shard, "verify": bench_verify}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="inputs 1/16 the size, one run: a smoke test")
-    ap.add_argument("--only", default="csv,npy,shard,memory,help")
+    ap.add_argument("--only", default="csv,npy,shard,verify,memory,help")
     ap.add_argument("--workdir", default="/tmp/lovecraft-bench")
     args = ap.parse_args()
     if args.quick:
