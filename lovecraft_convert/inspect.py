@@ -25,7 +25,8 @@ import sys
 import types
 from typing import Any
 
-from .errors import DatasetError, LovecraftError
+from .errors import LovecraftError
+from .manifest import read_manifest
 from .util import format_size, parse_size
 
 MANIFEST = "_manifest.json"
@@ -454,24 +455,6 @@ def estimate_sizes(
 # --------------------------------------------------------------------------------------------
 # datasets
 # --------------------------------------------------------------------------------------------
-
-
-def read_manifest(path: str) -> dict[str, Any]:
-    """The manifest of dataset directory ``path``; DatasetError when it is missing or unreadable."""
-    mpath = os.path.join(path, MANIFEST)
-    if not os.path.isfile(mpath):
-        raise DatasetError(
-            f"{path}: no {MANIFEST}; not a lovecraft dataset, or its writing did not finish",
-            hint="give the output directory of a completed `lovecraft convert`/`shard` run",
-        )
-    try:
-        with open(mpath, encoding="utf-8") as f:
-            m = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{mpath}: unreadable manifest ({e})", hint="re-create the dataset") from None
-    if not isinstance(m, dict) or m.get("format") != "lovecraft-dataset":
-        raise DatasetError(f"{mpath}: not a lovecraft dataset manifest", hint="give a directory lovecraft wrote")
-    return m
 
 
 def inspect_dataset(path: str) -> dict[str, Any]:

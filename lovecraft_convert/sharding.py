@@ -41,7 +41,7 @@ from .errors import Interrupted, LovecraftError, OverflowErrorF16, SchemaError
 from .formats import WRITERS, load
 from .formats.base import Part, WriteOptions
 from .output import OutputDir
-from .pipeline import MANIFEST_VERSION, ConvertOptions, _SigTerm, _validate, open_reader, output_schema
+from .pipeline import MANIFEST_VERSION, ConvertOptions, _SigTerm, _validate, open_reader, output_schema, write_step
 from .schema import Batch, Schema, VarColumn
 from .stats import BatchStats
 from .util import fsync_path, parse_size
@@ -358,12 +358,7 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
     stats = BatchStats(schema)
     try:
         for batch in source:
-            if down is not None:
-                stats.update(batch, down.targets)
-                batch = down(batch)
-            else:
-                stats.update(batch)
-            writer.write(batch)
+            write_step(batch, down, stats, writer)
         files = writer.close()
     except BaseException:
         writer.abort()

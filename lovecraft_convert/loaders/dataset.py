@@ -26,7 +26,6 @@ sequences as a padded ``[batch, longest]`` array plus ``<name>_length`` (int64).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterator
@@ -58,18 +57,10 @@ def open_dataset(path: str | os.PathLike, columns: list[str] | str | None = None
         path = os.path.dirname(path) or "."
     if not os.path.isdir(path):
         raise DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
-    mpath = os.path.join(path, MANIFEST)
-    if not os.path.isfile(mpath):
-        raise DatasetError(
-            f"{path}: no {MANIFEST}; not a lovecraft dataset, or its writing did not finish",
-            hint="give the output directory of a completed `lovecraft convert`/`shard` run",
-        )
-    try:
-        with open(mpath, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{mpath}: unreadable manifest ({e})", hint="re-create the dataset") from None
-    check_manifest(manifest, mpath)
+    from ..manifest import read_manifest
+
+    manifest = read_manifest(path)
+    check_manifest(manifest, os.path.join(path, MANIFEST))
     return Dataset(path, manifest, columns, **options)
 
 
