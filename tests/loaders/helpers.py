@@ -49,6 +49,16 @@ def build(tmp_path, fmt: str, n: int = 1000, shards: int = 1, seed: int = 0, **o
     return out, cols
 
 
+def build_all(tmp_path, n: int) -> dict:
+    """One single-shard and one 4-shard dataset per format, of the same arrays (``out["cols"]``)."""
+    out: dict = {}
+    for fmt in FORMATS:
+        out[fmt], cols = build(tmp_path, fmt, n)
+        out[fmt, 4], _ = build(tmp_path, fmt, n, shards=4)
+    out["cols"] = cols
+    return out
+
+
 def build_text(tmp_path, fmt: str, lines: list[str]) -> str:
     src = tmp_path / "corpus.txt"
     src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

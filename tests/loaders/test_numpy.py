@@ -14,7 +14,16 @@ from lovecraft_convert.errors import DatasetError
 from lovecraft_convert.loaders import open_dataset
 from lovecraft_convert.loaders.dataset import Permutation
 
-from .helpers import FORMATS, assert_each_once, build, build_bucketed, build_sequences, build_text, ids_of
+from .helpers import (
+    FORMATS,
+    assert_each_once,
+    build,
+    build_all,
+    build_bucketed,
+    build_sequences,
+    build_text,
+    ids_of,
+)
 
 N = 1000
 
@@ -22,13 +31,7 @@ N = 1000
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
     """One single-shard and one 4-shard dataset per format, of the same arrays."""
-    tmp = tmp_path_factory.mktemp("loaders")
-    out = {}
-    for fmt in FORMATS:
-        out[fmt], cols = build(tmp, fmt, N)
-        out[fmt, 4], _ = build(tmp, fmt, N, shards=4)
-    out["cols"] = cols
-    return out
+    return build_all(tmp_path_factory.mktemp("loaders"), N)
 
 
 def test_open_dataset_is_public_api(datasets):

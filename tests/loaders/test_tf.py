@@ -11,20 +11,14 @@ keras = pytest.importorskip("keras")
 
 from lovecraft_convert.loaders import open_dataset  # noqa: E402
 
-from .helpers import FORMATS, assert_each_once, build, build_bucketed  # noqa: E402
+from .helpers import FORMATS, assert_each_once, build_all, build_bucketed  # noqa: E402
 
 N = 600
 
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tf")
-    out = {}
-    for fmt in FORMATS:
-        out[fmt], cols = build(tmp, fmt, N)
-        out[fmt, 4], _ = build(tmp, fmt, N, shards=4)
-    out["cols"] = cols
-    return out
+    return build_all(tmp_path_factory.mktemp("tf"), N)
 
 
 def _ids(d) -> np.ndarray:

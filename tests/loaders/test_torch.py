@@ -16,20 +16,14 @@ from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from lovecraft_convert.errors import DatasetError  # noqa: E402
 from lovecraft_convert.loaders import open_dataset  # noqa: E402
 
-from .helpers import assert_each_once, build, build_bucketed  # noqa: E402
+from .helpers import assert_each_once, build_all, build_bucketed  # noqa: E402
 
 N = 640
 
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("torch")
-    out = {}
-    for fmt in ("memmap", "hdf5", "parquet", "tfrecord"):
-        out[fmt], cols = build(tmp, fmt, N)
-        out[fmt, 4], _ = build(tmp, fmt, N, shards=4)
-    out["cols"] = cols
-    return out
+    return build_all(tmp_path_factory.mktemp("torch"), N)
 
 
 def _ids(loader) -> np.ndarray:
