@@ -430,7 +430,7 @@ def bench_verify(b: Bench, size: int) -> None:
     """verify (hashing and decoding) against sha256sum over the same data files."""
     src = make_npy(os.path.join(b.work, f"npy_{size // 10**6}MB.npy"), size)
     for fmt in ("memmap", "hdf5", "parquet", "tfrecord"):
-        d = os.path.join(b.work, f"verify_{fmt}")
+        d = os.path.join(b.work, f"verify_{fmt}_{size // 10**6}MB")
         if not os.path.exists(os.path.join(d, "_manifest.json")):
             run([*LOVECRAFT, "convert", src, "-o", d, "--to", fmt, "-q", "--overwrite"])
         files = sorted(os.path.join(d, f) for f in os.listdir(d) if not f.startswith("_"))
