@@ -12,6 +12,8 @@ _API = {
     "ConvertOptions": "lovecraft_convert.pipeline:ConvertOptions",
     "shard": "lovecraft_convert.sharding:shard",
     "ShardOptions": "lovecraft_convert.sharding:ShardOptions",
+    "bucket": "lovecraft_convert.bucketer:bucket",
+    "BucketOptions": "lovecraft_convert.bucketer:BucketOptions",
     "LovecraftError": "lovecraft_convert.errors:LovecraftError",
     "open_dataset": "lovecraft_convert.loaders:open_dataset",
     "inspect": "lovecraft_convert.inspect:inspect",

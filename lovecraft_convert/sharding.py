@@ -347,13 +347,31 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
     name = shard_name(k, n_shards)
-    tmp = os.path.join(ctx.work, f".unit-{k:05d}")
+    files, stats, extra = commit_files(ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, down)
+    return {
+        "phase": 2,
+        "shard": k,
+        "name": name,
+        "rows": stop - start,
+        "files": [f.to_dict() for f in files],
+        "stats": stats.to_dict(),
+        "float16": down.report() if down else {},
+        "extra": extra,
+        "stats_raw": _raw_stats(stats),
+    }
+
+
+def commit_files(
+    work: str, k: int, name: str, schema: Schema, source, o: ConvertOptions, budget: int, rows: int, down=None
+) -> tuple[list, BatchStats, dict]:
+    """Write the batches of ``source`` as the files of one unit named ``name`` in a private
+    temporary directory, then move them into ``work`` (fsynced): a unit's files appear complete
+    or not at all."""
+    tmp = os.path.join(work, f".unit-{k:05d}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.mkdir(tmp)
     writer_cls = load(WRITERS, o.to)
-    wopts = WriteOptions(
-        compression=o.compression, row_group_bytes=max(4 << 20, ctx.budget() // 8), expected_rows=stop - start
-    )
+    wopts = WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=rows)
     writer = writer_cls(tmp, name, schema, wopts)
     stats = BatchStats(schema)
     try:
@@ -367,20 +385,10 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
     del writer, source
     _trim()
     for f in files:
-        os.rename(os.path.join(tmp, f.path), os.path.join(ctx.work, f.path))
-    fsync_path(ctx.work)
+        os.rename(os.path.join(tmp, f.path), os.path.join(work, f.path))
+    fsync_path(work)
     os.rmdir(tmp)
-    return {
-        "phase": 2,
-        "shard": k,
-        "name": name,
-        "rows": stop - start,
-        "files": [f.to_dict() for f in files],
-        "stats": stats.to_dict(),
-        "float16": down.report() if down else {},
-        "extra": extra,
-        "stats_raw": _raw_stats(stats),
-    }
+    return files, stats, extra
 
 
 def _raw_stats(stats: BatchStats) -> dict:
@@ -819,20 +827,26 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     return per
 
 
-def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list[dict], split, total: int) -> dict:
+def merged_stats(schema: Schema, frags: list[dict]) -> dict:
+    """The dataset's statistics from its units' raw ones (``stats_raw`` of each journal entry)."""
     from .stats import ColumnStats
-    from .transforms.downcast import Downcast
 
     overall = {}
     for fd in schema:
         st = ColumnStats(fd.kind, fd.np_dtype)
         for fr in frags:
-            raw = fr["stats_raw"][fd.name]
             part = ColumnStats(fd.kind, fd.np_dtype)
-            for k, v in raw.items():
+            for k, v in fr["stats_raw"][fd.name].items():
                 setattr(part, k, v)
             st.merge(part)
         overall[fd.name] = st.to_dict()
+    return overall
+
+
+def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list[dict], split, total: int) -> dict:
+    from .transforms.downcast import Downcast
+
+    overall = merged_stats(schema, frags)
     reports = [p["float16"] for p in (split or [])] + [fr["float16"] for fr in frags]
     float16 = {}
     if any(reports):

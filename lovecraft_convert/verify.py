@@ -361,23 +361,31 @@ class _Verifier:
             if not isinstance(s, dict) or not _is_count(s.get("rows")) or not isinstance(s.get("files"), list):
                 self.add(MANIFEST, "manifest", f"{what}[{i}]: no rows or files")
                 continue
-            names = []
-            for raw in s["files"]:
-                p = safe_relpath(raw)
-                if p is None:
-                    self.add(MANIFEST, "manifest", f"{what}[{i}]: path {raw!r} points outside the dataset directory")
-                    continue
-                if p not in self.info:
-                    self.add(MANIFEST, "manifest", f"{what}[{i}]: {p} is not in the manifest's files")
-                    continue
-                names.append(p)
-            claimed.update(names)
             label = f"{'bucket' if buckets else 'shard'} {s.get('index', i)}"
             bucket = s if buckets else None
             if bucket is not None and not (_is_count(s.get("min_length")) and _is_count(s.get("max_length"))):
                 self.add(MANIFEST, "manifest", f"buckets[{i}]: no min_length/max_length")
                 bucket = None
-            self.units.append(_Unit(label, s["rows"], names, s.get("stats"), bucket))
+            subs = s.get("shards") if buckets else None
+            if subs is not None:  # a bucket written as several shards: each is a unit
+                if not isinstance(subs, list) or not all(
+                    isinstance(x, dict) and _is_count(x.get("rows")) and isinstance(x.get("files"), list) for x in subs
+                ):
+                    self.add(MANIFEST, "manifest", f"{what}[{i}]: shards without rows or files")
+                    continue
+                if sum(x["rows"] for x in subs) != s["rows"]:
+                    self.add(MANIFEST, "rows", f"{label} has {s['rows']} rows, its shards add up to "
+                             f"{sum(x['rows'] for x in subs)}")  # fmt: skip
+                listed = sorted(str(f) for x in subs for f in x["files"])
+                if listed != sorted(str(f) for f in s["files"]):
+                    self.add(MANIFEST, "manifest", f"{what}[{i}]: its files are not those of its shards")
+            else:
+                subs = [s]
+            for j, sub in enumerate(subs):
+                names = self._unit_files(what, i, sub["files"])
+                claimed.update(names)
+                sub_label = label if len(subs) == 1 else f"{label} shard {sub.get('index', j)}"
+                self.units.append(_Unit(sub_label, sub["rows"], names, sub.get("stats"), bucket))
         for p in self.info:
             if p not in claimed:
                 self.add(p, "manifest", f"listed in the manifest's files but in none of its {what}")
@@ -390,6 +398,19 @@ class _Verifier:
                 if _is_count(r) and r != u.rows:
                     self.add(p, "manifest", f"the manifest says {r} rows for this file, {u.rows} for its {u.label}")
         return True
+
+    def _unit_files(self, what: str, i: int, files: list) -> list[str]:
+        names = []
+        for raw in files:
+            p = safe_relpath(raw)
+            if p is None:
+                self.add(MANIFEST, "manifest", f"{what}[{i}]: path {raw!r} points outside the dataset directory")
+                continue
+            if p not in self.info:
+                self.add(MANIFEST, "manifest", f"{what}[{i}]: {p} is not in the manifest's files")
+                continue
+            names.append(p)
+        return names
 
     # -- the directory ------------------------------------------------------------------------
 
@@ -541,7 +562,7 @@ class _Verifier:
         from .stats import ColumnStats
 
         schema = self._unit_schema(u)
-        stats = {f.name: ColumnStats(self.schema[f.name].kind, self._storage(f)) for f in schema}
+        stats = {f.name: ColumnStats(f.kind, self._storage(f)) for f in schema}
         lengths = _LengthCheck(u, schema) if u.bucket is not None else None
         rows = 0
         for batch, file in self._batches(u, schema):

@@ -41,6 +41,7 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from .bucket import bucket
     from .convert import convert
     from .inspect import inspect
     from .shard import shard
@@ -49,6 +50,7 @@ def _register() -> None:
     cli.add_command(inspect)
     cli.add_command(convert)
     cli.add_command(shard)
+    cli.add_command(bucket)
     cli.add_command(verify)
 
 

@@ -1,11 +1,13 @@
 """Bucketed datasets: rows grouped by sequence length, each batch from one bucket.
 
-Written against the manifest shape the ``bucket`` command is to produce (it does not exist yet;
-this module is the one place to adjust when it lands)::
+The manifest shape the ``bucket`` command writes::
 
     "buckets": [{"index": 0, "min_length": 1, "max_length": 16, "rows": 1000,
                  "files": ["bucket-00000.tokens.npy", "bucket-00000.length.npy", ...],
-                 "layout": "padded" | "ragged"}, ...]
+                 "layout": "padded" | "ragged",
+                 "shards": [{"index": 0, "name": ..., "rows": ..., "files": [...]}, ...]}, ...]
+
+(``shards`` is optional: without it the bucket is one shard holding ``files``.)
 
 * ``schema`` lists the sequence column(s) with kind ``sequence`` and an integer ``length`` column
   (each row's true length).
@@ -58,8 +60,11 @@ def bucket_groups(ds) -> list:
                 fields.append(Field(f.name, FIXED, f.dtype, (width,)))
             else:
                 fields.append(f)
-        part = _Part((i, 0), int(b["rows"]), 0, list(b["files"]))
-        groups.append(Group(i, [part], Schema(tuple(fields)), bucket=b))
+        parts, start = [], 0
+        for j, s in enumerate(b.get("shards") or [{"rows": b["rows"], "files": b["files"]}]):
+            parts.append(_Part((i, j), int(s["rows"]), start, list(s["files"])))
+            start += int(s["rows"])
+        groups.append(Group(i, parts, Schema(tuple(fields)), bucket=b))
     return groups
 
 
