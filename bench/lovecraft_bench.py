@@ -136,6 +136,35 @@ def make_csv(path: str, target: int) -> str:
     return path
 
 
+def make_text(path: str, target: int) -> str:
+    """~target bytes of text lines: words from a 5,000-word vocabulary, line lengths log-normal
+    (median ~80 bytes, a long tail up to 4 KB). A 64 MiB block repeated."""
+    if os.path.exists(path) and os.path.getsize(path) >= target * 0.95:
+        return path
+    rng = np.random.default_rng(20261123)
+    letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
+    vocab = ["".join(rng.choice(letters, size=int(n))) for n in rng.integers(2, 10, 5000)]
+    weights = 1 / np.arange(1, len(vocab) + 1)
+    weights /= weights.sum()
+    words = rng.choice(len(vocab), size=12_000_000, p=weights)
+    counts = np.clip(rng.lognormal(2.6, 0.8, 1_000_000).astype(int), 1, 600)
+    lines, pos = [], 0
+    for c in counts:
+        lines.append(" ".join(vocab[w] for w in words[pos : pos + c]))
+        pos += c
+        if pos + 600 > len(words):
+            pos = 0
+    block = ("\n".join(lines) + "\n").encode()[: 64 << 20]
+    block = block[: block.rfind(b"\n") + 1]
+    with open(path + ".tmp", "wb") as f:
+        written = 0
+        while written < target:
+            f.write(block)
+            written += len(block)
+    os.rename(path + ".tmp", path)
+    return path
+
+
 def make_npy(path: str, target: int, cols: int = 64) -> str:
     """~target bytes of float32 (N, cols) .npy, written in chunks."""
     rows = target // (4 * cols)
@@ -210,7 +239,33 @@ PEERS = {
         "        ex = tf.train.Example(features=tf.train.Features(feature={'x': tf.train.Feature(float_list=tf.train.FloatList(value=row))}))\n"
         "        w.write(ex.SerializeToString())\n"
     ),
+    # the tokenizers package on its own: the same lines, in batches, through encode_batch
+    "encode_batch": (
+        "import sys\n"
+        "from tokenizers import Tokenizer\n"
+        "tok = Tokenizer.from_file(sys.argv[2])\n"
+        "with open(sys.argv[1], encoding='utf-8') as f:\n"
+        "    while lines := f.readlines(16 << 20):\n"
+        "        tok.encode_batch([x.rstrip('\\n') for x in lines])\n"
+    ),
 }
+
+
+def make_tokenizer(path: str, text: str) -> str:
+    """A BPE tokenizer.json (8,000 tokens) trained on the first 200,000 lines of ``text``."""
+    if os.path.exists(path):
+        return path
+    import itertools
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    with open(text, encoding="utf-8") as f:
+        lines = list(itertools.islice(f, 200_000))
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=8000, special_tokens=["[UNK]", "[PAD]"]))
+    tok.save(path)
+    return path
 
 
 def peer(name: str, *args: str) -> list[str]:
@@ -371,6 +426,9 @@ def bench_memory(b: Bench) -> None:
         "shard CSV -> tfrecord 128MiB --shuffle": lambda s: [
             *LOVECRAFT, "shard", make_csv(os.path.join(b.work, f"csv_{s // 10**6}MB.csv"), s), "-o", b.out("m"), "--to", "tfrecord",
             "--shard-size", "128MiB", "--shuffle", "--seed", "1", "--max-memory", "256MiB", "-q"],
+        "bucket text -> memmap (bytes, 8 buckets)": lambda s: [
+            *LOVECRAFT, "bucket", make_text(os.path.join(b.work, f"text_{s // 10**6}MB.txt"), s), "-o", b.out("m"),
+            "--to", "memmap", "--num-buckets", "8", "-q"],
     }  # fmt: skip
     for name, make in cases.items():
         peaks = [run(make(s)) for s in sizes]
@@ -451,6 +509,58 @@ def bench_verify(b: Bench, size: int) -> None:
         )
 
 
+def bench_bucket(b: Bench, size: int) -> None:
+    """bucket with the bytes tokenizer (an absolute target), and with a tokenizer.json against the
+    tokenizers package's own encode_batch over the same lines."""
+    src = make_text(os.path.join(b.work, f"text_{size // 10**6}MB.txt"), size)
+    n = os.path.getsize(src)
+
+    def ours(*extra):
+        return lambda: [
+            *LOVECRAFT,
+            "bucket",
+            src,
+            "-o",
+            b.out("bk"),
+            "--to",
+            "memmap",
+            "--num-buckets",
+            "8",
+            "-q",
+            *extra,
+        ]
+
+    res = b.rounds({"padded": ours(), "ragged": ours("--layout", "ragged")})
+    b.rows.append(Row("bucket text -> memmap, bytes, 8 buckets (padded)", mbps(n, res["padded"]),
+                      "the target: 150 MB/s of input", 150.0, 1.0))  # fmt: skip
+    b.rows.append(Row("bucket text -> memmap, bytes, 8 buckets (ragged)", mbps(n, res["ragged"]),
+                      "the target: 150 MB/s of input", 150.0, 0.0, "context, no target"))  # fmt: skip
+    small = os.path.join(b.work, f"text_{size // 10**7}MB.txt")
+    if not os.path.exists(small):
+        with open(src, "rb") as f, open(small + ".tmp", "wb") as g:
+            data = f.read(size // 10)
+            g.write(data[: data.rfind(b"\n") + 1])
+        os.rename(small + ".tmp", small)
+    tok = make_tokenizer(os.path.join(b.work, "tokenizer.json"), src)
+    m = os.path.getsize(small)
+    res = b.rounds(
+        {
+            "ours": lambda: [*LOVECRAFT, "bucket", small, "-o", b.out("bkt"), "--to", "memmap", "--num-buckets", "8",
+                             "--tokenizer", tok, "-q"],
+            "peer": lambda: peer("encode_batch", small, tok),
+        }
+    )  # fmt: skip
+    b.rows.append(
+        Row(
+            f"bucket text -> memmap, tokenizer.json (BPE 8k), {m / 1e6:.0f} MB",
+            mbps(m, res["ours"]),
+            "tokenizers encode_batch over the same lines",
+            mbps(m, res["peer"]),
+            0.85,
+        )
+    )
+
+
 def help_time(b: Bench) -> None:
     times = []
     for _ in range(5):
@@ -462,14 +572,20 @@ def help_time(b: Bench) -> None:
     b.extra.append(f"`lovecraft --help`: median {statistics.median(times) * 1000:.0f} ms over 5 runs (target < 300 ms)")
 
 
-BENCHES = {"csv": bench_csv_parquet, "npy": bench_npy, "shard": bench_shard, "verify": bench_verify}
+BENCHES = {
+    "csv": bench_csv_parquet,
+    "npy": bench_npy,
+    "shard": bench_shard,
+    "bucket": bench_bucket,
+    "verify": bench_verify,
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="inputs 1/16 the size, one run: a smoke test")
-    ap.add_argument("--only", default="csv,npy,shard,verify,memory,help")
+    ap.add_argument("--only", default="csv,npy,shard,bucket,verify,memory,help")
     ap.add_argument("--workdir", default="/tmp/lovecraft-bench")
     args = ap.parse_args()
     if args.quick:

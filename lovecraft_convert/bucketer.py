@@ -44,6 +44,7 @@ from .output import OutputDir
 from .pipeline import MANIFEST_VERSION, _SigTerm, _validate, open_reader
 from .schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from .sharding import (
+    PART_BYTES,
     ShardOptions,
     _bar,
     _bucket_of,
@@ -61,6 +62,7 @@ from .sharding import (
 from .util import parse_size
 
 LENGTH = "length"
+TOKENIZER_PART_BYTES = 16 << 20
 LAYOUTS = ("padded", "ragged")
 MANIFEST = "_manifest.json"
 
@@ -367,32 +369,29 @@ class Sequences:
 # --------------------------------------------------------------------------------------------
 
 
-def gather(values: np.ndarray, starts: np.ndarray, lens: np.ndarray, max_elems: int = 1 << 20) -> np.ndarray:
-    """``values[starts[i] : starts[i] + lens[i]]`` for every i, concatenated (bounded temporaries)."""
+def gather_sorted(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """``values[starts[i] : starts[i] + lens[i]]`` for every i, concatenated; ``lens`` ascending.
+
+    Rows of one length are copied as one 2-D fancy index over a strided view of ``values`` (a view
+    whose row s is ``values[s:]``): one call per distinct length, a memcpy per row, no index
+    array per element.
+    """
     total = int(lens.sum())
     out = np.empty(total, dtype=values.dtype)
-    n = len(lens)
-    if n == 0:
+    if total == 0:
         return out
-    if total >= 256 * n:  # long rows: a copy per row is cheaper than an index per element
-        pos = 0
-        for s, ln in zip(starts.tolist(), lens.tolist(), strict=True):
-            out[pos : pos + ln] = values[s : s + ln]
-            pos += ln
-        return out
-    ends = np.cumsum(lens)
-    i = pos = 0
-    while i < n:
-        j = max(i + 1, int(np.searchsorted(ends, pos + max_elems, side="right")))
-        ln = lens[i:j]
-        m = int(ends[j - 1]) - pos
-        local = np.zeros(j - i, dtype=np.int64)
-        np.cumsum(ln[:-1], out=local[1:])
-        idx = np.repeat(starts[i:j] - local, ln)
-        idx += np.arange(m, dtype=np.int64)
-        out[pos : pos + m] = values[idx]
-        pos += m
-        i = j
+    isz = values.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        values, shape=(len(values), int(lens[-1])), strides=(isz, isz), writeable=False
+    )
+    uniq, first = np.unique(lens, return_index=True)
+    ends = np.append(first[1:], len(lens))
+    pos = 0
+    for ln, a, b in zip(uniq.tolist(), first.tolist(), ends.tolist(), strict=True):
+        if ln:  # only view[s, :ln] is read, always inside values
+            n = (b - a) * ln
+            out[pos : pos + n].reshape(b - a, ln)[...] = view[starts[a:b], :ln]
+            pos += n
     return out
 
 
@@ -546,25 +545,22 @@ def split_unit(ctx: BContext, part: Part) -> dict[str, Any]:
             else:
                 order = np.argsort(kl, kind="stable")
             sl = kl[order]
-            values = gather(col.values, starts[order], sl)
-            if values.size:
-                lo, hi = values.min(), values.max()
-                vmin = lo if vmin is None else min(vmin, lo)
-                vmax = hi if vmax is None else max(vmax, hi)
-            dtypes.add(values.dtype.str)
-            if B:
-                cuts = np.searchsorted(b_sorted, np.arange(B + 1))
-                vcuts = np.concatenate(([0], np.cumsum(sl)))[cuts]
-            else:
-                cuts, vcuts = np.array([0, len(sl)]), np.array([0, values.size])
+            ss = starts[order]
+            dtypes.add(col.values.dtype.str)
+            cuts = np.searchsorted(b_sorted, np.arange(B + 1)) if B else np.array([0, len(sl)])
             for b in range(len(names)):
                 a, z = int(cuts[b]), int(cuts[b + 1])
                 if a == z:
                     continue
+                piece = sl[a:z]
+                values = gather_sorted(col.values, ss[a:z], piece)  # lengths ascend within a hash bucket
+                if values.size:
+                    lo, hi = values.min(), values.max()
+                    vmin = lo if vmin is None else min(vmin, lo)
+                    vmax = hi if vmax is None else max(vmax, hi)
                 if handles[b] is None:
                     handles[b] = open(os.path.join(spill, names[b] + ".tmp"), "wb")  # noqa: SIM115
-                piece = sl[a:z]
-                frames[b].append(write_grouped(handles[b], piece, values[int(vcuts[b]) : int(vcuts[b + 1])]))
+                frames[b].append(write_grouped(handles[b], piece, values))
                 u, first = np.unique(piece, return_index=True)
                 hists[b].append((u, np.diff(np.append(first, len(piece)))))
             c["rows"] += len(idx)
@@ -782,8 +778,11 @@ def _intact(work: str, entry: dict) -> bool:
 
 
 def _run(o: BucketOptions, inputs, work, plan, journal: _Journal, runner: _Runner, probe: Sequences) -> dict:
+    part_bytes = o.part_bytes
+    if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 and part_bytes == PART_BYTES:
+        part_bytes = TOKENIZER_PART_BYTES  # slow tokenizers: smaller parts keep every worker busy to the end
     ctx = BContext(list(inputs), o.to_dict(), work, 0)
-    parts = probe.partitions(o.part_bytes, mapper=runner.map_ordered)
+    parts = probe.partitions(part_bytes, mapper=runner.map_ordered)
     if o.shuffle:
         est = sum((s.size or (256 << 20)) * (6 if s.compression else 1) for s in probe.specs) if probe.specs else 0
         if probe.dataset is not None:
