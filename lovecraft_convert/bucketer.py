@@ -935,7 +935,14 @@ def _plan_buckets(o: BucketOptions, probe: Sequences, split: list[dict], ctx: BC
             units.append(unit)
             uid += 1
             a += s
-    return {"bounds": [int(b) for b in bounds], "buckets": buckets, "units": units, "dtype": dtype, "hist": hist}
+    return {
+        "bounds": [int(b) for b in bounds],
+        "buckets": buckets,
+        "units": units,
+        "dtype": dtype,
+        "hist": hist,
+        "hash_buckets": ctx.hash_buckets,
+    }
 
 
 def _count(hist: list, lo: int, hi: int) -> int:
@@ -1034,7 +1041,7 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         "options": o.to_dict(),
         "rows": total_rows,
         "schema": schema.to_list(),
-        "shuffle": {"seed": o.seed, "buckets": None} if o.shuffle else None,
+        "shuffle": {"seed": o.seed, "buckets": layout["hash_buckets"]} if o.shuffle else None,
         "buckets": buckets,
         "bucketing": bucketing,
         "files": [{**f, "bucket": fr["bucket"], "shard": fr["shard"]} for fr in frags for f in fr["files"]],

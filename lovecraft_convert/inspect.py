@@ -73,6 +73,10 @@ def inspect(
         if plot:
             raise LovecraftError("--plot draws the length histogram of inputs", hint="give input files, not a dataset")
         return inspect_dataset(inputs[0])
+    if any(_is_tfrecord(p) for p in inputs):
+        if plot:
+            raise LovecraftError("--plot draws the length histograms of text, CSV or NPY inputs, not TFRecord files")
+        return inspect_tfrecord(inputs, sample=sample, max_expansion=max_expansion)
     from .pipeline import ConvertOptions
 
     o = ConvertOptions(
@@ -453,6 +457,141 @@ def estimate_sizes(
 
 
 # --------------------------------------------------------------------------------------------
+# TFRecord files (ours or anyone's): framing and both CRCs of every record, Examples described
+# --------------------------------------------------------------------------------------------
+
+TFRECORD_EXT = (".tfrecord", ".tfrecords", ".tfrec")
+EXAMPLE_SAMPLE = 1000  # records parsed as tf.train.Example to describe the features
+PREVIEW = 5  # records shown when they are not Examples
+
+
+def _is_tfrecord(path: str) -> bool:
+    low = path.lower()
+    for ext in (".gz", ".zlib"):
+        if low.endswith(ext):
+            low = low[: -len(ext)]
+    return low.endswith(TFRECORD_EXT)
+
+
+def inspect_tfrecord(inputs: list[str], sample: int | None = None, max_expansion: float = 1000.0) -> dict[str, Any]:
+    """Records of TFRecord files (``.tfrecord``, ``.tfrecord.gz``): every record's framing and both
+    CRCs are checked (a corrupt or cut file is an error naming the record and its byte offset);
+    the first records are parsed as ``tf.train.Example`` to describe the features, and shown as
+    bytes when they are not Examples. ``sample`` stops after that many records (in all)."""
+    from .errors import InputError
+    from .formats.tfexample import iter_records, parse_example
+    from .sources import open_stream, resolve_inputs
+
+    others = [p for p in inputs if not _is_tfrecord(p)]
+    if others:
+        raise InputError(f"inputs mix TFRecord files with other formats ({others[0]})", hint="inspect them separately")
+    specs = resolve_inputs(inputs, "tfrecord")
+    files: list[dict[str, Any]] = []
+    features: dict[str, dict[str, Any]] = {}
+    parsed = 0
+    examples = True
+    preview: list[dict[str, Any]] = []
+    total = 0
+    stopped = False
+    for spec in specs:
+        n = nbytes = 0
+        lo = hi = None
+        size = spec.size if spec.compression is None else None
+        with open_stream(spec, max_ratio=max_expansion) as f:
+            for data in iter_records(f, spec.name, size):
+                if sample is not None and total >= sample:
+                    stopped = True
+                    break
+                n += 1
+                total += 1
+                nbytes += len(data)
+                lo = len(data) if lo is None else min(lo, len(data))
+                hi = len(data) if hi is None else max(hi, len(data))
+                if len(preview) < PREVIEW:
+                    preview.append({"file": spec.name, "bytes": len(data), "text": _preview(data)})
+                if examples and parsed < EXAMPLE_SAMPLE:
+                    try:
+                        ex = parse_example(data)
+                    except InputError:
+                        ex = None
+                    if not ex:  # not an Example, or an Example without features: raw records
+                        examples = False
+                        features = {}
+                    else:
+                        parsed += 1
+                        _tally(features, ex)
+        files.append(
+            {
+                "name": spec.name,
+                "path": os.path.abspath(spec.path),
+                "compression": spec.compression,
+                "size": spec.size,
+                "records": n,
+                "record_bytes": {"min": lo, "mean": nbytes / n if n else None, "max": hi, "total": nbytes},
+            }
+        )
+        if stopped:
+            break
+    if total == 0:
+        raise InputError(f"{', '.join(s.name for s in specs)}: empty input (no records)", hint="check the file")
+    return {
+        "kind": "tfrecord",
+        "files": files,
+        "records": total,
+        "records_exact": not stopped,
+        "examples": examples,
+        "examples_parsed": parsed if examples else 0,
+        "features": [{"name": k, **v} for k, v in features.items()] if examples else None,
+        "preview": preview,
+    }
+
+
+def _preview(data: bytes, limit: int = 60) -> str:
+    text = data[:limit].decode("utf-8", "backslashreplace")
+    return text + ("..." if len(data) > limit else "")
+
+
+def _tally(features: dict[str, dict[str, Any]], ex: dict[str, tuple[str, list]]) -> None:
+    for name, (kind, values) in ex.items():
+        f = features.setdefault(name, {"kind": kind, "records": 0, "values_min": None, "values_max": None})
+        if f["kind"] != kind:
+            f["kind"] = "mixed"
+        f["records"] += 1
+        k = len(values)
+        f["values_min"] = k if f["values_min"] is None else min(f["values_min"], k)
+        f["values_max"] = k if f["values_max"] is None else max(f["values_max"], k)
+
+
+def _records(n: int) -> str:
+    return f"{_n(n)} record" + ("" if n == 1 else "s")
+
+
+def _format_tfrecord(r: dict[str, Any]) -> str:
+    out = []
+    for f in r["files"]:
+        comp = f["compression"] or "not compressed"
+        rb = f["record_bytes"]
+        sizes = (
+            f"record bytes {_n(rb['min'])}..{_n(rb['max'])}, mean {rb['mean']:.1f}" if f["records"] else "no records"
+        )
+        out.append(f"{f['name']}: TFRecord, {comp}, {format_size(f['size'])}, {_records(f['records'])} ({sizes})")
+    if r["records_exact"]:
+        out.append(f"records: {_n(r['records'])} (the framing and both CRCs of every record checked)")
+    else:
+        out.append(f"records: at least {_n(r['records'])} (stopped at --sample)")
+    if r["examples"]:
+        out.append(f"tf.train.Example features (from the first {_n(r['examples_parsed'])} records):")
+        for f in r["features"]:
+            span = f["values_min"] if f["values_min"] == f["values_max"] else f"{f['values_min']}..{f['values_max']}"
+            out.append(f"  {f['name']}: {f['kind']}, {span} values per record, in {_n(f['records'])} records")
+    else:
+        out.append("records are not tf.train.Example messages; the first ones:")
+        for p in r["preview"]:
+            out.append(f"  {p['bytes']} bytes: {p['text']!r}")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
 # datasets
 # --------------------------------------------------------------------------------------------
 
@@ -463,7 +602,8 @@ def inspect_dataset(path: str) -> dict[str, Any]:
     files = [f for f in m.get("files") or [] if isinstance(f, dict)]
     by_path = {f.get("path"): f for f in files}
     shards = []
-    for s in m.get("shards") or []:
+    units = m.get("shards") or [sub for b in m.get("buckets") or [] for sub in (b.get("shards") or [b])]
+    for s in units:
         names = list(s.get("files") or [])
         shards.append(
             {
@@ -628,6 +768,8 @@ def format_text(r: dict[str, Any]) -> str:
     """A report of :func:`inspect` as text for a terminal."""
     if r.get("kind") == "dataset":
         return _format_dataset(r)
+    if r.get("kind") == "tfrecord":
+        return _format_tfrecord(r)
     out = []
     for i in r["inputs"]:
         comp = i["compression"] or "not compressed"
