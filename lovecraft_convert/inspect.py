@@ -443,7 +443,11 @@ def estimate_sizes(
                 return sum(f.bytes for f in files)
 
             n = sample.num_rows
-            full = size_of(n)
+            try:
+                full = size_of(n)
+            except LovecraftError:  # a value this format cannot store (convert says which)
+                out[fmt] = None
+                continue
             if rows <= n:
                 out[fmt] = full
                 continue

@@ -62,6 +62,12 @@ class OutputDir:
             os.makedirs(self.parent, exist_ok=True)
             self._lock_fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
         except OSError as e:
+            blocker = _file_in_the_way(self.parent)
+            if blocker is not None:
+                raise OutputError(
+                    f"{self.path}: cannot create the output: {blocker} is a file, not a directory",
+                    hint="choose another output path",
+                ) from None
             raise OutputError(
                 f"{self.path}: cannot create the output ({e.strerror})", hint="check the path and permissions"
             ) from None
@@ -118,11 +124,27 @@ class OutputDir:
         if os.path.exists(self.tmp) and not self.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
         self._unlock()
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise OutputError(
-                f"{self.path}: no space left on device; nothing was written",
-                hint="free space or write elsewhere",
+                f"{self.path}: {_no_space(exc)}{self._writing(exc)}; nothing was written",
+                hint="free space or choose another output",
             ) from None
+
+    def _writing(self, exc: OSError) -> str:
+        """`` while writing data.h5 (12.2 MiB needed)``: the file, as it will be named in the output."""
+        from .util import format_size
+
+        what = ""
+        name = exc.filename if isinstance(exc.filename, str) else None
+        if name:
+            full = os.path.abspath(name)
+            rel = os.path.relpath(full, self.tmp) if full.startswith(self.tmp + os.sep) else None
+            if rel is not None and not rel.startswith(".."):
+                what = f" while writing {rel}"
+        needed = getattr(exc, "needed", None)
+        if needed:
+            what += f" ({format_size(needed)} needed)" if what else f" ({format_size(needed)} needed for a file)"
+        return what
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
@@ -132,6 +154,21 @@ class OutputDir:
                 pass
             os.close(self._lock_fd)
             self._lock_fd = None
+
+
+def _no_space(exc: OSError) -> str:
+    return "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+
+
+def _file_in_the_way(parent: str) -> str | None:
+    """The closest existing ancestor of ``parent`` when it is not a directory (``a.csv`` of ``a.csv/out``)."""
+    p = parent
+    while p and not os.path.lexists(p):
+        up = os.path.dirname(p)
+        if up == p:
+            return None
+        p = up
+    return p if p and os.path.lexists(p) and not os.path.isdir(p) else None
 
 
 def _json_default(o):

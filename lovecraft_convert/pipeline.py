@@ -69,9 +69,12 @@ def _validate(o: ConvertOptions) -> None:
         "hdf5": (None, "gzip", "lzf"),
         "tfrecord": (None, "gzip"),
     }
+    if o.compression == "none" and o.to != "parquet":
+        o.compression = None  # "none" is what every format does without the flag
     if o.compression is not None and o.compression not in valid.get(o.to, (None,)):
-        opts = ", ".join(c for c in valid.get(o.to, (None,)) if c) or "none"
-        raise SchemaError(f"--compression {o.compression} is not offered for {o.to}", hint=f"choose {opts}")
+        opts = ", ".join(c for c in valid.get(o.to, (None,)) if c)
+        hint = f"choose {opts} or none" if opts else f"{o.to} is written uncompressed: drop the flag"
+        raise SchemaError(f"--compression {o.compression} is not offered for {o.to}", hint=hint)
 
 
 def open_reader(inputs: list[str], o: ConvertOptions, budget: int, threads: bool = True) -> Reader:

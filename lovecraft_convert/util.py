@@ -83,7 +83,11 @@ class HashingWriter:
         self._unsynced = 0
         self._error: BaseException | None = None
         if preallocate > 0:
-            preallocate_fd(self.f.fileno(), preallocate, path)
+            try:
+                preallocate_fd(self.f.fileno(), preallocate, path)
+            except BaseException:
+                self.f.close()
+                raise
         self._q: queue.Queue = queue.Queue(maxsize=2)
         self._t = threading.Thread(target=self._run, name="lovecraft-writer", daemon=True)
         self._t.start()
@@ -106,7 +110,7 @@ class HashingWriter:
                     os.fdatasync(self.f.fileno())
                     self._unsynced = 0
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                self._error = e
+                self._error = named(e, self.path)
 
     def _check(self) -> None:
         if self._error is not None:
@@ -129,8 +133,11 @@ class HashingWriter:
         if not self.f.closed:
             self._drain()
             self._check()
-            self.f.truncate(self.bytes)
-            os.fsync(self.f.fileno())
+            try:
+                self.f.truncate(self.bytes)
+                os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
+            except OSError as e:
+                raise named(e, self.path) from None
             self.f.close()
         return self.bytes, self.h.hexdigest()
 
@@ -141,18 +148,27 @@ class HashingWriter:
             self.f.close()
 
 
-def preallocate_fd(fd: int, nbytes: int, path: str) -> None:
-    """Reserve disk blocks up front so a full disk fails now, not in the middle (or as SIGBUS)."""
-    from .errors import OutputError
+def named(e: BaseException, path: str) -> BaseException:
+    """``e``, or for an OSError that names no file, the same error naming ``path`` (so that a full
+    disk can be reported with the file being written)."""
+    if isinstance(e, OSError) and e.errno is not None and e.filename is None:
+        out = OSError(e.errno, e.strerror or os.strerror(e.errno), path)
+        out.__dict__.update(e.__dict__)
+        return out
+    return e
 
+
+def preallocate_fd(fd: int, nbytes: int, path: str) -> None:
+    """Reserve disk blocks up front so a full disk fails now, not in the middle (or as SIGBUS).
+    A full disk raises OSError(ENOSPC) naming ``path``, with the bytes asked for as ``.needed``."""
     try:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as e:
         import errno
 
-        if e.errno == errno.ENOSPC:
-            raise OutputError(
-                f"{path}: no space left on device for {nbytes} bytes", hint="free space or write elsewhere"
-            ) from None
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            err = OSError(e.errno, os.strerror(e.errno), path)
+            err.needed = nbytes
+            raise err from None
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", 95)):
             raise

@@ -47,7 +47,7 @@ def input_options(f: Callable) -> Callable:
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
         click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV: fix a column's type, e.g. zip=string (repeatable)."),
         click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order."),
-        click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text: invalid UTF-8 is an error, or replaced with U+FFFD."),
+        click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text and CSV: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
     ]  # fmt: skip
     for o in reversed(opts):

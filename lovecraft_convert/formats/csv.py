@@ -111,12 +111,14 @@ class CsvReader(Reader):
         on its own by pyarrow's multi-threaded ``read_csv``.
         """
         max_record = max(4 * chunk, 64 << 20)
+        whole = stream is None  # a byte range of a file (shard) cannot name its lines
         if stream is None:
             stream = open_stream(spec, max_ratio=self.options.max_ratio)
         with stream:
             self._stream = stream
             carry = b""
             first = strip_bom
+            consumed = 0  # bytes yielded so far: the offset of ``carry`` (after a BOM)
             while True:
                 data = stream.read(chunk)
                 if first:
@@ -126,19 +128,64 @@ class CsvReader(Reader):
                 buf = carry + data if carry else data
                 if not data:
                     if buf:
-                        yield buf if buf.endswith(b"\n") else buf + b"\n"
+                        if buf.count(b'"') % 2:
+                            k = _unclosed_record(buf, self._delimiter(spec))
+                            if k is not None:
+                                raise InputError(
+                                    f"{self._where(spec, consumed if whole else None, k)}: a quoted field opened "
+                                    "here is never closed (unterminated quote)",
+                                    hint="fix the quoting (a quote inside a quoted field is written twice)",
+                                )
+                        yield self._text(buf if buf.endswith(b"\n") else buf + b"\n")
                     return
                 cut = _record_end(buf)
                 if cut == 0:
                     if len(buf) > max_record:
                         raise InputError(
-                            f"{spec.name}: a record longer than {max_record} bytes (unbalanced quote?)",
+                            f"{self._where(spec, consumed if whole else None)}: a record longer than "
+                            f"{max_record} bytes (unbalanced quote?)",
                             hint="check the quoting, or raise --max-memory",
                         )
                     carry = buf
                     continue
                 carry = buf[cut:]
-                yield buf[:cut]
+                consumed += cut
+                yield self._text(buf[:cut])
+
+    def _text(self, piece: bytes) -> bytes:
+        """``--errors replace``: invalid UTF-8 becomes U+FFFD (pieces end at a newline, never inside
+        a character); otherwise invalid bytes are an error naming the row and column."""
+        if self.options.errors == "replace":
+            return piece.decode("utf-8", "replace").encode("utf-8")
+        return piece
+
+    def _bad_utf8(self, spec: InputSpec, names: list[str], col: str) -> InputError:
+        idx = names.index(col)
+        row, line = self._locate(spec, lambda r: len(r) > idx and _escaped(r[idx]), "surrogateescape")
+        where = f", row {row} (line {line})" if row else ""
+        return InputError(
+            f"{spec.name}{where}, column '{col}': invalid UTF-8", hint="fix the file or pass --errors replace"
+        )
+
+    def _where(self, spec: InputSpec, offset: int | None, more: int = 0) -> str:
+        """``name, line N`` of the line ``more`` lines after byte ``offset`` (after a BOM); slow, for errors."""
+        if offset is None:
+            return spec.name
+        lines = 1 + more
+        try:
+            with open_stream(spec, max_ratio=self.options.max_ratio) as f:
+                head = f.read(3)
+                left = offset - (len(head) if head != b"\xef\xbb\xbf" else 0)
+                lines += head.count(b"\n") if head != b"\xef\xbb\xbf" else 0
+                while left > 0:
+                    blk = f.read(min(left, 4 << 20))
+                    if not blk:
+                        break
+                    lines += blk.count(b"\n")
+                    left -= len(blk)
+        except InputError:
+            return spec.name
+        return f"{spec.name}, line {lines}"
 
     def _parse(self, piece: bytes, spec: InputSpec, names: list[str] | None, types: bool = True):
         import pyarrow as pa
@@ -165,6 +212,8 @@ class CsvReader(Reader):
         if not piece.strip():
             raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
         end = _record_end(piece, 1) or len(piece)
+        if self.options.header:
+            _header_utf8(spec, piece[:end])
         first = self._parse(piece[:end], spec, None, types=False) if self.options.header else None
         if first is not None:
             self.header = list(first.schema.names)
@@ -231,8 +280,8 @@ class CsvReader(Reader):
                 fields.append(Field(f.name, FIXED, np.dtype(t.to_pandas_dtype()).str))
             elif pa.types.is_string(t) or pa.types.is_large_string(t):
                 fields.append(Field(f.name, STRING, "|u1"))
-            elif pa.types.is_binary(t):
-                fields.append(Field(f.name, BINARY, "|u1"))
+            elif pa.types.is_binary(t):  # pyarrow infers binary for bytes that are not UTF-8
+                raise self._bad_utf8(spec, names, f.name)
             else:  # null (all empty so far), dates, times...: read as text
                 retry[f.name] = "string"
         if retry:
@@ -278,6 +327,7 @@ class CsvReader(Reader):
             if not header_done:
                 header_done = True
                 end = _record_end(piece, 1)
+                _header_utf8(spec, piece[:end])
                 head = self._parse(piece[:end], spec, None, types=False)
                 if list(head.schema.names) != self.header:
                     raise SchemaError(
@@ -328,8 +378,7 @@ class CsvReader(Reader):
             col = self.header[int(m.group(1))]
             value = m.group(3)
             if m.group(2) == "string" or "UTF8" in msg:
-                row, line = self._locate(spec, lambda r: False, col)
-                raise InputError(f"{spec.name}, column '{col}': invalid UTF-8", hint="fix the file") from None
+                raise self._bad_utf8(spec, self.header, col) from None
             if col not in self.options.column_types:
                 cur = self.widened.get(col) or (str(self.schema[col].np_dtype) if col in self.schema.names else "null")
                 if cur.startswith("int") or cur.startswith("uint") or cur == "null":
@@ -357,16 +406,21 @@ class CsvReader(Reader):
                 hint="fix the row (is a quote unbalanced or a delimiter missing?)",
             ) from None
         if "UTF8" in msg or "utf8" in msg.lower():
-            raise InputError(f"{spec.name}: invalid UTF-8 in a text column", hint="fix the file") from None
+            m = re.search(r"In CSV column #(\d+)", msg)
+            if m and self.header is not None and int(m.group(1)) < len(self.header):
+                raise self._bad_utf8(spec, self.header, self.header[int(m.group(1))]) from None
+            raise InputError(
+                f"{spec.name}: invalid UTF-8 in a text column", hint="fix the file or pass --errors replace"
+            ) from None
         raise InputError(
             f"{spec.name}: cannot parse CSV ({msg.splitlines()[0]})", hint="check the file and --delimiter"
         ) from None
 
-    def _locate(self, spec: InputSpec, bad, col=None) -> tuple[int | None, int | None]:
+    def _locate(self, spec: InputSpec, bad, errors: str = "replace") -> tuple[int | None, int | None]:
         """Slow path, on errors only: find the first data row (1-based) matching ``bad``."""
         try:
             with open_stream(spec, max_ratio=self.options.max_ratio) as raw:
-                text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+                text = io.TextIOWrapper(raw, encoding="utf-8", errors=errors, newline="")
                 reader = pycsv.reader(text, delimiter=self._delimiter(spec))
                 if self.options.header:
                     next(reader, None)
@@ -393,6 +447,35 @@ def _spool_stdin(spec: InputSpec) -> None:
         shutil.copyfileobj(stdin_buffer(), out, 4 << 20)
     spec.stdin_spool = path
     spec.size = os.path.getsize(path)
+
+
+def _header_utf8(spec: InputSpec, header: bytes) -> None:
+    """Column names must be UTF-8 (with ``--errors replace`` the piece was already repaired)."""
+    try:
+        header.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{spec.name}, line 1 (the header): invalid UTF-8 ({e.reason} at byte {e.start + 1} of the line)",
+            hint="fix the file or pass --errors replace",
+        ) from None
+
+
+def _escaped(s: str) -> bool:
+    """Whether ``s`` (decoded with surrogateescape) held bytes that are not UTF-8."""
+    return any("\udc80" <= c <= "\udcff" for c in s)
+
+
+def _unclosed_record(buf: bytes, delimiter: str) -> int | None:
+    """Lines of ``buf`` before a record whose quoted field the end of the input leaves open, or
+    None (a stray quote inside an unquoted field, ``5"``, is a literal, as pyarrow reads it)."""
+    reader = pycsv.reader(io.StringIO(buf.decode("utf-8", "replace"), newline=""), delimiter=delimiter, strict=True)
+    done = 0
+    try:
+        for _ in reader:
+            done = reader.line_num
+    except pycsv.Error as e:
+        return done if "unexpected end of data" in str(e) else None
+    return None
 
 
 def _record_end(buf: bytes, count: int | None = None) -> int:

@@ -8,6 +8,7 @@ sequences variable-length arrays.
 
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -37,12 +38,28 @@ def _create(h5py, path: str, cache_bytes: int):
     return h5py.File(fid)
 
 
+def _disk_error(e: Exception, path: str) -> Exception:
+    """h5py reports a failed write (a full disk, mostly when the chunk cache is flushed on close) as
+    an OSError or RuntimeError whose text holds HDF5's ``errno = 28``: make it the OSError it is,
+    naming the file, so the output reports the full disk; any other error is returned unchanged."""
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        if (isinstance(e, OSError) and e.errno == code) or f"errno = {code}," in str(e):
+            return OSError(code, os.strerror(code), path)
+    return e
+
+
 class Hdf5Writer(Writer):
     extension = ".h5"
 
     @classmethod
     def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
         for f in schema:
+            if not f.name or "/" in f.name or "\x00" in f.name or f.name in (".", ".."):
+                raise SchemaError(
+                    f"{source}, column {f.name!r}: cannot be the name of an HDF5 dataset "
+                    "(empty, '.', '..', or holding '/' or NUL)",
+                    hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
+                )
             dt = f.np_dtype
             if f.kind in (FIXED, SEQUENCE) and dt.kind in "MmUO":
                 if dt.kind == "U":
@@ -92,6 +109,12 @@ class Hdf5Writer(Writer):
         self.known = rows
 
     def write(self, batch: Batch) -> None:
+        try:
+            self._write(batch)
+        except (OSError, RuntimeError) as e:
+            raise _disk_error(e, self.path) from None
+
+    def _write(self, batch: Batch) -> None:
         n = batch.num_rows
         start, stop = self.rows, self.rows + n
         for fd in self.schema:
@@ -107,22 +130,56 @@ class Hdf5Writer(Writer):
                     obj[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
                 else:
                     obj[:] = np.split(col.values, col.offsets[1:-1]) if n else []
-                ds[start:stop] = obj
+                self._strings(ds, start, stop, obj, fd.name)
             elif fd.np_dtype.kind == "U":
                 obj = np.empty(n, dtype=object)
                 obj[:] = col.tolist()
-                ds[start:stop] = obj
+                self._strings(ds, start, stop, obj, fd.name)
             else:
                 if n:
                     ds.write_direct(np.ascontiguousarray(col), dest_sel=np.s_[start:stop])
         self.rows = stop
 
+    def _strings(self, ds, start: int, stop: int, obj, name: str) -> None:
+        try:
+            ds[start:stop] = obj
+        except ValueError as e:
+            if "NUL" not in str(e):
+                raise
+            i = next(i for i, v in enumerate(obj) if isinstance(v, str) and "\x00" in v)
+            raise SchemaError(
+                f"column '{name}', row {start + i + 1}: holds a NUL character, which HDF5 strings cannot store",
+                hint="remove it from the input, or write parquet, tfrecord or memmap",
+            ) from None
+
     def close(self) -> list[FileRecord]:
-        self.f.close()
-        fsync_path(self.path)
+        try:
+            # Chunks still in the cache are written here. Flushed before closing: a full disk then
+            # fails with every object still open, which a close does not leave (see abort()).
+            self.f.flush()
+            self.f.close()
+            fsync_path(self.path)
+        except (OSError, RuntimeError) as e:
+            raise _disk_error(e, self.path) from None
         return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), sha256_file(self.path))]
 
     def abort(self) -> None:
+        """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close
+        that fails to write them leaves datasets half-closed inside the library, and freeing them
+        later crashes the interpreter (SIGSEGV at exit, after our error message). So empty the
+        file (freeing its blocks) and flush until nothing is left to write, then close."""
+        if not self.f.id.valid:
+            return
+        for _ in range(64):
+            try:
+                os.truncate(self.path, 0)
+            except OSError:
+                pass
+            try:
+                self.f.flush()
+                break
+            except Exception:  # noqa: BLE001 - each attempt writes what fits; try again
+                continue
         try:
             self.f.close()
         except Exception:  # noqa: BLE001 - already failing; the temporary directory is removed

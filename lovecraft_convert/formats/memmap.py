@@ -34,6 +34,20 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...], total: int | None = None
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
 
 
+def file_name_problem(name: str) -> str | None:
+    """Why a column name cannot be used in a file name (``<name>.npy``), or None. A ``/`` or
+    ``..`` would write outside the dataset, a leading dot would hide the file."""
+    if not name:
+        return "it is empty"
+    if "/" in name or "\\" in name or "\x00" in name:
+        return "it holds '/', '\\' or NUL"
+    if name.startswith("."):
+        return "it starts with '.'"
+    if len(name.encode("utf-8")) > 200:
+        return "it is longer than 200 bytes"
+    return None
+
+
 class _NpyFile:
     def __init__(self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None) -> None:
         self.path = path
@@ -77,6 +91,12 @@ class MemmapWriter(Writer):
     @classmethod
     def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
         for f in schema:
+            bad = file_name_problem(f.name)
+            if bad:
+                raise SchemaError(
+                    f"{source}, column {f.name!r}: cannot be the name of a memmap file ({bad})",
+                    hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
+                )
             if f.kind == STRING and input_format != "text":
                 raise SchemaError(
                     f"{source}, column '{f.name}': a string column cannot be written to memmap (numeric .npy files)",

@@ -1,4 +1,5 @@
 """NPY input: any dtype NumPy stores without pickles, any rank, C or Fortran order, either byte order.
+Structured dtypes (record arrays) are refused: save each field as its own .npy file.
 
 The header is parsed by us (never ``allow_pickle``) and its claimed shape is checked against the
 file's size before anything is allocated. Axis 0 is the record axis; several .npy inputs of equal
@@ -45,6 +46,8 @@ class NpyHeader:
 def read_header(f, name: str) -> NpyHeader:
     """Parse and validate an NPY header from a binary stream positioned at its start."""
     head = f.read(8)
+    if not head:
+        raise InputError(f"{name}: empty input (0 bytes, not a .npy file)", hint="check the file")
     if len(head) < 8 or not head.startswith(MAGIC):
         raise InputError(f"{name}: not a .npy file (bad magic bytes)", hint="check the file or pass --input-format")
     major, minor = head[6], head[7]
@@ -84,7 +87,7 @@ def read_header(f, name: str) -> NpyHeader:
         raise InputError(f"{name}: malformed .npy header (shape or order)", hint="re-create the file")
     try:
         dtype = np.lib.format.descr_to_dtype(d["descr"])
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, SyntaxError, RecursionError):  # numpy parses some descrs with literal_eval
         raise InputError(
             f"{name}: .npy header has an invalid dtype {d['descr']!r}", hint="re-create the file"
         ) from None
@@ -93,11 +96,33 @@ def read_header(f, name: str) -> NpyHeader:
             f"{name}: holds Python objects (dtype {dtype}); refusing to unpickle",
             hint="save it with a numeric or fixed-width string dtype",
         )
+    if dtype.names is not None:
+        raise InputError(
+            f"{name}: holds a structured dtype (fields {', '.join(dtype.names)}), which is not supported",
+            hint="save each field as its own .npy file (several .npy inputs become the columns of one dataset)",
+        )
     if dtype.itemsize == 0:
         raise InputError(f"{name}: dtype {dtype} has no size", hint="save it with a sized dtype")
     if not shape:
         raise InputError(f"{name}: a 0-d array has no record axis", hint="save it with at least one dimension")
     return NpyHeader(dtype, shape, d["fortran_order"], pre + hlen)
+
+
+def check_unicode(arr: np.ndarray, name: str, row0: int) -> None:
+    """A fixed-width Unicode column (``<U``) holds UTF-32 code units; any above U+10FFFF or a
+    surrogate is not a character, and no writer can encode it: refuse it, naming the row."""
+    if arr.dtype.kind != "U" or not arr.size:
+        return
+    cp = np.ascontiguousarray(arr).view(np.uint32).reshape(len(arr), -1)
+    bad = (cp > 0x10FFFF) | ((cp >= 0xD800) & (cp <= 0xDFFF))
+    rows = np.flatnonzero(bad.any(axis=1))
+    if rows.size:
+        r = int(rows[0])
+        code = int(cp[r][bad[r]][0])
+        raise InputError(
+            f"{name}, row {row0 + r + 1}: holds 0x{code:X}, which is not a Unicode character",
+            hint="re-create the file with valid strings",
+        )
 
 
 def native(arr: np.ndarray) -> np.ndarray:
@@ -210,6 +235,8 @@ class NpyReader(Reader):
         for start in range(first, last, step):
             stop = min(start + step, last)
             cols = {f.name: native(a[start:stop]) for f, a in zip(self.schema, arrays, strict=True)}
+            for spec, c in zip(self.specs, cols.values(), strict=True):
+                check_unicode(c, spec.name, start)
             self._done = int(sum(p * stop for p in per_row))
             yield Batch(cols, stop - start)
         self._done = self.progress_total() or 0
@@ -240,6 +267,7 @@ class NpyReader(Reader):
                         got += more
                     arr = np.frombuffer(buf, dtype=h.dtype).reshape((n, *h.shape[1:]))
                     cols[f.name] = native(arr)
+                    check_unicode(cols[f.name], spec.name, start)
                 yield Batch(cols, n)
             for s, spec in zip(streams, self.specs, strict=True):
                 if s.read(1):

@@ -11,7 +11,7 @@ import json
 import os
 
 from ..schema import Batch, Schema
-from ..util import fsync_path, sha256_file
+from ..util import fsync_path, named, sha256_file
 from .base import FileRecord, WriteOptions, Writer
 
 
@@ -62,14 +62,20 @@ class ParquetWriter(Writer):
         if not self.pending:
             return
         table = pa.Table.from_batches(self.pending, schema=self.aschema)
-        self.w.write_table(table, row_group_size=table.num_rows)
+        try:
+            self.w.write_table(table, row_group_size=table.num_rows)
+        except OSError as e:
+            raise named(e, self.path) from None
         self.pending = []
         self.pending_bytes = 0
 
     def close(self) -> list[FileRecord]:
         self._flush()
-        self.w.close()
-        fsync_path(self.path)
+        try:
+            self.w.close()
+            fsync_path(self.path)
+        except OSError as e:
+            raise named(e, self.path) from None
         return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), sha256_file(self.path))]
 
     def abort(self) -> None:
