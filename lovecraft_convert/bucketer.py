@@ -744,8 +744,9 @@ def bucket(inputs: list[str] | str, output: str, *, argv: list[str] | None = Non
             runner.close(kill=True)
             journal.close()
             out.keep = True
+            done = len(journal.phase(2))
             raise Interrupted(
-                f"interrupted; the finished units are kept in {work}",
+                f"interrupted; {done} bucket shard{'' if done == 1 else 's'} committed in {work}",
                 hint="run the same command with --resume to finish, or --overwrite to start over",
             ) from None
         except BaseException:

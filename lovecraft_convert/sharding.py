@@ -413,7 +413,7 @@ def _trim() -> None:
         pass
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int | None = None) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -423,6 +423,8 @@ def _worker_init() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+    if parent is not None and os.getppid() != parent:  # it died before the line above: follow it
+        os._exit(1)
     try:
         import pyarrow as pa
 
@@ -444,7 +446,9 @@ class _Runner:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
+            self.pool = ProcessPoolExecutor(
+                workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(),)
+            )
             for _ in range(workers):  # start the workers now: they import while the main process plans
                 self.pool.submit(int)
         else:
@@ -577,7 +581,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
             out.keep = True
             done = len(journal.phase(2))
             raise Interrupted(
-                f"interrupted; {done} shards are committed in {work}",
+                f"interrupted; {done} shard{'' if done == 1 else 's'} committed in {work}",
                 hint="run the same command with --resume to finish, or --overwrite to start over",
             ) from None
         except BaseException:
