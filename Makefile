@@ -1,7 +1,9 @@
 # make demo  : install (core) and convert sample_data/ into demo_out/
 # make test  : install (core + dev + tf + torch) and run every test
+# make test-slow : the slow tests (SIGKILL/SIGINT trials, conversions under a memory cap): minutes
 # make bench : the benchmark table (ratios against peers in the same run)
 # make lint  : ruff check + format check
+# make fuzz  : mutate seed inputs and datasets for 3 minutes; crashing inputs go to fuzz/crashes/
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +11,7 @@ PIP    := $(VENV)/bin/pip
 CORE   := $(VENV)/.core-installed
 FULL   := $(VENV)/.full-installed
 
-.PHONY: demo test test-slow bench lint format clean
+.PHONY: demo test test-slow bench fuzz lint format clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,19 +39,22 @@ test: $(FULL)
 	$(PY) -m pytest -q
 
 test-slow: $(FULL)
-	$(PY) -m pytest -q -m slow || [ $$? -eq 5 ]  # 5: no slow tests collected yet
+	$(PY) -m pytest -q -m slow
+
+fuzz: $(FULL)
+	$(PY) fuzz/fuzz_readers.py --minutes 3
 
 bench: $(FULL)
 	$(PY) bench/lovecraft_bench.py
 	$(PY) bench/loader_bench.py
 
 lint: $(FULL)
-	$(VENV)/bin/ruff check lovecraft_convert tests bench sample_data
-	$(VENV)/bin/ruff format --check lovecraft_convert tests bench sample_data
+	$(VENV)/bin/ruff check lovecraft_convert tests bench fuzz sample_data
+	$(VENV)/bin/ruff format --check lovecraft_convert tests bench fuzz sample_data
 
 format: $(FULL)
-	$(VENV)/bin/ruff check --fix lovecraft_convert tests bench sample_data
-	$(VENV)/bin/ruff format lovecraft_convert tests bench sample_data
+	$(VENV)/bin/ruff check --fix lovecraft_convert tests bench fuzz sample_data
+	$(VENV)/bin/ruff format lovecraft_convert tests bench fuzz sample_data
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache .hypothesis
