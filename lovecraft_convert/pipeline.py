@@ -289,20 +289,23 @@ def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
     stop = threading.Event()
     done = object()
 
+    def put(x) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def work() -> None:
         try:
             for item in it:
-                while not stop.is_set():
-                    try:
-                        q.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put((item, None)):
                     return
-            q.put((done, None))
+            put((done, None))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            q.put((None, e))
+            put((None, e))
 
     t = threading.Thread(target=work, name="lovecraft-reader", daemon=True)
     t.start()
@@ -315,12 +318,11 @@ def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
                 return
             yield item
     finally:
+        # Every put of the reader gives up once ``stop`` is set, so it needs no draining (draining
+        # from here could block on a queue lock an interrupt left taken). It reads only; should it be
+        # stuck in a read, it is a daemon thread and does not keep the process alive.
         stop.set()
-        while t.is_alive():
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                t.join(0.05)
+        t.join(10.0)
 
 
 def _select(batches: Iterator[Batch], schema: Schema) -> Iterator[Batch]:

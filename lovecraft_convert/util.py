@@ -117,16 +117,28 @@ class HashingWriter:
             err, self._error = self._error, None
             raise err
 
+    def _put(self, item) -> None:
+        import queue
+
+        while True:  # never blocks for good: the writer thread may have stopped
+            try:
+                self._q.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                if not self._t.is_alive():
+                    return
+
     def write(self, data) -> int:
         self._check()
         mv = memoryview(data).cast("B")
         if len(mv):
-            self._q.put(mv)
+            self._put(mv)
+            self._check()
         return len(mv)
 
     def _drain(self) -> None:
         if self._t.is_alive():
-            self._q.put(None)
+            self._put(None)
             self._t.join()
 
     def close(self) -> tuple[int, str]:

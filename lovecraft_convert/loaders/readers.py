@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
+from tokenize import TokenError
 
 import numpy as np
 
@@ -114,8 +116,10 @@ class MemmapReader(PartReader):
 
 def _load(path: str, rows: int | None) -> np.ndarray:
     try:
-        a = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
+        with warnings.catch_warnings():  # a damaged header can read as a "Python 2" one: the checks below judge it
+            warnings.simplefilter("ignore", UserWarning)
+            a = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, SyntaxError, TokenError) as e:  # a damaged header fails NumPy's parse
         raise DatasetError(f"{path}: cannot map ({e})", hint="the dataset is damaged; run `lovecraft verify`") from None
     if rows is not None and a.shape[0] != rows:
         raise DatasetError(
@@ -251,9 +255,15 @@ class Hdf5Reader(PartReader):
                         hint="the file is corrupt; run `lovecraft verify` or re-create the dataset",
                     ) from None
             return out
-        if fd.kind == STRING or ds.dtype.kind in "OSU" and fd.kind == FIXED:
-            return ds.asstr()[start:stop] if n else np.empty(0, dtype=object)
-        raw = ds[start:stop] if n else np.empty(0, dtype=object)
+        try:
+            if fd.kind == STRING or ds.dtype.kind in "OSU" and fd.kind == FIXED:
+                return ds.asstr()[start:stop] if n else np.empty(0, dtype=object)
+            raw = ds[start:stop] if n else np.empty(0, dtype=object)
+        except (OSError, UnicodeDecodeError) as e:
+            raise DatasetError(
+                f"{self.path}: column '{fd.name}', rows {start}..{stop - 1}: cannot read ({e})",
+                hint="the file is corrupt; run `lovecraft verify` or re-create the dataset",
+            ) from None
         if fd.kind == BINARY:
             out = np.empty(n, dtype=object)
             out[:] = [bytes(x) for x in raw]
@@ -432,6 +442,8 @@ class ParquetReader(PartReader):
         return self._pf
 
     def chunks(self, start: int, stop: int, chunk_rows: int, rng: np.random.Generator | None = None) -> Iterator[Batch]:
+        import pyarrow as pa
+
         from ..arrowconv import batch_from_arrow
 
         if stop <= start:
@@ -447,7 +459,17 @@ class ParquetReader(PartReader):
         runs = [[g] for g in rng.permutation(groups).tolist()] if shuffled else [groups]
         for run in runs:
             pos = int(rs[run[0]])
-            for rb in pf.iter_batches(batch_size=chunk_rows, row_groups=run, columns=names, use_threads=True):
+            batches = pf.iter_batches(batch_size=chunk_rows, row_groups=run, columns=names, use_threads=True)
+            while True:
+                try:
+                    rb = next(batches, None)
+                except (OSError, pa.ArrowException) as e:  # a damaged page (checksum, decompression, dictionary)
+                    raise DatasetError(
+                        f"{self.path}: row groups {run[0]}..{run[-1]}: cannot read ({e})",
+                        hint="the file is corrupt; run `lovecraft verify` or re-create the dataset",
+                    ) from None
+                if rb is None:
+                    break
                 n = rb.num_rows
                 a, b = max(start, pos), min(stop, pos + n)
                 pos += n
@@ -477,7 +499,13 @@ def to_object_rows(c, kind: str) -> np.ndarray:
     if kind in (STRING, BINARY):
         data = c.values.tobytes()
         if kind == STRING:
-            out[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
+            try:
+                out[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
+            except UnicodeDecodeError as e:
+                raise DatasetError(
+                    f"a text column holds invalid UTF-8 ({e.reason})",
+                    hint="the dataset is damaged; run `lovecraft verify` or re-create it",
+                ) from None
         else:
             out[:] = [data[o[i] : o[i + 1]] for i in range(n)]
     else:
