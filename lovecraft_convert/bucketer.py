@@ -27,6 +27,7 @@ against one bucket padded to the longest sequence.
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import os
 import shutil
@@ -763,11 +764,29 @@ def bucket(inputs: list[str] | str, output: str, *, argv: list[str] | None = Non
                 "workers": workers,
             }
         )
+        if o.to == "hdf5":
+            manifest["hdf5_index"] = _hdf5_index(work, manifest)
         for leftover in ("spill", "journal.jsonl", "plan.json"):
             p = os.path.join(work, leftover)
             shutil.rmtree(p) if os.path.isdir(p) else os.path.exists(p) and os.unlink(p)
         out.commit(manifest)
     return manifest
+
+
+def _hdf5_index(work: str, manifest: dict) -> dict:
+    """Write ``buckets.h5`` (one group per bucket, linking the bucket files); its manifest entry."""
+    from .formats.hdf5 import INDEX_NAME, index_groups, write_bucket_index
+
+    groups = index_groups(manifest["buckets"])
+    rec = write_bucket_index(
+        os.path.join(work, INDEX_NAME),
+        groups,
+        {
+            "lovecraft_boundaries": json.dumps(manifest["bucketing"]["boundaries"]),
+            "lovecraft_manifest": "_manifest.json",
+        },
+    )
+    return {"path": rec.path, "bytes": rec.bytes, "sha256": rec.sha256, "groups": list(groups)}
 
 
 def _intact(work: str, entry: dict) -> bool:

@@ -245,6 +245,7 @@ class _Verifier:
         self.m = m
         if not self._manifest_ok(m):
             return
+        index = self._index_entry(m.get("hdf5_index"))
         listed = set(self.info)
         self._strays(listed)
         comparer = None
@@ -261,6 +262,8 @@ class _Verifier:
             if not self._stats_problems:  # a shard's mismatch is reported once, at the shard
                 self._compare_stats(MANIFEST, "", self.m.get("stats"), observed, overall=True)
             self._check_float16(observed)
+        if index is not None:
+            self._check_index(index)
         if comparer is not None:
             comparer.finish()
             self.report.against = comparer.summary()
@@ -411,6 +414,51 @@ class _Verifier:
                 continue
             names.append(p)
         return names
+
+    def _index_entry(self, idx: Any) -> str | None:
+        """The path of a bucketed HDF5 dataset's index (``buckets.h5``), entered among the files."""
+        if idx is None:
+            return None
+        p = safe_relpath(idx.get("path")) if isinstance(idx, dict) else None
+        if p is None or not _is_count(idx.get("bytes")) or not isinstance(idx.get("sha256"), str):
+            self.add(MANIFEST, "manifest", "hdf5_index: no valid path, bytes or sha256")
+            return None
+        if p in self.info or not self.m.get("buckets"):
+            self.add(MANIFEST, "manifest", f"hdf5_index: {p} is not an index of buckets")
+            return None
+        self.info[p] = {"path": p, "bytes": idx["bytes"], "sha256": idx["sha256"]}
+        return p
+
+    def _check_index(self, p: str) -> None:
+        """The index holds one group per bucket and nothing but external links to the bucket's own
+        files (never followed here: their targets are checked as the buckets' files)."""
+        from .formats.hdf5 import index_groups, read_bucket_index
+
+        if not self._present(p):
+            return
+        self._check_hash(p)
+        try:
+            want = {g: [(n, f, "/") for n, f in links] for g, links in index_groups(self.m["buckets"]).items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return  # the buckets' own problems are reported already
+        try:
+            got = read_bucket_index(os.path.join(self.root, p))
+        except (OSError, ValueError) as e:
+            self.add(p, "decode", f"not an index of the buckets ({_short(e)})")
+            return
+        for g in sorted(set(want) | set(got)):
+            if g not in got:
+                self.add(p, "bucket", f"has no group '{g}'")
+            elif g not in want:
+                self.add(p, "bucket", f"group '{g}' is not a bucket of the manifest")
+            elif got[g] != want[g]:
+                extra = [x for x in got[g] if x not in want[g]]
+                if extra:
+                    n, f, path = extra[0]
+                    self.add(p, "bucket", f"'{g}' links to {f}:{path} (as '{n}'), not to the bucket's files")
+                else:
+                    missing = [x[1] for x in want[g] if x not in got[g]]
+                    self.add(p, "bucket", f"'{g}' does not link to {missing[0] if missing else 'its files in order'}")
 
     # -- the directory ------------------------------------------------------------------------
 
@@ -656,7 +704,7 @@ class _Verifier:
     def _memmap(self, u: _Unit, schema) -> Iterator[tuple[Any, str]]:
         import numpy as np
 
-        from .schema import FIXED, Batch, VarColumn
+        from .schema import FIXED, STRING, Batch, VarColumn
 
         roles: dict[str, dict[str, str]] = {}
         for p in u.files:
@@ -704,6 +752,8 @@ class _Verifier:
                         i = a + int(np.flatnonzero(d < 0)[0])
                         raise _Bad(r["offsets"], f"offsets decrease at row {i + 1} (corrupt)")
                     out[name] = VarColumn(values[offs[0] : offs[-1]], offs - offs[0])
+                    if schema[name].kind == STRING:
+                        _check_utf8(out[name], a, name, r["values"])
                 else:
                     out[name] = c[a:b]
             yield Batch(out, b - a), first[next(iter(cols))]
@@ -1097,6 +1147,24 @@ class _LengthCheck:
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
+
+
+def _check_utf8(col, row0: int, name: str, path: str) -> None:
+    """Every row of a memmap text column is valid UTF-8: the rows' concatenation decodes, and no
+    row starts inside a character (so no row can borrow the end of a character from the last)."""
+    import numpy as np
+
+    values, offs = np.asarray(col.values), np.asarray(col.offsets)
+    starts = offs[:-1][np.diff(offs) > 0]
+    bad = np.flatnonzero((values[starts] & 0xC0) == 0x80) if len(starts) else []
+    at = int(starts[bad[0]]) if len(bad) else None
+    try:
+        values.tobytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = e.start if at is None else min(at, e.start)
+    if at is not None:
+        row = row0 + int(np.searchsorted(offs, at, side="right")) - 1
+        raise _Bad(path, f"row {row + 1}: column '{name}' is not valid UTF-8 (corrupt)")
 
 
 def _sha256(path: str, stop: threading.Event, block: int = 8 << 20) -> str | None:

@@ -179,8 +179,74 @@ def test_workers_do_not_change_the_bytes(corpus, tmp_path):
         out = str(tmp_path / f"w{w}")
         args = ["--to", "hdf5", "--boundaries", "8,32,64", "--num-shards", "2", "--workers", w, "-q"]
         assert lovecraft("bucket", src, "-o", out, *args, "--max-memory", "16MiB").exit_code == 0
-        outs.append({f["path"]: f["sha256"] for f in manifest(out)["files"]})
+        m = manifest(out)
+        digest = {f["path"]: f["sha256"] for f in m["files"]}
+        digest[m["hdf5_index"]["path"]] = m["hdf5_index"]["sha256"]
+        outs.append(digest)
     assert outs[0] == outs[1]
+    assert "buckets.h5" in outs[0]
+
+
+def _index_rows(group, col: str) -> list:
+    """The rows of one bucket through the index: its own group, or its shards' groups in order."""
+    if col in group:
+        return list(group[col][:])
+    return [r for part in sorted(group) for r in group[part][col][:]]
+
+
+@pytest.mark.parametrize("shards", [None, "3"])
+def test_hdf5_index_has_a_group_per_bucket(corpus, tmp_path, monkeypatch, shards):
+    src, lines = corpus
+    out = str(tmp_path / "b")
+    args = ["--num-shards", shards] if shards else []
+    r = lovecraft("bucket", src, "-o", out, "--to", "hdf5", "--num-buckets", "4", "--layout", "ragged", *args, "-q")
+    assert r.exit_code == 0, r.stderr
+    m, seqs = read_all(out)
+    assert m["hdf5_index"]["path"] == "buckets.h5"
+    assert m["hdf5_index"]["groups"] == [f"bucket-{i:05d}" for i in range(4)]
+    with open(os.path.join(out, "buckets.h5"), "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == m["hdf5_index"]["sha256"]
+    moved = str(tmp_path / "moved")
+    os.rename(out, moved)  # the links are relative to the index: the directory can move
+    monkeypatch.chdir(tmp_path)
+    through_index = []
+    with h5py.File(os.path.join(moved, "buckets.h5"), "r") as f:
+        assert json.loads(f.attrs["lovecraft_boundaries"]) == m["bucketing"]["boundaries"]
+        for b in m["buckets"]:
+            g = f[f"bucket-{b['index']:05d}"]
+            if shards:
+                assert sorted(g) == [f"part-{j:05d}-of-00003" for j in range(3)]
+            rows = _index_rows(g, "tokens")
+            assert len(rows) == b["rows"]
+            assert all(b["min_length"] <= len(x) <= b["max_length"] for x in rows)
+            through_index += [tuple(np.asarray(x).tolist()) for x in rows]
+    assert collections.Counter(through_index) == collections.Counter(seqs) == as_bytes(lines)
+    assert lovecraft("verify", moved).exit_code == 0
+
+
+def test_verify_checks_the_hdf5_index(corpus, tmp_path):
+    src, _ = corpus
+    out = str(tmp_path / "b")
+    assert lovecraft("bucket", src, "-o", out, "--to", "hdf5", "--num-buckets", "2", "-q").exit_code == 0
+    index = os.path.join(out, "buckets.h5")
+    with open(index, "rb") as f:
+        original = f.read()
+    with h5py.File(index, "r+") as f:  # point a bucket elsewhere
+        del f["bucket-00001"]
+        f["bucket-00001"] = h5py.ExternalLink("/etc/passwd", "/")
+    r = lovecraft("verify", out)
+    assert r.exit_code == 1
+    assert f"{index}: 'bucket-00001' links to /etc/passwd:/ (as 'bucket-00001'), not to the bucket's files" in r.stdout
+    with h5py.File(index, "r+") as f:
+        del f["bucket-00001"]
+    r = lovecraft("verify", out)
+    assert r.exit_code == 1 and f"{index}: has no group 'bucket-00001'" in r.stdout
+    os.unlink(index)
+    r = lovecraft("verify", out)
+    assert r.exit_code == 1 and f"{index}: listed in the manifest but missing" in r.stdout
+    with open(index, "wb") as f:
+        f.write(original)
+    assert lovecraft("verify", out).exit_code == 0
 
 
 def test_truncate_drop_longer_and_min_length(corpus, tmp_path):

@@ -278,6 +278,33 @@ def test_memmap_broken_offsets(datasets, tmp_path):
     assert problems == [f"{ds}/text.offsets.npy: offsets decrease at row 100 (corrupt)"]
 
 
+def test_memmap_text_with_invalid_utf8_is_caught(datasets, tmp_path):
+    ds = _copy(datasets["memmap-text"], tmp_path)
+    off = np.load(os.path.join(ds, "text.offsets.npy"))
+    values = os.path.join(ds, "text.values.npy")
+    v = np.load(values, mmap_mode="r+")
+    i = next(i for i in range(len(off) - 1) if off[i + 1] - off[i] >= 2)
+    v[off[i] + 1] = 0xFF  # never valid in UTF-8
+    v.flush()
+    del v
+    problems = [x.line() for x in lc.verify(ds).problems if x.kind == "decode"]
+    assert problems == [f"{values}: row {i + 1}: column 'text' is not valid UTF-8 (corrupt)"]
+
+
+def test_memmap_text_row_starting_inside_a_character_is_caught(datasets, tmp_path):
+    """The values still decode as a whole; only a row boundary moved into a two-byte character."""
+    ds = _copy(datasets["memmap-text"], tmp_path)
+    p = os.path.join(ds, "text.offsets.npy")
+    off = np.load(p, mmap_mode="r+")
+    values = np.load(os.path.join(ds, "text.values.npy"))
+    i = next(i for i in range(len(off) - 2) if values[off[i + 1] - 1] == 0xA9 and off[i + 2] > off[i + 1])
+    off[i + 1] -= 1  # row i ends with half of "é", row i + 1 starts with the other half
+    off.flush()
+    del off
+    problems = [x.line() for x in lc.verify(ds).problems if x.kind == "decode"]
+    assert problems == [f"{ds}/text.values.npy: row {i + 2}: column 'text' is not valid UTF-8 (corrupt)"]
+
+
 # --------------------------------------------------------------------------------------------
 # sharded and shuffled datasets
 # --------------------------------------------------------------------------------------------

@@ -184,3 +184,77 @@ class Hdf5Writer(Writer):
             self.f.close()
         except Exception:  # noqa: BLE001 - already failing; the temporary directory is removed
             pass
+
+
+INDEX_NAME = "buckets.h5"
+
+
+def index_groups(buckets: list[dict]) -> dict[str, list[tuple[str, str]]]:
+    """The groups of the HDF5 index for a manifest's ``buckets``: ``bucket-00003`` is the bucket's
+    file, or a group holding one link per shard (``part-00000-of-00004``)."""
+    groups = {}
+    for bk in buckets:
+        name = f"bucket-{bk['index']:05d}"
+        files = [f for sh in bk["shards"] for f in sh["files"]]
+        if len(files) == 1:
+            groups[name] = [(name, files[0])]
+        else:
+            groups[name] = [(os.path.splitext(f)[0].removeprefix(name + "-"), f) for f in files]
+    return groups
+
+
+def write_bucket_index(path: str, groups: dict[str, list[tuple[str, str]]], attrs: dict[str, str]) -> FileRecord:
+    """An HDF5 file with one group per bucket, made of external links to the bucket's files.
+
+    ``groups`` maps a group name to its ``(link name, file)`` pairs; a bucket of one file becomes
+    that file's root group itself, a bucket of several shards a group of one linked group per
+    shard. The links are relative, so the directory can be moved; HDF5 resolves them against the
+    index's own directory. Nothing is copied, and the bytes depend only on the names (no times).
+    """
+    import h5py
+
+    f = _create(h5py, path, 1 << 20)
+    try:
+        gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+        gcpl.set_obj_track_times(False)
+        gcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
+        for name, links in groups.items():
+            if len(links) == 1 and links[0][0] == name:
+                f[name] = h5py.ExternalLink(links[0][1], "/")
+                continue
+            h5py.h5g.create(f.id, name.encode(), gcpl=gcpl)
+            g = f[name]
+            for link, target in links:
+                g[link] = h5py.ExternalLink(target, "/")
+        for k, v in attrs.items():
+            f.attrs[k] = v
+        f.flush()
+    finally:
+        f.close()
+    fsync_path(path)
+    return FileRecord(os.path.basename(path), 0, os.path.getsize(path), sha256_file(path))
+
+
+def read_bucket_index(path: str) -> dict[str, list[tuple[str, str, str]]]:
+    """The links of an index: group name -> ``(link name, file, path in file)`` (for ``verify``).
+    A group that is itself a link is listed with its own name as the link name; anything other
+    than a group of external links raises ``ValueError``."""
+    import h5py
+
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    with h5py.File(path, "r") as f:
+        for name in f:
+            link = f.get(name, getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                out[name] = [(name, link.filename, link.path)]
+                continue
+            if not isinstance(link, h5py.HardLink) or f.get(name, getclass=True) is not h5py.Group:
+                raise ValueError(f"'{name}' is neither an external link nor a group of them")
+            links = []
+            for sub in f[name]:
+                sl = f[name].get(sub, getlink=True)
+                if not isinstance(sl, h5py.ExternalLink):
+                    raise ValueError(f"'{name}/{sub}' is not an external link")
+                links.append((sub, sl.filename, sl.path))
+            out[name] = links
+    return out
