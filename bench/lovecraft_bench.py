@@ -77,8 +77,11 @@ class Result:
     peak_mib: float
 
 
-def run(cmd: list[str], env: dict | None = None) -> Result:
-    """Run ``cmd``; wall time and peak anonymous memory of its process tree.
+def run(cmd: list[str], env: dict | None = None, every: float = 0.004) -> Result:
+    """Run ``cmd``; wall time and peak anonymous memory of its process tree, sampled from /proc
+    every ``every`` seconds (a sample of a tree of threads costs ~0.3 ms of CPU: at 250 Hz that is
+    several percent of this 2-core machine, so timed rounds sample at 20 Hz and the memory table's
+    own runs at 250 Hz).
 
     Dirty pages of the previous run are written back first (untimed): lovecraft fsyncs its output
     and would otherwise pay for a peer's unflushed writes.
@@ -93,7 +96,7 @@ def run(cmd: list[str], env: dict | None = None) -> Result:
         nonlocal peak
         while not stop.is_set():
             peak = max(peak, _tree_anon(p.pid))
-            time.sleep(0.004)
+            time.sleep(every)
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
@@ -315,10 +318,10 @@ class Bench:
         """Warm up once, then N rounds alternating the tools; each callable returns a command."""
         res: dict[str, list[Result]] = {k: [] for k in cmds}
         for make in cmds.values():  # warm-up (page cache, imports)
-            run(make())
+            run(make(), every=0.05)
         for _ in range(self.args.runs):
             for k, make in cmds.items():
-                res[k].append(run(make()))
+                res[k].append(run(make(), every=0.05))
         return res
 
 
@@ -399,7 +402,9 @@ def bench_npy(b: Bench, size: int) -> None:
         a = np.load(src, mmap_mode="r")
         np.save(small, np.asarray(a[: (64 << 20) // (a.itemsize * a.shape[1])]))
     m = os.path.getsize(small)
-    tf = [run(peer("tf_rows", small, b.fresh_dir("npy_tfr_tf"))) for _ in range(max(1, min(2, b.args.runs)))]
+    tf = [
+        run(peer("tf_rows", small, b.fresh_dir("npy_tfr_tf")), every=0.05) for _ in range(max(1, min(2, b.args.runs)))
+    ]
     b.rows.append(
         Row(
             "NPY -> TFRecord",
