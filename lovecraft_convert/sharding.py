@@ -484,6 +484,30 @@ class _Runner:
             for fut in pending:
                 fut.cancel()
 
+    def run(self, units: list[tuple], react) -> None:
+        """Run ``(fn, args)`` units, one per worker at a time, calling ``react(result)`` as each
+        finishes. The first error stops everything, once the units already running have finished:
+        nothing writes into the work directory while the caller cleans it or starts again."""
+        if self.pool is None:
+            for fn, args in units:
+                react(fn(*args))
+            return
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        queue = list(reversed(units))
+        pending: set = set()
+        try:
+            while queue or pending:
+                while queue and len(pending) < self.workers:
+                    fn, args = queue.pop()
+                    pending.add(self.pool.submit(fn, *args))
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    react(fut.result())
+        except Exception:
+            wait([f for f in pending if not f.cancel()])
+            raise
+
     def close(self, kill: bool = False) -> None:
         if self.pool is not None:
             if kill:
@@ -714,13 +738,18 @@ def _intact(ctx: Context, entry: dict) -> bool:
 
 def _phase1(ctx: Context, parts: list[Part], journal: _Journal, runner: _Runner, o: ShardOptions) -> list[dict]:
     done = {e["part"]: e for e in journal.phase(1) if _intact(ctx, e)}
-    calls = [(ctx, p) for p in parts if p.index not in done]
+    calls = [(split_unit, (ctx, p)) for p in parts if p.index not in done]
     bar = _bar(o, len(calls), "reading")
+
+    def react(res: dict) -> None:
+        journal.add(res)
+        done[res["part"]] = res
+        bar.update()
+
     try:
-        for res in runner.map(split_unit, calls):
-            journal.add(res)
-            done[res["part"]] = res
-            bar.update()
+        # not runner.map: a SchemaChanged restart empties the spill directory, which no unit of
+        # the abandoned attempt may still be writing into
+        runner.run(calls, react)
     except OverflowErrorF16 as e:
         raise _globalise(e, ctx, parts, done) from None
     finally:

@@ -138,6 +138,28 @@ def test_workers_do_not_change_bytes(tmp_path, csv_input):
     assert outs[0] == outs[1]
 
 
+def test_a_type_change_in_a_late_part_restarts_cleanly(tmp_path):
+    """A string in the last part of an int column widens it: every worker of the abandoned attempt
+    finishes before its spill is emptied, and the bytes match a single-worker run."""
+    src = tmp_path / "w.csv"
+    with open(src, "w") as f:
+        f.write("a,b\n")
+        f.write("".join(f"{i},{i * 7}\n" for i in range(100_000)))
+        f.write("7,oops\n8,9\n")
+    outs = []
+    for w in (2, 1):
+        out = str(tmp_path / f"w{w}")
+        m = shard([str(src)], out, to="parquet", rows_per_shard=30_000, workers=w, progress=False, part_bytes=64 << 10)
+        assert {f["name"]: f["kind"] for f in m["schema"]}["b"] == "string"
+        assert sorted(os.listdir(out)) == ["_manifest.json"] + [f"part-{k:05d}-of-00004.parquet" for k in range(4)]
+        outs.append(_digest(out))
+    import pyarrow.parquet as pq
+
+    b = pq.read_table(str(tmp_path / "w2")).column("b").to_pylist()
+    assert (len(b), b[0], b[99_999], b[100_000], b[100_001]) == (100_002, "0", "699993", "oops", "9")
+    assert outs[0] == outs[1]
+
+
 def test_leftover_partial_run_is_reported(tmp_path, csv_input):
     out = tmp_path / "out"
     (tmp_path / ".out.partial").mkdir()
