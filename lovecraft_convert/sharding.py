@@ -467,7 +467,9 @@ class _Runner:
         return list(self.pool.map(fn, *zip(*calls, strict=True))) if calls else []
 
     def map(self, fn, calls: list[tuple]) -> Iterator[dict]:
-        """Yield results as units finish (any order); the first error stops everything."""
+        """Yield results as units finish (any order). The first error stops everything, once the
+        units already running have finished: nothing writes into the work directory while the
+        caller cleans it or starts again (a type-change restart empties the spill)."""
         if self.pool is None:
             for args in calls:
                 yield fn(*args)
@@ -480,33 +482,12 @@ class _Runner:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     yield fut.result()
-        finally:
-            for fut in pending:
-                fut.cancel()
-
-    def run(self, units: list[tuple], react) -> None:
-        """Run ``(fn, args)`` units, one per worker at a time, calling ``react(result)`` as each
-        finishes. The first error stops everything, once the units already running have finished:
-        nothing writes into the work directory while the caller cleans it or starts again."""
-        if self.pool is None:
-            for fn, args in units:
-                react(fn(*args))
-            return
-        from concurrent.futures import FIRST_COMPLETED, wait
-
-        queue = list(reversed(units))
-        pending: set = set()
-        try:
-            while queue or pending:
-                while queue and len(pending) < self.workers:
-                    fn, args = queue.pop()
-                    pending.add(self.pool.submit(fn, *args))
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    react(fut.result())
         except Exception:
             wait([f for f in pending if not f.cancel()])
             raise
+        finally:
+            for fut in pending:
+                fut.cancel()
 
     def close(self, kill: bool = False) -> None:
         if self.pool is not None:
@@ -738,18 +719,13 @@ def _intact(ctx: Context, entry: dict) -> bool:
 
 def _phase1(ctx: Context, parts: list[Part], journal: _Journal, runner: _Runner, o: ShardOptions) -> list[dict]:
     done = {e["part"]: e for e in journal.phase(1) if _intact(ctx, e)}
-    calls = [(split_unit, (ctx, p)) for p in parts if p.index not in done]
+    calls = [(ctx, p) for p in parts if p.index not in done]
     bar = _bar(o, len(calls), "reading")
-
-    def react(res: dict) -> None:
-        journal.add(res)
-        done[res["part"]] = res
-        bar.update()
-
     try:
-        # not runner.map: a SchemaChanged restart empties the spill directory, which no unit of
-        # the abandoned attempt may still be writing into
-        runner.run(calls, react)
+        for res in runner.map(split_unit, calls):
+            journal.add(res)
+            done[res["part"]] = res
+            bar.update()
     except OverflowErrorF16 as e:
         raise _globalise(e, ctx, parts, done) from None
     finally:

@@ -93,8 +93,17 @@ class HashingWriter:
         self._t.start()
 
     def _run(self) -> None:
+        import queue
+
         while True:
-            mv = self._q.get()
+            try:
+                # Polled, not a plain get(): a Ctrl-C that lands inside the caller's put, between
+                # the queue's notify releasing our waiter and forgetting it, leaves that stale
+                # waiter to absorb the next notify, and a plain get() would sleep through the
+                # final None for good (seen as a rare hang on Ctrl-C).
+                mv = self._q.get(timeout=0.2)
+            except queue.Empty:
+                continue
             if mv is None:
                 return
             if self._error is not None:
