@@ -22,7 +22,7 @@ from .output import OutputDir
 from .schema import Batch, Schema
 from .sources import INPUT_FORMATS, resolve_inputs
 from .stats import BatchStats
-from .util import parse_size
+from .util import parse_size, put_while
 
 MANIFEST_VERSION = 1
 FLOAT_TARGETS = ("float16", "float32")
@@ -290,13 +290,7 @@ def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
     done = object()
 
     def put(x) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(x, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_while(q, x, lambda: not stop.is_set())
 
     def work() -> None:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable
 
 _UNITS = {
     "": 1,
@@ -59,6 +60,20 @@ def fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def put_while(q, item, go: Callable[[], bool], poll: float = 0.1) -> bool:
+    """Put ``item`` on the bounded queue ``q``, waiting for room only while ``go()`` holds (the
+    other side is still there): never blocks for good. False when it gave up."""
+    import queue
+
+    while go():
+        try:
+            q.put(item, timeout=poll)
+            return True
+        except queue.Full:
+            continue
+    return False
 
 
 class HashingWriter:
@@ -126,28 +141,17 @@ class HashingWriter:
             err, self._error = self._error, None
             raise err
 
-    def _put(self, item) -> None:
-        import queue
-
-        while True:  # never blocks for good: the writer thread may have stopped
-            try:
-                self._q.put(item, timeout=0.5)
-                return
-            except queue.Full:
-                if not self._t.is_alive():
-                    return
-
     def write(self, data) -> int:
         self._check()
         mv = memoryview(data).cast("B")
         if len(mv):
-            self._put(mv)
+            put_while(self._q, mv, self._t.is_alive)  # the writer thread may have stopped
             self._check()
         return len(mv)
 
     def _drain(self) -> None:
         if self._t.is_alive():
-            self._put(None)
+            put_while(self._q, None, self._t.is_alive)
             self._t.join()
 
     def close(self) -> tuple[int, str]:

@@ -114,6 +114,9 @@ class MemmapReader(PartReader):
         self._cols = None
 
 
+CORRUPT = "the file is corrupt; run `lovecraft verify` or re-create the dataset"
+
+
 def _load(path: str, rows: int | None) -> np.ndarray:
     try:
         with warnings.catch_warnings():  # a damaged header can read as a "Python 2" one: the checks below judge it
@@ -244,25 +247,18 @@ class Hdf5Reader(PartReader):
 
     def _read_col(self, fd: Field, ds, start: int, stop: int):
         n = stop - start
-        if fd.kind == FIXED and ds.dtype.kind not in "OSU":
-            out = np.empty((n, *ds.shape[1:]), dtype=ds.dtype)
-            if n:
-                try:
-                    ds.read_direct(out, np.s_[start:stop])
-                except OSError as e:
-                    raise DatasetError(
-                        f"{self.path}: column '{fd.name}', rows {start}..{stop - 1}: cannot read ({e})",
-                        hint="the file is corrupt; run `lovecraft verify` or re-create the dataset",
-                    ) from None
-            return out
         try:
+            if fd.kind == FIXED and ds.dtype.kind not in "OSU":
+                out = np.empty((n, *ds.shape[1:]), dtype=ds.dtype)
+                if n:
+                    ds.read_direct(out, np.s_[start:stop])
+                return out
             if fd.kind == STRING or ds.dtype.kind in "OSU" and fd.kind == FIXED:
                 return ds.asstr()[start:stop] if n else np.empty(0, dtype=object)
             raw = ds[start:stop] if n else np.empty(0, dtype=object)
         except (OSError, UnicodeDecodeError) as e:
             raise DatasetError(
-                f"{self.path}: column '{fd.name}', rows {start}..{stop - 1}: cannot read ({e})",
-                hint="the file is corrupt; run `lovecraft verify` or re-create the dataset",
+                f"{self.path}: column '{fd.name}', rows {start}..{stop - 1}: cannot read ({e})", hint=CORRUPT
             ) from None
         if fd.kind == BINARY:
             out = np.empty(n, dtype=object)
@@ -358,7 +354,7 @@ class Hdf5Reader(PartReader):
             except OSError as e:
                 raise DatasetError(
                     f"{self.path}: column '{name}', rows {a}..{b - 1}: cannot read ({e})",
-                    hint="the file is corrupt; run `lovecraft verify` or re-create the dataset",
+                    hint=CORRUPT,
                 ) from None
             verified[k] = True
         start = offsets[c] + (idx - c * cr) * row_words
@@ -466,7 +462,7 @@ class ParquetReader(PartReader):
                 except (OSError, pa.ArrowException) as e:  # a damaged page (checksum, decompression, dictionary)
                     raise DatasetError(
                         f"{self.path}: row groups {run[0]}..{run[-1]}: cannot read ({e})",
-                        hint="the file is corrupt; run `lovecraft verify` or re-create the dataset",
+                        hint=CORRUPT,
                     ) from None
                 if rb is None:
                     break
