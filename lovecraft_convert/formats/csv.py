@@ -197,6 +197,8 @@ class CsvReader(Reader):
             ro.autogenerate_column_names = False
         if types and self.schema_types is not None:
             co.column_types = self.schema_types
+        if b'"' not in piece:  # no quotes, so no newline inside a value: pyarrow's faster chunking
+            po.newlines_in_values = False
         try:
             return pc.read_csv(pa.py_buffer(piece), read_options=ro, parse_options=po, convert_options=co)
         except pa.ArrowInvalid as e:
