@@ -186,12 +186,11 @@ def _encode_fixed(batch: Batch, schema: Schema) -> bytes:
     out[:, 12 : 12 + e] = np.frombuffer(template, dtype=np.uint8)
     for off, data in fills:
         out[:, 12 + off : 12 + off + data.shape[1]] = data
-    crc = _crc32c()
-    flat = out.reshape(-1)
-    mv = memoryview(flat)
-    raw = np.fromiter((crc(mv[i * rec + 12 : i * rec + 12 + e]) for i in range(n)), dtype=np.uint64, count=n)
+    # One C call per record over the rows of a 2-D view (each row a contiguous buffer): about
+    # half the cost of slicing a memoryview per record in a generator.
+    raw = np.fromiter(map(_crc32c(), out[:, 12 : 12 + e]), dtype=np.uint64, count=n)
     out[:, 12 + e :] = _mask(raw).view(np.uint8).reshape(n, 4)
-    return flat
+    return out.reshape(-1)
 
 
 def _row_feature(f: Field, kind: str, col, i: int) -> bytes:
