@@ -7,6 +7,7 @@ bug keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -58,4 +59,7 @@ _register()
 
 
 def main() -> None:
+    # We never multiply matrices: without this, NumPy's OpenBLAS starts a thread per core in every
+    # process (workers included), and they spin for a while after NumPy is imported.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     cli(prog_name="lovecraft")

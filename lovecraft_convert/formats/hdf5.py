@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import SchemaError
 from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
-from ..util import fsync_path, sha256_file
+from ..util import fsync_path, sha256_file, sha256_fsynced
 from .base import FileRecord, WriteOptions, Writer
 
 CHUNK_BYTES = 1 << 20
@@ -158,10 +158,10 @@ class Hdf5Writer(Writer):
             # fails with every object still open, which a close does not leave (see abort()).
             self.f.flush()
             self.f.close()
-            fsync_path(self.path)
+            digest = sha256_fsynced(self.path)
         except (OSError, RuntimeError) as e:
             raise _disk_error(e, self.path) from None
-        return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), sha256_file(self.path))]
+        return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest)]
 
     def abort(self) -> None:
         """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close

@@ -11,7 +11,7 @@ import json
 import os
 
 from ..schema import Batch, Schema
-from ..util import fsync_path, named, sha256_file
+from ..util import HashingWriter, named
 from .base import FileRecord, WriteOptions, Writer
 
 
@@ -33,8 +33,10 @@ class ParquetWriter(Writer):
         self.path = os.path.join(directory, f"{stem or 'data'}.parquet")
         aschema = arrow_schema(schema).with_metadata({"lovecraft_schema": json.dumps(schema.to_list())})
         comp = options.compression or "zstd"
+        # Written through our hashing writer: hashed as it goes, with direct I/O (see HashingWriter)
+        self.out = HashingWriter(self.path)
         self.w = pq.ParquetWriter(
-            self.path,
+            self.out,
             aschema,
             compression="none" if comp == "none" else comp,
             write_page_checksum=True,
@@ -72,14 +74,15 @@ class ParquetWriter(Writer):
     def close(self) -> list[FileRecord]:
         self._flush()
         try:
-            self.w.close()
-            fsync_path(self.path)
+            self.w.close()  # writes the footer and closes self.out (fsync)
+            nbytes, digest = self.out.close()
         except OSError as e:
             raise named(e, self.path) from None
-        return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), sha256_file(self.path))]
+        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest)]
 
     def abort(self) -> None:
         self.pending = []
+        self.out.abort()  # first: a footer written now would go nowhere
         try:
             self.w.close()
         except Exception:  # noqa: BLE001 - already failing; the temporary directory is removed
