@@ -44,11 +44,6 @@ def _mask(c: np.ndarray) -> np.ndarray:
     )
 
 
-def frame_record(data: bytes) -> bytes:
-    n = struct.pack("<Q", len(data))
-    return n + struct.pack("<I", masked_crc32c(n)) + data + struct.pack("<I", masked_crc32c(data))
-
-
 def varint(n: int) -> bytes:
     out = bytearray()
     n &= (1 << 64) - 1
