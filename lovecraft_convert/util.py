@@ -57,8 +57,6 @@ def sha256_file(path: str, bufsize: int = 4 << 20) -> str:
 def sha256_fsynced(path: str) -> str:
     """The sha256 of a file just written, computed while another thread fsyncs it: one waits on
     the disk, the other hashes the page cache, so together they take the longer of the two."""
-    import threading
-
     errors: list[OSError] = []
 
     def sync() -> None:
@@ -109,20 +107,18 @@ class HashingWriter:
 
     Where the file system allows it, data goes to disk with direct I/O (``O_DIRECT``), staged
     through one aligned 1 MiB buffer: we fsync every file anyway and do not read it back, and
-    copying into the page cache is the single largest CPU cost of writing (measured: about a
-    second of system time per GB on the reference machine, against ~0.05 s direct), besides
-    evicting the caller's input from the cache. Elsewhere (tmpfs on older kernels, or with
+    copying into the page cache is the single largest CPU cost of writing (measured: one to two
+    and a half seconds of system time per GB on the reference machine, a few hundredths direct),
+    besides evicting the caller's input from the cache. Elsewhere (tmpfs on older kernels, or with
     ``LOVECRAFT_DIRECT_IO=0``) writes are buffered and flushed to disk as they go, so the final
     fsync has little left to do. Buffers handed to ``write`` must not be changed afterwards.
     """
 
     SYNC_EVERY = 256 << 20
-    STAGE = 1 << 20  # direct I/O: bytes per write, a multiple of ALIGN
-    ALIGN = 4096  # direct I/O: buffer, offset and length alignment (covers 512 and 4K sectors)
+    STAGE = 1 << 20  # direct I/O: bytes per write (page-aligned buffer, a multiple of 4 KiB sectors)
 
     def __init__(self, path: str, preallocate: int = 0) -> None:
         import queue
-        import threading
 
         self.path = path
         self.f, self.direct = _open_write(path)

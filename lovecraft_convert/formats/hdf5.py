@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import SchemaError
 from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
-from ..util import fsync_path, sha256_file, sha256_fsynced
+from ..util import sha256_fsynced
 from .base import FileRecord, WriteOptions, Writer
 
 CHUNK_BYTES = 1 << 20
@@ -231,8 +231,7 @@ def write_bucket_index(path: str, groups: dict[str, list[tuple[str, str]]], attr
         f.flush()
     finally:
         f.close()
-    fsync_path(path)
-    return FileRecord(os.path.basename(path), 0, os.path.getsize(path), sha256_file(path))
+    return FileRecord(os.path.basename(path), 0, os.path.getsize(path), sha256_fsynced(path))
 
 
 def read_bucket_index(path: str) -> dict[str, list[tuple[str, str, str]]]:

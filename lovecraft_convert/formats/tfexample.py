@@ -240,6 +240,7 @@ def _encode_rows(batch: Batch, schema: Schema) -> np.ndarray:
             values = col.reshape(-1)
             offs = np.arange(n + 1, dtype=np.int64) * f.row_size
         cnt = np.diff(offs)
+        cw = None  # int64 only: varint bytes before each value
         if kind == "bytes":
             data = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
             payload, tag = cnt, 0x0A
@@ -251,7 +252,7 @@ def _encode_rows(batch: Batch, schema: Schema) -> np.ndarray:
                 payload, tag = cnt * 4, 0x12
             else:
                 data = _as_uint64(np.asarray(values), f.name)
-                cw = np.zeros(len(data) + 1, dtype=np.int64)  # varint bytes before each value
+                cw = np.zeros(len(data) + 1, dtype=np.int64)
                 np.cumsum(_varint_len(data), out=cw[1:])
                 payload, tag = cw[offs[1:]] - cw[offs[:-1]], 0x1A
             lst = np.where(payload > 0, 1 + _varint_len(payload.astype(np.uint64)) + payload, 0)
@@ -260,9 +261,7 @@ def _encode_rows(batch: Batch, schema: Schema) -> np.ndarray:
         head = b"\x0a" + varint(len(key)) + key + b"\x12"
         entry = len(head) + _varint_len(feat.astype(np.uint64)) + feat
         total = 1 + _varint_len(entry.astype(np.uint64)) + entry
-        cols.append(
-            (kind, tag, head, offs, cnt, data, cw if kind == "int64" else None, payload, lst, feat, entry, total)
-        )
+        cols.append((kind, tag, head, offs, cnt, data, cw, payload, lst, feat, entry, total))
     body = np.zeros(n, dtype=np.int64)
     for c in cols:
         body += c[-1]
