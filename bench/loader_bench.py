@@ -123,7 +123,7 @@ def plain_parquet(path: str, bs: int) -> int:
 def plain_tfrecord(path: str, bs: int) -> int:
     import tensorflow as tf
 
-    from lovecraft_convert.formats.tfexample import to_tf_feature_spec
+    from lovecraft_convert.formats.tfrecord.tfdata import to_tf_feature_spec
 
     spec = to_tf_feature_spec(manifest(path)["tfrecord"]["feature_spec"])
     d = (

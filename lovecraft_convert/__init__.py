@@ -8,16 +8,19 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _API = {
-    "convert": "lovecraft_convert.pipeline:convert",
-    "ConvertOptions": "lovecraft_convert.pipeline:ConvertOptions",
-    "shard": "lovecraft_convert.sharding:shard",
-    "ShardOptions": "lovecraft_convert.sharding:ShardOptions",
-    "bucket": "lovecraft_convert.bucketer:bucket",
-    "BucketOptions": "lovecraft_convert.bucketer:BucketOptions",
+    "convert": "lovecraft_convert.jobs.convert:convert",
+    "ConvertOptions": "lovecraft_convert.jobs.options:ConvertOptions",
+    "shard": "lovecraft_convert.jobs.shard:shard",
+    "ShardOptions": "lovecraft_convert.jobs.options:ShardOptions",
+    "bucket": "lovecraft_convert.jobs.bucket:bucket",
+    "BucketOptions": "lovecraft_convert.jobs.options:BucketOptions",
     "LovecraftError": "lovecraft_convert.errors:LovecraftError",
+    "OptionsError": "lovecraft_convert.errors:OptionsError",
     "open_dataset": "lovecraft_convert.loaders:open_dataset",
-    "inspect": "lovecraft_convert.inspect:inspect",
-    "verify": "lovecraft_convert.verify:verify",
+    "inspect": "lovecraft_convert.inspection:inspect",
+    "verify": "lovecraft_convert.verification:verify",
+    "register_format": "lovecraft_convert.formats:register",
+    "OutputFormat": "lovecraft_convert.formats.base:OutputFormat",
 }
 
 __all__ = ["__version__", *_API]

@@ -1,8 +1,15 @@
 """The library's errors.
 
 Every error a user can cause is a :class:`LovecraftError`. The CLI prints ``Error: <message>`` on one
-line and exits with :attr:`LovecraftError.exit_code`; anything else is a bug and keeps its traceback.
-Messages name the file, the line or row, the column, and say what to do.
+line and exits with :attr:`LovecraftError.exit_code`: 2 for :class:`OptionsError` (the flags or
+keyword arguments do not fit together), 1 for everything else the user can fix, 130 when
+interrupted. Anything else is a bug and keeps its traceback. Messages name the file, the line or
+row, the column, and say what to do.
+
+An error says what it is about in attributes, never only in its text: ``where`` is the file or URI
+(with its line, row or column) when it was given apart from the message, ``detail`` the message
+without it, and ``kind`` a short word for the kind of problem (``decode``, ``rows``, ``schema``...),
+which ``verify`` reports per problem.
 """
 
 from __future__ import annotations
@@ -12,10 +19,15 @@ class LovecraftError(Exception):
     """Root of every error the library raises on purpose."""
 
     exit_code = 1
+    kind = "error"
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        self.message = message
+    def __init__(self, message: str, *, hint: str | None = None, where: str | None = None, kind: str | None = None):
+        self.detail = message
+        self.where = where
+        self.message = f"{where}: {message}" if where else message
         self.hint = hint
+        if kind is not None:
+            self.kind = kind
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
@@ -24,17 +36,35 @@ class LovecraftError(Exception):
             text = f"{text}; {self.hint}"
         return " ".join(text.split())
 
+    def without_where(self) -> str:
+        """The message and hint without the file it names (for reports that name the file apart)."""
+        text = f"{self.detail}; {self.hint}" if self.hint else self.detail
+        return " ".join(text.split())
+
+
+class OptionsError(LovecraftError):
+    """The options do not fit together (a usage error: exit code 2, as for a bad flag)."""
+
+    exit_code = 2
+    kind = "options"
+
 
 class InputError(LovecraftError):
     """An input cannot be found, opened, decompressed or parsed."""
+
+    kind = "input"
 
 
 class SchemaError(LovecraftError):
     """The input's columns or types do not fit what was asked."""
 
+    kind = "schema"
+
 
 class OutputError(LovecraftError):
     """The output cannot be written (exists, locked, no space, unsupported type)."""
+
+    kind = "output"
 
 
 class OverflowErrorF16(SchemaError):
@@ -42,13 +72,16 @@ class OverflowErrorF16(SchemaError):
 
 
 class DatasetError(LovecraftError):
-    """A dataset directory or its manifest is missing, incomplete or of an unknown version."""
+    """A dataset directory or its manifest is missing, incomplete, damaged or of an unknown version."""
+
+    kind = "dataset"
 
 
 class Interrupted(LovecraftError):
     """The run was interrupted (SIGINT/SIGTERM); nothing was left at the output path."""
 
     exit_code = 130
+    kind = "interrupted"
 
 
 def location(path: str, *, line: int | None = None, row: int | None = None, column: str | None = None) -> str:

@@ -1,28 +1,211 @@
-"""The dataset manifest (``_manifest.json``): reading it back."""
+"""The dataset manifest, ``_manifest.json``: its name, version, building, reading and checking.
+
+Every command that writes a dataset builds its manifest with :func:`build`, the commit writes it
+with :func:`write` (last, after every data file), and every reader (``open_dataset``, ``verify``,
+``inspect``, ``bucket`` and ``convert`` reading a dataset) goes through :func:`read` and
+:func:`problems` / :func:`parse_schema`. Nothing else spells the file name or the version.
+
+The name starts with ``_`` because pyarrow, pandas, dask and Spark skip such files when they read a
+directory of Parquet files (a ``manifest.json`` makes them fail to read the schema).
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from typing import Any
 
+from . import __version__
 from .errors import DatasetError
-from .output import MANIFEST
+
+MANIFEST_NAME = "_manifest.json"
+FORMAT_TAG = "lovecraft-dataset"
+VERSION = 1
+READABLE_VERSIONS = (1,)
+MAX_MANIFEST_BYTES = 1 << 30
+MAX_ROW_BYTES = 1 << 30  # a schema claiming larger rows is refused (nothing that size is allocated)
 
 
-def read_manifest(path: str) -> dict[str, Any]:
-    """The manifest of dataset directory ``path``; DatasetError when it is missing or unreadable."""
-    mpath = os.path.join(path, MANIFEST)
-    if not os.path.isfile(mpath):
-        raise DatasetError(
-            f"{path}: no {MANIFEST}; not a lovecraft dataset, or its writing did not finish",
-            hint="give the output directory of a completed `lovecraft convert`/`shard` run",
-        )
+def build(
+    *,
+    command: str,
+    output_format: str,
+    options: dict[str, Any],
+    rows: int,
+    schema: list[dict],
+    sources: list[dict],
+    files: list[dict],
+    stats: dict,
+    float16: dict | None = None,
+    **sections: Any,
+) -> dict[str, Any]:
+    """A complete manifest. ``sections``: ``shards`` or ``buckets``, and any command- or format-specific
+    keys (``shuffle``, ``bucketing``, the format's own keys), kept in the order given."""
+    m: dict[str, Any] = {
+        "format": FORMAT_TAG,
+        "version": VERSION,
+        "complete": True,
+        "created_by": f"lovecraft_convert {__version__}",
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "output_format": output_format,
+        "options": options,
+        "rows": rows,
+        "schema": schema,
+    }
+    extra = dict(sections)
+    for key in ("shuffle", "shards", "buckets", "bucketing"):
+        if key in extra:
+            m[key] = extra.pop(key)
+    m.update({"files": files, "stats": stats, "float16": float16 or {}, "sources": sources})
+    m.update(extra)
+    return m
+
+
+def path_of(directory: str) -> str:
+    return os.path.join(directory, MANIFEST_NAME)
+
+
+def write(directory: str, manifest: dict) -> None:
+    """Write the manifest of ``directory`` durably: a temporary name, fsync, then the rename."""
+    final = path_of(directory)
+    tmp = final + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(dumps(manifest))
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, final)
+
+
+def dumps(manifest: dict) -> str:
+    return json.dumps(manifest, indent=1, sort_keys=False, default=_json_default) + "\n"
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o))
+
+
+def load(directory: str) -> tuple[dict | None, tuple[str, str] | None]:
+    """The parsed manifest of ``directory``, or ``(None, (kind, message))`` saying why it cannot be read."""
+    import stat
+
+    mpath = path_of(directory)
+    try:
+        st = os.lstat(mpath)
+    except FileNotFoundError:
+        return None, ("missing", "missing: not a lovecraft dataset, or the run that wrote it did not finish")
+    except OSError as e:
+        return None, ("manifest", f"cannot be read ({e.strerror})")
+    if not stat.S_ISREG(st.st_mode):
+        return None, ("manifest", "not a regular file")
+    if st.st_size > MAX_MANIFEST_BYTES:
+        return None, ("manifest", f"implausibly large ({st.st_size} bytes)")
     try:
         with open(mpath, encoding="utf-8") as f:
-            m = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{mpath}: unreadable manifest ({e})", hint="re-create the dataset") from None
-    if not isinstance(m, dict) or m.get("format") != "lovecraft-dataset":
-        raise DatasetError(f"{mpath}: not a lovecraft dataset manifest", hint="give a directory lovecraft wrote")
+            return json.load(f), None
+    except (OSError, ValueError, RecursionError) as e:
+        text = " ".join(str(e).split())
+        return None, ("unreadable", f"unreadable ({text[:297] + '...' if len(text) > 300 else text})")
+
+
+def read(directory: str) -> dict[str, Any]:
+    """The manifest of dataset directory ``directory``; DatasetError when it is missing or unreadable."""
+    m, problem = load(directory)
+    if problem is not None:
+        kind, message = problem
+        if kind == "missing":
+            raise DatasetError(
+                f"{directory}: no {MANIFEST_NAME}; not a lovecraft dataset, or its writing did not finish",
+                hint="give the output directory of a completed `lovecraft convert`/`shard` run",
+            )
+        if kind == "unreadable":
+            message = "unreadable manifest" + message[len("unreadable") :]
+        raise DatasetError(f"{path_of(directory)}: {message}", hint="re-create the dataset")
+    if not isinstance(m, dict) or m.get("format") != FORMAT_TAG:
+        raise DatasetError(
+            f"{path_of(directory)}: not a lovecraft dataset manifest", hint="give a directory lovecraft wrote"
+        )
     return m
+
+
+def problems(m: Any) -> list[tuple[str, str, str | None]]:
+    """What makes a manifest unreadable by this version: ``(kind, message, hint)``, the worst first
+    (kind ``manifest``: not ours or an unknown version; ``incomplete``; ``keys``: a key every reader
+    needs is missing). Empty when none of these holds."""
+    out: list[tuple[str, str, str | None]] = []
+    if not isinstance(m, dict) or m.get("format") != FORMAT_TAG:
+        return [("manifest", f"not a lovecraft dataset manifest (format is not '{FORMAT_TAG}')", None)]
+    version = m.get("version")
+    if version not in READABLE_VERSIONS:
+        return [
+            (
+                "manifest",
+                f"manifest version {version!r} is unknown to lovecraft_convert {__version__} "
+                f"(it reads version {', '.join(map(str, READABLE_VERSIONS))})",
+                "upgrade lovecraft_convert, or re-create the dataset with this version",
+            )
+        ]
+    if m.get("complete") is not True:
+        out.append(
+            (
+                "incomplete",
+                "does not say complete: true (the run that wrote it did not finish)",
+                "run it again (`lovecraft shard ... --resume` resumes)",
+            )
+        )
+    for key in ("rows", "schema", "files"):
+        if key not in m:
+            out.append(("keys", f"the manifest has no '{key}'", "re-create the dataset"))
+    if "shards" not in m and "buckets" not in m:
+        out.append(("keys", "the manifest lists no shards", "re-create the dataset"))
+    return out
+
+
+def check(m: Any, where: str) -> None:
+    """Refuse (DatasetError) what this version cannot read: not ours, unknown version, incomplete."""
+    found = problems(m)
+    if found:
+        kind, message, hint = found[0]
+        if kind == "incomplete":
+            message = f"the dataset is incomplete (its manifest {message})"
+        raise DatasetError(f"{where}: {message}", hint=hint or "give a directory lovecraft wrote", kind=kind)
+
+
+def parse_schema(items: Any):
+    """The manifest's ``schema`` as a :class:`~lovecraft_convert.schema.Schema`, checked: known kinds,
+    dtypes lovecraft writes, shapes of counts, unique names, rows of at most 1 GiB. ValueError
+    (or TypeError/KeyError) says what is wrong."""
+    import numpy as np
+
+    from .schema import KINDS, Field, Schema
+
+    fields = []
+    for d in items:
+        f = Field.from_dict(d)
+        if f.kind not in KINDS or not isinstance(f.name, str):
+            raise ValueError(f"column {f.name!r}: unknown kind {f.kind!r}")
+        if not all(isinstance(s, int) and s >= 0 for s in f.shape):
+            raise ValueError(f"column {f.name!r}: bad shape")
+        dt = f.np_dtype
+        if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0:
+            raise ValueError(f"column {f.name!r}: dtype {f.dtype!r} is not one lovecraft writes")
+        if f.kind in ("string", "binary") and dt != np.dtype(np.uint8):
+            raise ValueError(f"column {f.name!r}: a {f.kind} column holds uint8 values, not {dt}")
+        if dt.itemsize * f.row_size > MAX_ROW_BYTES:
+            raise ValueError(f"column {f.name!r}: one row of {dt.itemsize * f.row_size} bytes (refused)")
+        fields.append(f)
+    if not fields or len({f.name for f in fields}) != len(fields):
+        raise ValueError("no columns, or a column named twice")
+    return Schema(tuple(fields))
+
+
+def is_dataset(path: str) -> bool:
+    """Is ``path`` a directory holding a manifest (a dataset, complete or not)?"""
+    return os.path.isdir(path) and os.path.isfile(path_of(path))

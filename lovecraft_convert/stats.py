@@ -118,3 +118,25 @@ class BatchStats:
 
     def to_dict(self) -> dict:
         return {k: v.to_dict() for k, v in self.columns.items()}
+
+
+RAW_KEYS = ("count", "min", "max", "nan", "sum", "len_min", "len_max", "len_sum")
+
+
+def raw(stats: BatchStats) -> dict:
+    """A unit's statistics as JSON (its journal entry), to be merged by :func:`merged`."""
+    return {k: {a: getattr(v, a) for a in RAW_KEYS} for k, v in stats.columns.items()}
+
+
+def merged(schema: Schema, frags: list[dict]) -> dict:
+    """The dataset's statistics from its units' :func:`raw` ones (``stats_raw`` of each fragment)."""
+    overall = {}
+    for fd in schema:
+        st = ColumnStats(fd.kind, fd.np_dtype)
+        for fr in frags:
+            part = ColumnStats(fd.kind, fd.np_dtype)
+            for k, v in fr["stats_raw"][fd.name].items():
+                setattr(part, k, v)
+            st.merge(part)
+        overall[fd.name] = st.to_dict()
+    return overall

@@ -1,11 +1,10 @@
-"""Small shared helpers: sizes, hashing, fsync."""
+"""Small shared helpers: sizes, fsync, bounded queues, tracing."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import threading
+import time
 from collections.abc import Callable
 
 _UNITS = {
@@ -44,38 +43,6 @@ def format_size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def sha256_file(path: str, bufsize: int = 4 << 20) -> str:
-    h = hashlib.sha256()
-    buf = bytearray(bufsize)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
-def sha256_fsynced(path: str) -> str:
-    """The sha256 of a file just written, computed while another thread fsyncs it: one waits on
-    the disk, the other hashes the page cache, so together they take the longer of the two."""
-    errors: list[OSError] = []
-
-    def sync() -> None:
-        try:
-            fsync_path(path)
-        except OSError as e:
-            errors.append(e)
-
-    t = threading.Thread(target=sync, name="lovecraft-fsync", daemon=True)
-    t.start()
-    try:
-        digest = sha256_file(path)
-    finally:
-        t.join()
-    if errors:
-        raise errors[0]
-    return digest
-
-
 def fsync_path(path: str) -> None:
     """fsync a file or a directory by path."""
     fd = os.open(path, os.O_RDONLY)
@@ -99,250 +66,35 @@ def put_while(q, item, go: Callable[[], bool], poll: float = 0.1) -> bool:
     return False
 
 
-class HashingWriter:
-    """A write-only binary file that hashes what it writes and fsyncs on close.
-
-    Hashing and writing run in a background thread, at most two buffers behind (hashlib, the
-    staging copy and file writes release the GIL), so they overlap with producing the next buffer.
-
-    Where the file system allows it, data goes to disk with direct I/O (``O_DIRECT``), staged
-    through one aligned 1 MiB buffer: we fsync every file anyway and do not read it back, and
-    copying into the page cache is the single largest CPU cost of writing (measured: one to two
-    and a half seconds of system time per GB on the reference machine, a few hundredths direct),
-    besides evicting the caller's input from the cache. Elsewhere (tmpfs on older kernels, or with
-    ``LOVECRAFT_DIRECT_IO=0``) writes are buffered and flushed to disk as they go, so the final
-    fsync has little left to do. Buffers handed to ``write`` must not be changed afterwards.
-    """
-
-    SYNC_EVERY = 256 << 20
-    STAGE = 1 << 20  # direct I/O: bytes per write (page-aligned buffer, a multiple of 4 KiB sectors)
-
-    def __init__(self, path: str, preallocate: int = 0) -> None:
-        import queue
-
-        self.path = path
-        self.f, self.direct = _open_write(path)
-        self.h = hashlib.sha256()
-        self.bytes = 0  # written by the writer thread
-        self._pos = 0  # accepted by write()
-        self._unsynced = 0
-        self._stage = None
-        self._fill = 0
-        self._error: BaseException | None = None
-        if preallocate > 0:
-            try:
-                preallocate_fd(self.f.fileno(), preallocate, path)
-            except BaseException:
-                self.f.close()
-                raise
-        self._q: queue.Queue = queue.Queue(maxsize=2)
-        self._t = threading.Thread(target=self._run, name="lovecraft-writer", daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        try:
-            self._loop()
-        finally:
-            if self._stage is not None:
-                self._stage = None
-                _staging(-self.STAGE)
-
-    def _loop(self) -> None:
-        import queue
-
-        while True:
-            try:
-                # Polled, not a plain get(): a Ctrl-C that lands inside the caller's put, between
-                # the queue's notify releasing our waiter and forgetting it, leaves that stale
-                # waiter to absorb the next notify, and a plain get() would sleep through the
-                # final None for good (seen as a rare hang on Ctrl-C).
-                mv = self._q.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if self._error is not None:
-                if mv is None:
-                    return
-                continue
-            try:
-                if mv is None:
-                    self._flush_stage()
-                    return
-                self.h.update(mv)
-                self.bytes += len(mv)
-                if self.direct and (self._stage is not None or self._claim_stage()):
-                    self._stage_copy(mv)
-                else:
-                    self._write_all(mv)
-                    self._unsynced += len(mv)
-                    if self._unsynced >= self.SYNC_EVERY:
-                        os.fdatasync(self.f.fileno())
-                        self._unsynced = 0
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                self._error = named(e, self.path)
-                if mv is None:
-                    return
-
-    def _stage_copy(self, mv: memoryview) -> None:
-        """Copy into the aligned staging buffer, writing it out each time it fills."""
-        import numpy as np
-
-        src = np.frombuffer(mv, dtype=np.uint8)
-        pos = 0
-        while pos < len(src):
-            k = min(self.STAGE - self._fill, len(src) - pos)
-            self._stage[self._fill : self._fill + k] = src[pos : pos + k]  # releases the GIL
-            self._fill += k
-            pos += k
-            if self._fill == self.STAGE:
-                self._write_all(memoryview(self._stage))
-                self._fill = 0
-
-    def _claim_stage(self) -> bool:
-        """Allocate the staging buffer, if the process's staging budget has room for it (a memmap
-        dataset of many columns has a writer per column); otherwise carry on buffered."""
-        if not _staging(self.STAGE):
-            self._set_direct(False)
-            return False
-        import mmap
-
-        import numpy as np
-
-        self._stage = np.frombuffer(mmap.mmap(-1, self.STAGE), dtype=np.uint8)  # page-aligned
-        return True
-
-    def _flush_stage(self) -> None:
-        """Write what is left in the staging buffer: a partial block, so with buffered I/O (a
-        padded direct write could need a block beyond a preallocated, exactly sized file)."""
-        if self._fill:
-            self._set_direct(False)
-            self._write_all(memoryview(self._stage)[: self._fill])
-            self._fill = 0
-
-    def _set_direct(self, on: bool) -> None:
-        import fcntl
-
-        flags = fcntl.fcntl(self.f.fileno(), fcntl.F_GETFL)
-        fcntl.fcntl(self.f.fileno(), fcntl.F_SETFL, flags | os.O_DIRECT if on else flags & ~os.O_DIRECT)
-        self.direct = on
-
-    def _write_all(self, mv: memoryview) -> None:
-        import errno
-
-        n = 0
-        while n < len(mv):
-            try:
-                n += os.write(self.f.fileno(), mv[n:])
-            except OSError as e:
-                # A file system that takes O_DIRECT at open but not these writes (or a short
-                # direct write that left the offset unaligned): carry on buffered.
-                if e.errno != errno.EINVAL or not self.direct:
-                    raise
-                self._set_direct(False)
-
-    def _check(self) -> None:
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
-
-    def write(self, data) -> int:
-        self._check()
-        mv = memoryview(data).cast("B")
-        if len(mv):
-            put_while(self._q, mv, self._t.is_alive)  # the writer thread may have stopped
-            self._pos += len(mv)
-            self._check()
-        return len(mv)
-
-    # enough of a file object for pyarrow to write into (``pa.PythonFile``)
-    @property
-    def closed(self) -> bool:
-        return self.f.closed
-
-    def tell(self) -> int:
-        return self._pos
-
-    def flush(self) -> None:
-        self._check()
-
-    def writable(self) -> bool:
-        return True
-
-    def _drain(self) -> None:
-        if self._t.is_alive():
-            put_while(self._q, None, self._t.is_alive)
-            self._t.join()
-
-    def close(self) -> tuple[int, str]:
-        if not self.f.closed:
-            self._drain()
-            self._check()
-            try:
-                self.f.truncate(self.bytes)
-                os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
-            except OSError as e:
-                raise named(e, self.path) from None
-            self.f.close()
-        return self.bytes, self.h.hexdigest()
-
-    def abort(self) -> None:
-        if not self.f.closed:
-            self._error = self._error or RuntimeError("aborted")
-            self._drain()
-            self.f.close()
-
-
-_STAGING_LIMIT = 16 << 20  # direct-I/O staging buffers of all writers of a process together
-_staging_lock = threading.Lock()
-_staging_used = 0
-
-
-def _staging(delta: int) -> bool:
-    """Claim (delta > 0) or release staging memory; False when a claim does not fit."""
-    global _staging_used
-    with _staging_lock:
-        if delta > 0 and _staging_used + delta > _STAGING_LIMIT:
-            return False
-        _staging_used += delta
-        return True
-
-
-def _open_write(path: str):
-    """``path`` created for writing (unbuffered file object), with O_DIRECT where the file
-    system takes it and ``LOVECRAFT_DIRECT_IO`` is not ``0``; returns (file, direct)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-    direct = getattr(os, "O_DIRECT", 0)
-    if direct and os.environ.get("LOVECRAFT_DIRECT_IO", "1") != "0":
-        try:
-            return open(os.open(path, flags | direct, 0o666), "wb", buffering=0), True  # noqa: SIM115
-        except OSError as e:
-            import errno
-
-            if e.errno != errno.EINVAL:
-                raise
-    return open(os.open(path, flags, 0o666), "wb", buffering=0), False  # noqa: SIM115
-
-
-def named(e: BaseException, path: str) -> BaseException:
-    """``e``, or for an OSError that names no file, the same error naming ``path`` (so that a full
-    disk can be reported with the file being written)."""
-    if isinstance(e, OSError) and e.errno is not None and e.filename is None:
-        out = OSError(e.errno, e.strerror or os.strerror(e.errno), path)
-        out.__dict__.update(e.__dict__)
-        return out
-    return e
-
-
-def preallocate_fd(fd: int, nbytes: int, path: str) -> None:
-    """Reserve disk blocks up front so a full disk fails now, not in the middle (or as SIGBUS).
-    A full disk raises OSError(ENOSPC) naming ``path``, with the bytes asked for as ``.needed``."""
+def trim_heap() -> None:
+    """Give freed heap back to the system (glibc keeps it otherwise)."""
     try:
-        os.posix_fallocate(fd, 0, nbytes)
-    except OSError as e:
-        import errno
+        import ctypes
 
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            err = OSError(e.errno, os.strerror(e.errno), path)
-            err.needed = nbytes
-            raise err from None
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, getattr(errno, "ENOTSUP", 95)):
-            raise
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+_T0 = time.time()
+
+
+def trace(msg: str) -> None:
+    """Phase timings on stderr when LOVECRAFT_TRACE is set (for benchmarking)."""
+    if os.environ.get("LOVECRAFT_TRACE"):
+        import sys
+
+        print(f"[{time.time() - _T0:7.2f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def number(v) -> str:
+    """A figure for people: thousands separated, floats to 6 significant digits, None as ``-``."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)

@@ -77,7 +77,7 @@ def read_polars(out: str) -> dict[str, object]:
 def read_tfrecord(out: str) -> dict[str, object]:
     import tensorflow as tf
 
-    from lovecraft_convert.formats.tfexample import to_tf_feature_spec
+    from lovecraft_convert.formats.tfrecord.tfdata import to_tf_feature_spec
 
     m = manifest(out)
     spec = to_tf_feature_spec(m["tfrecord"]["feature_spec"])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lovecraft_convert as lc
-from lovecraft_convert.inspect import inspect as inspect_fn
+from lovecraft_convert.inspection import inspect as inspect_fn
 from tests.conftest import lovecraft
 
 

@@ -13,7 +13,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lovecraft_convert.formats.tfexample import _encode_rows, iter_encoded, iter_records, parse_example
+from lovecraft_convert.formats.tfrecord.decode import parse_example
+from lovecraft_convert.formats.tfrecord.example import _encode_rows, iter_encoded
+from lovecraft_convert.formats.tfrecord.framing import iter_records
 from lovecraft_convert.schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
 
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lovecraft_convert import util
-from lovecraft_convert.util import HashingWriter
+from lovecraft_convert.engine import writer as util
+from lovecraft_convert.engine.writer import HashingWriter
 
 STAGE = HashingWriter.STAGE
 # piece sizes around the staging buffer and the alignment, where the bookkeeping can slip

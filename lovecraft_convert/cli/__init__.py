@@ -21,7 +21,7 @@ class _Group(click.Group):
 
         try:
             return super().invoke(ctx)
-        except LovecraftError as e:
+        except LovecraftError as e:  # OptionsError exits 2, as a bad flag does
             click.echo(f"Error: {e.one_line()}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:

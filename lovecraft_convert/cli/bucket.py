@@ -89,29 +89,8 @@ def bucket(**params) -> None:  # fmt: skip
       lovecraft bucket series.csv -o buckets/ --to hdf5 --num-buckets 6 --layout ragged --ragged
       lovecraft bucket shards/ -o buckets/ --to parquet --column tokens --num-buckets 4
     """
-    from ..bucketer import bucket as run
+    from ..jobs.bucket import bucket as run
 
-    if (params["num_buckets"] is None) == (params["boundaries"] is None):
-        raise click.UsageError("give exactly one of --num-buckets and --boundaries")
-    if params["truncate"] and params["drop_longer"]:
-        raise click.UsageError("give only one of --truncate and --drop-longer")
-    if params["max_length"] is not None and not (params["truncate"] or params["drop_longer"]):
-        raise click.UsageError(
-            f"--max-length {params['max_length']}: say what happens to longer sequences; add --truncate or --drop-longer"
-        )
-    for flag in ("truncate", "drop_longer"):
-        if params[flag] and params["max_length"] is None and params["boundaries"] is None:
-            name = "--" + flag.replace("_", "-")
-            raise click.UsageError(f"{name} needs --max-length L (or --boundaries: the last one is the limit)")
-    if params["shuffle"] and params["seed"] is None:
-        raise click.UsageError("--shuffle needs --seed N (the seed makes the shuffle reproducible)")
-    if sum(params[k] is not None for k in ("shard_size", "rows_per_shard", "num_shards")) > 1:
-        raise click.UsageError("give at most one of --shard-size, --rows-per-shard, --num-shards")
-    for flag in ("dtype", "columns"):
-        if params[flag]:
-            raise click.UsageError(f"--{flag} does not apply to bucket")
-    if params["column_types"]:
-        raise click.UsageError("--column-type does not apply to bucket")
     kwargs = library_kwargs(params)
     pad = params["pad_id"]
     kwargs["pad_id"] = int(pad) if float(pad).is_integer() else pad

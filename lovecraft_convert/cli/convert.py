@@ -22,7 +22,7 @@ def convert(**params) -> None:
       zcat big.csv.gz | lovecraft convert - --input-format csv -o out/ --to tfrecord
       lovecraft convert corpus.txt.zst -o out/ --to memmap
     """
-    from ..pipeline import convert as run
+    from ..jobs.convert import convert as run
 
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **library_kwargs(params))
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])

@@ -45,8 +45,8 @@ def inspect(**params) -> None:
       lovecraft inspect big.csv --sample 100000 --json
       lovecraft inspect out/
     """
-    from ..inspect import format_text
-    from ..inspect import inspect as run
+    from ..inspection import format_text
+    from ..inspection import inspect as run
 
     report = run(
         list(params["inputs"]),

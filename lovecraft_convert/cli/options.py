@@ -7,8 +7,6 @@ from collections.abc import Callable
 
 import click
 
-OUTPUT_FORMATS = ("memmap", "hdf5", "parquet", "tfrecord")
-INPUT_FORMATS = ("text", "csv", "npy")
 COLUMN_TYPES = (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "bool", "string",
@@ -27,6 +25,40 @@ class SizeParam(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+class RegistryChoice(click.ParamType):
+    """A choice among the names of a registry, looked up when the value is parsed (so that formats
+    registered at run time are offered, and ``--help`` imports nothing)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "output" | "input"
+        self.name = kind
+
+    def _names(self) -> tuple[str, ...]:
+        if self.kind == "output":
+            from ..formats import names
+
+            return names()
+        from ..inputs.kinds import names
+
+        return names()
+
+    def get_metavar(self, param, ctx=None) -> str:
+        if self.kind == "output":
+            from ..formats import builtin_names
+
+            return "[" + "|".join(builtin_names()) + "|...]"
+        from ..inputs.kinds import names
+
+        return "[" + "|".join(names()) + "]"
+
+    def convert(self, value, param, ctx):
+        names = self._names()
+        if value in names:
+            return value
+        choices = ", ".join(repr(n) for n in names)
+        self.fail(f"{value!r} is not one of {choices}.", param, ctx)
+
+
 class ColumnTypeParam(click.ParamType):
     name = "NAME=TYPE"
 
@@ -42,7 +74,7 @@ class ColumnTypeParam(click.ParamType):
 def input_options(f: Callable) -> Callable:
     opts = [
         click.argument("inputs", nargs=-1, required=True),
-        click.option("--input-format", type=click.Choice(INPUT_FORMATS), help="Override format detection."),
+        click.option("--input-format", type=RegistryChoice("input"), help="Override format detection."),
         click.option("--no-header", "no_header", is_flag=True, help="CSV: the first line is data; columns are f0, f1, ..."),
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
         click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV: fix a column's type, e.g. zip=string (repeatable)."),
@@ -58,10 +90,10 @@ def input_options(f: Callable) -> Callable:
 def output_options(f: Callable) -> Callable:
     opts = [
         click.option("-o", "--output", required=True, metavar="DIR", help="Output dataset directory (must not exist unless --overwrite)."),
-        click.option("--to", "to", type=click.Choice(OUTPUT_FORMATS), required=True, help="Output format."),
+        click.option("--to", "to", type=RegistryChoice("output"), required=True, help="Output format (the formats a package registers are offered too)."),
         click.option("--dtype", type=click.Choice(["float16", "float32"]), help="Downcast floating columns."),
         click.option("--on-overflow", type=click.Choice(["error", "clip"]), default="error", show_default=True, help="A value beyond the --dtype range: fail, or clip to the largest finite value."),
-        click.option("--compression", type=click.Choice(["zstd", "snappy", "gzip", "lzf", "none"]), help="parquet: zstd (default)/snappy/gzip/none; hdf5: gzip/lzf; tfrecord: gzip."),
+        click.option("--compression", metavar="NAME", help="Compress the output files; each format takes its own (e.g. zstd, snappy, gzip, lzf) or none."),
         click.option("--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."),
         click.option("--overwrite", is_flag=True, help="Replace an existing output (atomically, once the new one is complete)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),

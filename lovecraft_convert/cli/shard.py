@@ -34,13 +34,8 @@ def shard(**params) -> None:
       lovecraft shard corpus.txt.zst -o shards/ --to parquet --num-shards 64 --shuffle --seed 7
       lovecraft shard data.csv -o shards/ --to hdf5 --shard-size 256MiB --resume
     """
-    from ..sharding import shard as run
+    from ..jobs.shard import shard as run
 
-    given = [k for k in ("shard_size", "rows_per_shard", "num_shards") if params[k] is not None]
-    if len(given) != 1:
-        raise click.UsageError("give exactly one of --shard-size, --rows-per-shard, --num-shards")
-    if params["shuffle"] and params["seed"] is None:
-        raise click.UsageError("--shuffle needs --seed N (the seed makes the shuffle reproducible)")
     kwargs = library_kwargs(params)
     for k in ("shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume"):
         kwargs[k] = params[k]

@@ -37,7 +37,7 @@ def verify(paths: tuple[str, ...], against: bool, max_memory: int, quiet: bool, 
       lovecraft verify out/ --against data.csv
       lovecraft verify shards/ --json
     """
-    from ..verify import verify as run
+    from ..verification import verify as run
 
     dataset, inputs = paths[0], list(paths[1:])
     if inputs and not against:

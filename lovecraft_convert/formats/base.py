@@ -1,88 +1,36 @@
-"""What every reader and writer shares: the interfaces and the options they take."""
+"""What every output format provides, and the interfaces of its parts.
+
+A format is one package under ``formats/`` whose ``__init__`` defines one :class:`OutputFormat`
+(the *descriptor*): its name, file extensions, the compressions it takes, whether it has random
+access, and its parts, each a class or function in a module of the package that is imported only
+when used:
+
+* the :class:`Writer` (``convert``, ``shard`` and ``bucket`` write through it),
+* the :class:`PartReader` for ``open_dataset`` (the loaders),
+* the checker for ``verify`` (:meth:`OutputFormat.check_unit`: decode a shard's files completely,
+  with the format's own checksums, raising :class:`FileProblem`),
+* the load snippets for ``inspect``.
+
+The descriptor module itself imports nothing heavy, so the registry (:mod:`lovecraft_convert.formats`)
+can list formats without importing h5py, pyarrow or TensorFlow. Nothing outside the format packages
+names a particular format: every command dispatches through the descriptor.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..schema import Batch, Schema
-from ..sources import InputSpec
+import numpy as np
 
+from ..errors import LovecraftError, OptionsError
+from ..manifest import MANIFEST_NAME
+from ..schema import Batch, Field, Schema
 
-@dataclass
-class ReadOptions:
-    """Options of the input readers (the CLI's input flags)."""
-
-    batch_bytes: int = 32 << 20  # in-memory bytes of one batch, sized from --max-memory
-    errors: str = "strict"  # text decoding: strict | replace
-    header: bool = True
-    delimiter: str | None = None
-    column_types: dict[str, str] = field(default_factory=dict)
-    max_ratio: float = 1000.0
-    threads: bool = True  # False in shard workers: one process, one core
-
-
-@dataclass(frozen=True)
-class Part:
-    """A unit of input that can be read on its own: a byte range of one file (``start``/``end``),
-    a whole (compressed or piped) input (both None), or a row range of NPY inputs (``rows``)."""
-
-    index: int
-    spec: int = 0
-    start: int | None = None
-    end: int | None = None
-    line0: int = 0  # lines before ``start`` (text), for error messages
-    rows: tuple[int, int] | None = None
-
-
-class Reader:
-    """A source of bounded batches. ``schema`` is known after construction."""
-
-    schema: Schema
-    rows: int | None = None  # known up front (npy), else None
-
-    def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
-        self.specs = specs
-        self.options = options
-
-    def batches(self) -> Iterator[Batch]:
-        raise NotImplementedError
-
-    def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
-        """Split the input into parts of about ``target_bytes`` that can be read independently.
-
-        The split depends only on the input and ``target_bytes`` (never on the number of workers),
-        so the same input always gives the same parts. Compressed and piped inputs are one part.
-        ``mapper(fn, calls)`` runs the counting pass (an ordered map, e.g. over worker processes).
-        """
-        return [Part(i, i) for i in range(len(self.specs))]
-
-    def part_batches(self, part: Part) -> Iterator[Batch]:
-        raise NotImplementedError
-
-    def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None) -> list[Part]:
-        """Byte ranges of plain files cut at record boundaries; other inputs whole."""
-        from ..sources import split_points
-
-        parts: list[Part] = []
-        for i, spec in enumerate(self.specs):
-            if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
-                parts.append(Part(len(parts), i))
-                continue
-            points = split_points(spec.path, spec.size, target_bytes, quoted=quoted, mapper=mapper)
-            ends = [p[0] for p in points[1:]] + [spec.size]
-            for (start, line0), end in zip(points, ends, strict=True):
-                parts.append(Part(len(parts), i, start, end, line0))
-        return parts
-
-    def progress_total(self) -> int | None:
-        """Total input bytes for progress (compressed size for compressed inputs)."""
-        sizes = [s.size for s in self.specs]
-        return None if any(x is None for x in sizes) else sum(sizes)  # type: ignore[misc]
-
-    def progress_done(self) -> int:
-        return 0
+# --------------------------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -94,7 +42,7 @@ class FileRecord:
     bytes: int
     sha256: str
     column: str | None = None
-    role: str | None = None  # for memmap: "data" | "values" | "offsets"
+    role: str | None = None  # which part of a column the file holds (memmap: data | values | offsets)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
@@ -107,15 +55,17 @@ class FileRecord:
 
 @dataclass
 class WriteOptions:
-    compression: str | None = None  # hdf5: gzip|lzf ; tfrecord: gzip ; parquet: zstd (default)|snappy|none
-    row_group_bytes: int = 64 << 20
-    expected_rows: int | None = None
+    compression: str | None = None  # one of the format's ``compressions`` (None: its default)
+    row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
+    expected_rows: int | None = None  # known up front (files can be preallocated), or None
 
 
 class Writer:
-    """Writes one shard (one or more files) into a temporary dataset directory."""
+    """Writes one unit (one or more files named after ``stem``) into a temporary directory.
 
-    extension = ""
+    ``write`` takes batches; ``close`` finishes, fsyncs and hashes every file and returns their
+    records; ``abort`` releases handles after a failure (the caller removes the directory).
+    """
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         self.directory = directory
@@ -126,7 +76,7 @@ class Writer:
 
     @classmethod
     def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
-        """Raise OutputError/SchemaError if this format cannot hold the schema."""
+        """Raise SchemaError if this format cannot hold the schema."""
 
     def write(self, batch: Batch) -> None:
         raise NotImplementedError
@@ -138,4 +88,277 @@ class Writer:
         """Release handles after a failure (the temporary directory is removed by the caller)."""
 
     def manifest_extra(self) -> dict[str, Any]:
+        """Keys this unit adds to the manifest (the same for every unit of a dataset)."""
         return {}
+
+
+# --------------------------------------------------------------------------------------------
+# reading (the loaders)
+# --------------------------------------------------------------------------------------------
+
+
+CORRUPT = "the file is corrupt; run `lovecraft verify` or re-create the dataset"
+
+
+class PartReader:
+    """One shard's (or bucket's) files. ``rows`` is known from the manifest.
+
+    Every reader gives :class:`~lovecraft_convert.schema.Batch`es of the selected columns in large
+    chunks; random-access ones also read a row range (``read``) or any set of rows (``take``).
+    Columns come back in the types the files hold (:meth:`OutputFormat.storage_dtype`): fixed-shape
+    arrays, :class:`~lovecraft_convert.schema.VarColumn`s or object arrays for variable-length rows.
+    Files are opened on first use, never in ``__init__``, so a reader can be built in one process
+    and used in another.
+    """
+
+    random_access = False
+
+    def __init__(self, rows: int, schema: Schema) -> None:
+        self.rows = rows
+        self.schema = schema
+
+    def chunks(self, start: int, stop: int, chunk_rows: int, rng: np.random.Generator | None = None) -> Iterator[Batch]:
+        """Rows ``[start, stop)`` in batches of about ``chunk_rows``; ``rng`` permutes the order of the
+        blocks (row groups for Parquet) for shuffling, never the rows inside a block."""
+        blocks = range(start, stop, chunk_rows)
+        if rng is not None and len(blocks) > 1:
+            blocks = [blocks[i] for i in rng.permutation(len(blocks)).tolist()]
+        for a in blocks:
+            yield self.read(a, min(stop, a + chunk_rows))
+
+    def read(self, start: int, stop: int) -> Batch:
+        raise NotImplementedError
+
+    def take(self, idx: np.ndarray) -> Batch:
+        """Rows ``idx`` (int64, any order) as one batch, in that order."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class PartFiles:
+    """What a reader of one part gets from the manifest: absolute paths and their manifest entries."""
+
+    paths: list[str]
+    entries: list[dict]
+    rows: int
+    schema: Schema
+    key: tuple  # (group, part): unique within the dataset
+
+
+# --------------------------------------------------------------------------------------------
+# checking (verify)
+# --------------------------------------------------------------------------------------------
+
+
+class FileProblem(Exception):
+    """A problem found in one file of a dataset: ``verify`` reports it as one line (``kind`` says
+    what sort: decode, rows, schema, manifest, ...)."""
+
+    def __init__(self, file: str, message: str, kind: str = "decode") -> None:
+        super().__init__(message)
+        self.file = file
+        self.message = message
+        self.kind = kind
+
+    @classmethod
+    def of(cls, file: str, e: LovecraftError, kind: str | None = None) -> FileProblem:
+        """A library error raised while decoding ``file``, as a problem of that file."""
+        return cls(file, e.without_where() if e.where else e.one_line(), kind or _problem_kind(e))
+
+
+@dataclass
+class Unit:
+    """A shard (or a bucket's shard) as the manifest lists it: rows stored in its files."""
+
+    label: str
+    rows: int
+    files: list[str]
+    stats: dict | None
+    bucket: dict | None = None
+
+    @property
+    def first(self) -> str:
+        """The file a problem of the unit is reported on (the manifest when it lists none)."""
+        return self.files[0] if self.files else MANIFEST_NAME
+
+
+@dataclass
+class CheckContext:
+    """What a format's checker gets from ``verify``: the dataset directory, its manifest, the
+    manifest's entry of every file by path, and the rows to decode per batch for a schema."""
+
+    root: str
+    manifest: dict
+    info: dict[str, dict]
+    budget: int
+    step_rows: Any  # Callable[[Schema], int]
+
+    def full(self, path: str) -> str:
+        import os
+
+        return os.path.join(self.root, path)
+
+
+def _problem_kind(e: LovecraftError) -> str:
+    return e.kind if e.kind in ("rows", "schema", "manifest", "bucket") else "decode"
+
+
+def short(e: BaseException, limit: int = 300) -> str:
+    """An exception's text on one line, at most ``limit`` characters."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------------
+# the descriptor
+# --------------------------------------------------------------------------------------------
+
+
+class OutputFormat:
+    """One output format. Subclass it in the format's package and register one instance.
+
+    Class attributes describe the format; methods give its parts. Override what differs from the
+    defaults; the parts (``writer_class``, ``open_part``, ``check_unit``, ``load_snippets``) must
+    be given.
+    """
+
+    name: str = ""
+    title: str = ""  # one line for help and inspect
+    extensions: tuple[str, ...] = ()  # of its data files, used to find a unit's file among others
+    compressions: tuple[str, ...] = ()  # values of --compression it takes besides "none"
+    default_compression: str | None = None  # what it does without --compression
+    random_access: bool = False  # rows can be read by index (exact shuffles, map-style datasets)
+    stem: str = "data"  # file stem of a one-unit dataset (convert); "" for one file per column
+    variable_as_objects: bool = False  # variable-length rows decode to Python objects (smaller steps)
+
+    # -- options ------------------------------------------------------------------------------
+
+    def check_compression(self, compression: str | None) -> str | None:
+        """The compression to write with (None: none or the default); OptionsError when not offered."""
+        if compression is None:
+            return None
+        if compression == "none":
+            return "none" if self.default_compression else None
+        if compression not in self.compressions:
+            opts = ", ".join(self.compressions)
+            hint = f"choose {opts} or none" if opts else f"{self.name} is written uncompressed: drop the flag"
+            raise OptionsError(f"--compression {compression} is not offered for {self.name}", hint=hint)
+        return compression
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def writer_class(self) -> type[Writer]:
+        raise NotImplementedError
+
+    def check_schema(self, schema: Schema, source: str, input_format: str | None = None) -> None:
+        self.writer_class().check_schema(schema, source, input_format)
+
+    def size_linear(self, compression: str | None) -> bool:
+        """Do a unit's bytes grow exactly linearly with its rows (so a sample fixes --shard-size)?"""
+        return False
+
+    def dataset_extra(self, schema: Schema, unit_extras: list[dict]) -> dict[str, Any]:
+        """Manifest keys for the whole dataset, from its units' ``manifest_extra`` and its schema."""
+        return dict(unit_extras[0]) if unit_extras else {}
+
+    def bucket_extra(self, unit_extra: dict) -> dict[str, Any]:
+        """Keys a bucket's manifest entry gets from its first unit's ``manifest_extra``."""
+        return {}
+
+    def finish_dataset(self, directory: str, manifest: dict) -> dict[str, Any]:
+        """Write files that describe the whole dataset once every unit is written (in ``directory``,
+        before the commit); returns the manifest keys that list them."""
+        return {}
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def storage_dtype(self, field: Field, manifest: dict | None = None) -> np.dtype:
+        """The dtype a column's values have as this format's reader gives them back."""
+        return field.np_dtype
+
+    def open_part(self, files: PartFiles, manifest: dict, shared: dict) -> PartReader:
+        """The reader of one part (``shared``: a dict kept per opened dataset, e.g. for caches)."""
+        raise NotImplementedError
+
+    def unit_file(self, files: list[str], where: str) -> str:
+        """The one data file of a unit among ``files`` (formats that write one file per unit)."""
+        mine = [p for p in files if p.endswith(self.extensions)] or files
+        if len(mine) != 1:
+            from ..errors import DatasetError
+
+            raise DatasetError(
+                f"{where} lists {len(mine)} {self.name} files, expected one",
+                hint="re-create the dataset",
+                kind="manifest",
+            )
+        return mine[0]
+
+    def tf_dataset(self, ds, plan, input_context) -> tuple[Any, int] | None:
+        """A native tf.data pipeline and its batch count, or None to use the generic one."""
+        return None
+
+    # -- verify -------------------------------------------------------------------------------
+
+    def check_unit(self, ctx: CheckContext, unit: Unit, schema: Schema) -> Iterator[tuple[Batch, str]]:
+        """Decode every row of ``unit`` with the format's own checks: ``(batch, file)`` pairs, in
+        order; raises :class:`FileProblem` at the first problem."""
+        raise NotImplementedError
+
+    def checked_unit_file(self, unit: Unit) -> str:
+        """The one data file of ``unit`` (formats that write one file per unit); a FileProblem otherwise."""
+        mine = [p for p in unit.files if p.endswith(self.extensions)]
+        if len(mine) != 1:
+            others = ", ".join(unit.files) or "none"
+            raise FileProblem(unit.first, f"{unit.label} lists {others}; expected one {self.name} file")
+        return mine[0]
+
+    def stat_file(self, ctx: CheckContext, unit: Unit, column: str, key: str) -> str:
+        """The file a statistic of ``column`` in ``unit`` is reported on."""
+        return unit.first
+
+    def extra_files(self, manifest: dict) -> dict[str, dict] | FileProblem | None:
+        """Files the manifest lists outside ``files`` (written by :meth:`finish_dataset`), by path."""
+        return None
+
+    def check_extra(self, ctx: CheckContext, path: str) -> list[FileProblem]:
+        """Problems of a file of :meth:`extra_files` (its size and hash are checked by verify)."""
+        return []
+
+    # -- inspect ------------------------------------------------------------------------------
+
+    def load_snippets(self, path: str, manifest: dict) -> dict[str, str]:
+        """The lines of code that load the dataset with the usual client libraries, by library."""
+        return {}
+
+    def claims_file(self, path: str) -> bool:
+        """Is ``path`` a file of this format that ``inspect`` can describe on its own?"""
+        return False
+
+    def inspect_files(self, paths: list[str], *, sample: int | None, max_expansion: float) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def format_file_report(self, report: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------
+# helpers for load snippets
+# --------------------------------------------------------------------------------------------
+
+
+def py_str(s: str) -> str:
+    """A Python string literal of ``s`` (for generated code)."""
+    import json
+
+    return json.dumps(s)
+
+
+def py_ident(name: str) -> str:
+    """A Python identifier made from a column name (for generated code)."""
+    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    if not s or s[0].isdigit():
+        s = "_" + s
+    return s

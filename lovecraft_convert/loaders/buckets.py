@@ -28,15 +28,13 @@ import numpy as np
 
 from ..errors import DatasetError
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
-from .readers import pad_rows
+from .common import Group, Part, convert_column, pad_rows, target_dtype
 
 LENGTH = "length"
 LAYOUTS = ("padded", "ragged")
 
 
-def bucket_groups(ds) -> list:
-    from .dataset import Group, _Part
-
+def bucket_groups(ds) -> list[Group]:
     full = ds.full_schema
     read = list(ds.schema)
     if LENGTH in full.names and LENGTH not in ds.schema.names:
@@ -62,7 +60,7 @@ def bucket_groups(ds) -> list:
                 fields.append(f)
         parts, start = [], 0
         for j, s in enumerate(b.get("shards") or [{"rows": b["rows"], "files": b["files"]}]):
-            parts.append(_Part((i, j), int(s["rows"]), start, list(s["files"])))
+            parts.append(Part((i, j), int(s["rows"]), start, list(s["files"])))
             start += int(s["rows"])
         groups.append(Group(i, parts, Schema(tuple(fields)), bucket=b))
     return groups
@@ -79,8 +77,6 @@ class BucketEmitter:
         self.seqs = [f.name for f in self.selected if f.kind == SEQUENCE]
 
     def __call__(self, batch: Batch) -> dict[str, np.ndarray]:
-        from .dataset import _target_dtype, convert_column
-
         plan = self.plan
         cols = batch.columns
         if LENGTH in cols:
@@ -92,7 +88,7 @@ class BucketEmitter:
         pad = self.width if plan.pad_to == "bucket" else longest
         out: dict[str, np.ndarray] = {}
         for f in self.selected:
-            target = _target_dtype(f, plan.float32)
+            target = target_dtype(f, plan.float32)
             col = cols[f.name]
             if f.kind == SEQUENCE:
                 if self.layout == "padded":

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ..schema import BINARY, FIXED, SEQUENCE, STRING
+from ..schema import BINARY, FIXED, STRING
 
 LABEL_NAMES = ("label", "labels", "y", "target", "targets")
 
@@ -112,8 +112,9 @@ def to_tf_dataset(
     plan = ds.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_to, pad_value)
     fields = output_fields(plan)
     xs, ys = _pick(list(fields), x, y)
-    if ds.format == "tfrecord" and not ds.bucketed:
-        d, batches = _tfrecord_dataset(tf, ds, plan, input_context)
+    native = None if ds.bucketed else ds.descriptor.tf_dataset(ds, plan, input_context)
+    if native is not None:
+        d, batches = native
     else:
         d, batches = _generator_dataset(tf, ds, plan, fields, input_context)
     # A known length lets Keras show progress and end epochs without "ran out of data" warnings.
@@ -146,77 +147,6 @@ def _generator_dataset(tf, ds, plan, fields, input_context):
     return tf.data.Dataset.from_generator(gen, output_signature=signature), plan.count(0, worker[1], worker[0])
 
 
-def _tfrecord_dataset(tf, ds, plan, input_context):
-    import os
-
-    try:
-        from ..formats.tfrecord_codec import to_tf_feature_spec
-    except ImportError:  # the codec module is newer than this loader
-        from ..formats.tfexample import to_tf_feature_spec
-
-    info = ds.manifest.get("tfrecord") or {}
-    spec_json = info.get("feature_spec") or {}
-    missing = [f.name for f in ds.schema if f.name not in spec_json]
-    if missing:
-        raise DatasetError(f"{ds.path}: the manifest's feature spec has no '{missing[0]}'", hint="re-create it")
-    spec = to_tf_feature_spec({f.name: spec_json[f.name] for f in ds.schema})
-    compression = info.get("compression") or ""
-    group = ds.groups[0]
-    files = []
-    for p in group.parts:
-        r = ds.reader(group, p)  # checks the files; opens nothing
-        files.append(os.path.abspath(r.path))
-    d = tf.data.Dataset.from_tensor_slices(files)
-    per_record_shard = None
-    rows = [p.rows for p in group.parts]
-    total = sum(rows)
-    if input_context is not None:
-        n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
-        if len(files) >= n:
-            d = d.shard(n, i)
-            total = sum(rows[i::n])
-        else:
-            per_record_shard = (n, i)
-            total = len(range(i, total, n))
-    if plan.mode:
-        d = d.shuffle(len(files), seed=plan.seed, reshuffle_each_iteration=True)
-    d = d.interleave(
-        lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=4 << 20),
-        cycle_length=max(1, min(4, len(files))),
-        block_length=16,
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
-    if per_record_shard:
-        d = d.shard(*per_record_shard)
-    if plan.mode:
-        d = d.shuffle(plan.shuffle_buffer, seed=plan.seed, reshuffle_each_iteration=True)
-    d = d.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
-    targets = {}
-    for f in ds.schema:
-        dt = np.dtype(np.float32) if (plan.float32 and f.np_dtype == np.float16) else f.np_dtype
-        targets[f.name] = (f, dt)
-    pad = plan.pad_value
-
-    def parse(serialized):
-        ex = tf.io.parse_example(serialized, spec)
-        out = {}
-        for name, (f, dt) in targets.items():
-            v = ex[name]
-            if f.kind == SEQUENCE:
-                r = tf.RaggedTensor.from_sparse(v)
-                out[name] = tf.cast(r.to_tensor(default_value=tf.cast(pad, r.dtype)), dt)
-                out[f"{name}_length"] = r.row_lengths()
-            elif f.kind in (STRING, BINARY) or dt.kind in "USO":
-                out[name] = v
-            else:
-                out[name] = v if v.dtype == tf.as_dtype(dt) else tf.cast(v, dt)
-        return out
-
-    batches = total // plan.batch_size if plan.drop_remainder else -(-total // plan.batch_size)
-    return d.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True), batches
-
-
 # --------------------------------------------------------------------------------------------
 # Keras
 # --------------------------------------------------------------------------------------------
@@ -245,7 +175,7 @@ def _pydataset_class():
                 return self.plan.count(0, 1)
 
             def _perm(self):
-                from .dataset import Permutation
+                from .common import Permutation
 
                 if self._order is None or self._order[0] != self.epoch:
                     self._order = (self.epoch, Permutation(len(self.ds), self.plan._rng(self.epoch, 0, 0)))

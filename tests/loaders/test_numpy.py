@@ -12,7 +12,7 @@ import pytest
 import lovecraft_convert as lc
 from lovecraft_convert.errors import DatasetError
 from lovecraft_convert.loaders import open_dataset
-from lovecraft_convert.loaders.dataset import Permutation
+from lovecraft_convert.loaders.common import Permutation
 
 from .helpers import (
     FORMATS,

@@ -99,7 +99,7 @@ def test_inspect_fails_cleanly_on_damage(beam, name):
 def test_loader_framing_agrees(beam, name):
     """The loaders' own (vectorised) framing reader refuses the same files, naming the record."""
     from lovecraft_convert.errors import LovecraftError
-    from lovecraft_convert.loaders.tfrecord_reader import record_count
+    from lovecraft_convert.formats.tfrecord.framing import record_count
 
     for good in GOOD:
         assert record_count(os.path.join(beam, good)) == len(_expected(beam)["files"][good]["records"])
@@ -175,7 +175,7 @@ def _kat_bytes(key: str) -> bytes:
 
 
 def test_masked_crc32c_known_answers(beam):
-    from lovecraft_convert.formats.tfexample import masked_crc32c
+    from lovecraft_convert.formats.tfrecord.framing import masked_crc32c
 
     kat = _expected(beam)["masked_crc32c_kat"]
     assert kat

@@ -1,0 +1,188 @@
+"""Writing a dataset directory without ever leaving a complete-looking partial output.
+
+1. Lock ``.<name>.lock`` beside the output (``fcntl.flock``); refuse an existing output unless
+   overwriting; remove stale temporaries of earlier runs (we hold the lock, so they are stale).
+2. Write everything into the temporary sibling ``.<name>.tmp-<pid>``.
+3. Writers close and fsync each file and record its size and sha256.
+4. The manifest is written last (temporary name, fsync, rename), the temporary directory is
+   fsynced and renamed into place, and the parent is fsynced.
+On any error or interrupt the temporary directory is removed; the output path is never touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import glob
+import os
+import shutil
+
+from .. import manifest as manifest_file
+from ..errors import OutputError
+from ..util import format_size, fsync_path, trim_heap
+
+
+class OutputDir:
+    def __init__(
+        self, path: str, *, overwrite: bool = False, protect: list[str] | None = None, resume: bool | None = None
+    ) -> None:
+        """``resume`` None: a one-shot run (temporary ``.<name>.tmp-<pid>``, removed on any failure).
+        True/False: a resumable run (work directory ``.<name>.partial``, kept when interrupted or
+        killed; True continues it, False refuses to touch one unless overwriting)."""
+        self.path = os.path.abspath(path.rstrip("/") or path)
+        self.parent = os.path.dirname(self.path)
+        self.name = os.path.basename(self.path)
+        self.overwrite = overwrite
+        self.protect = [os.path.abspath(p) for p in (protect or [])]
+        self.resumable = resume is not None
+        self.resume = bool(resume)
+        self.keep = False  # set by a resumable run that was interrupted
+        if self.resumable:
+            self.tmp = os.path.join(self.parent, f".{self.name}.partial")
+        else:
+            self.tmp = os.path.join(self.parent, f".{self.name}.tmp-{os.getpid()}")
+        self.lock_path = os.path.join(self.parent, f".{self.name}.lock")
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> OutputDir:
+        for p in self.protect:
+            if p == self.path or p.startswith(self.path + os.sep):
+                raise OutputError(
+                    f"{self.path}: the output would replace the input {p}", hint="choose another output directory"
+                )
+        if os.path.exists(self.path) and not self.overwrite:
+            raise OutputError(
+                f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path"
+            )
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise OutputError(f"{self.path}: exists and is not a directory", hint="remove it or choose another path")
+        try:
+            os.makedirs(self.parent, exist_ok=True)
+            self._lock_fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as e:
+            blocker = _file_in_the_way(self.parent)
+            if blocker is not None:
+                raise OutputError(
+                    f"{self.path}: cannot create the output: {blocker} is a file, not a directory",
+                    hint="choose another output path",
+                ) from None
+            raise OutputError(
+                f"{self.path}: cannot create the output ({e.strerror})", hint="check the path and permissions"
+            ) from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise OutputError(
+                f"{self.path}: another lovecraft run is writing this output", hint="wait for it or choose another path"
+            ) from None
+        for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.tmp-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.old-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        partial = os.path.join(self.parent, f".{self.name}.partial")
+        if os.path.exists(partial):
+            if self.resumable and self.resume:
+                return self
+            if not self.overwrite:
+                self._unlock()
+                raise OutputError(
+                    f"{self.path}: an unfinished run was left in {partial}",
+                    hint="run the same command with --resume to finish it, or --overwrite to start over",
+                )
+            shutil.rmtree(partial, ignore_errors=True)
+        os.mkdir(self.tmp)
+        return self
+
+    def reset(self) -> None:
+        """Empty the temporary directory (a run that starts over)."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        os.mkdir(self.tmp)
+
+    def commit(self, manifest: dict) -> None:
+        manifest_file.write(self.tmp, manifest)
+        fsync_path(self.tmp)
+        old = None
+        if os.path.exists(self.path):
+            old = os.path.join(self.parent, f".{self.name}.old-{os.getpid()}")
+            os.rename(self.path, old)
+        os.rename(self.tmp, self.path)
+        fsync_path(self.parent)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if os.path.exists(self.tmp) and not self.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        self._unlock()
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OutputError(
+                f"{self.path}: {_no_space(exc)}{self._writing(exc)}; nothing was written",
+                hint="free space or choose another output",
+            ) from None
+
+    def _writing(self, exc: OSError) -> str:
+        """`` while writing data.h5 (12.2 MiB needed)``: the file, as it will be named in the output."""
+        what = ""
+        name = exc.filename if isinstance(exc.filename, str) else None
+        if name:
+            full = os.path.abspath(name)
+            rel = os.path.relpath(full, self.tmp) if full.startswith(self.tmp + os.sep) else None
+            if rel is not None and not rel.startswith(".."):
+                what = f" while writing {rel}"
+        needed = getattr(exc, "needed", None)
+        if needed:
+            what += f" ({format_size(needed)} needed)" if what else f" ({format_size(needed)} needed for a file)"
+        return what
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            try:
+                os.unlink(self.lock_path)
+            except OSError:
+                pass
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _no_space(exc: OSError) -> str:
+    return "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+
+
+def _file_in_the_way(parent: str) -> str | None:
+    """The closest existing ancestor of ``parent`` when it is not a directory (``a.csv`` of ``a.csv/out``)."""
+    p = parent
+    while p and not os.path.lexists(p):
+        up = os.path.dirname(p)
+        if up == p:
+            return None
+        p = up
+    return p if p and os.path.lexists(p) and not os.path.isdir(p) else None
+
+
+def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:
+    """Write one unit's files in a private temporary directory, then move them into ``work``
+    (fsynced): a unit's files appear complete or not at all.
+
+    ``make_writer(directory)`` opens the unit's writer there; ``feed(writer)`` writes every batch.
+    Returns the file records and the writer's manifest keys.
+    """
+    tmp = os.path.join(work, f".unit-{k:05d}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.mkdir(tmp)
+    writer = make_writer(tmp)
+    try:
+        feed(writer)
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    extra = writer.manifest_extra()
+    del writer
+    trim_heap()
+    for f in files:
+        os.rename(os.path.join(tmp, f.path), os.path.join(work, f.path))
+    fsync_path(work)
+    os.rmdir(tmp)
+    return files, extra

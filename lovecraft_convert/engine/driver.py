@@ -1,0 +1,136 @@
+"""The run driver of resumable jobs (``shard``, ``bucket``): everything around the units.
+
+It locks the output and opens its work directory (``.<output>.partial``), copies stdin there when
+workers must read it, loads or creates the plan (refusing a ``--resume`` with other inputs or
+options), keeps the journal, starts the executor, turns Ctrl-C and SIGTERM into one line and exit
+130 (the work directory kept for ``--resume``), stops workers on any error, writes the format's
+dataset-wide files, removes the run's scratch files and commits the manifest last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import Interrupted
+from .commit import OutputDir
+from .executors import make_executor
+from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
+
+
+class SigTerm:
+    """SIGTERM behaves like Ctrl-C: the temporary output is removed (or kept for ``--resume``) and
+    the run exits 130."""
+
+    def __enter__(self):
+        self.old = None
+        try:
+            self.old = signal.signal(signal.SIGTERM, self._raise)
+        except ValueError:  # not the main thread
+            pass
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+        return False
+
+
+@dataclass
+class Run:
+    """What a job's body gets: its work directory, plan, journal and executor."""
+
+    work: str
+    output: str
+    inputs: list[str]
+    plan: dict
+    journal: Journal
+    executor: Any
+
+
+def run_job(
+    *,
+    output: str,
+    inputs: list[str],
+    overwrite: bool,
+    resume: bool,
+    workers: int,
+    protect: list[str],
+    fingerprint: dict,
+    stdin_spec=None,
+    body: Callable[[Run], dict],
+    finish: Callable[[str, dict], dict] | None = None,
+    unit_noun: str = "shard",
+    argv: list[str] | None = None,
+) -> dict:
+    """Run ``body`` in the work directory of ``output`` and commit what it returns (the manifest).
+
+    ``stdin_spec``: the resolved spec of ``-`` when it is among ``inputs`` (copied into the work
+    directory so every worker can read it). ``finish(work, manifest)`` returns manifest keys for
+    files written once every unit is done. ``unit_noun`` names the journalled units in the
+    interrupted message.
+    """
+    from ..formats import plugin_modules
+
+    started = time.time()
+    with SigTerm(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:
+        work = out.tmp
+        os.makedirs(os.path.join(work, SPILL), exist_ok=True)
+        if stdin_spec is not None:
+            inputs = spool_stdin(inputs, work, stdin_spec)
+        plan = load_plan(work, fingerprint, out.path)
+        journal = Journal(work)
+        executor = make_executor(workers, plugin_modules())
+        run = Run(work, out.path, list(inputs), plan, journal, executor)
+        try:
+            manifest = body(run)
+        except KeyboardInterrupt:
+            executor.close(kill=True)
+            journal.close()
+            out.keep = True
+            done = len(journal.phase(2))
+            raise Interrupted(
+                f"interrupted; {done} {unit_noun}{'' if done == 1 else 's'} committed in {work}",
+                hint="run the same command with --resume to finish, or --overwrite to start over",
+            ) from None
+        except BaseException:
+            executor.close(kill=True)
+            journal.close()
+            raise
+        executor.close()
+        journal.close()
+        manifest.update({"argv": argv, "seconds": round(time.time() - started, 3), "workers": workers})
+        if finish is not None:
+            manifest.update(finish(work, manifest))
+        for leftover in (SPILL, JOURNAL, PLAN):
+            p = os.path.join(work, leftover)
+            if os.path.isdir(p):
+                shutil.rmtree(p)
+            elif os.path.exists(p):
+                os.unlink(p)
+        out.commit(manifest)
+    return manifest
+
+
+def spool_stdin(inputs: list[str], work: str, spec) -> list[str]:
+    """A copy of stdin in the work directory (workers cannot share a pipe); ``inputs`` naming it."""
+    from ..inputs.sources import COMPRESSIONS
+    from ..inputs.streams import stdin_buffer
+
+    ext = {name: e for e, name in COMPRESSIONS.items() if e != ".zstd"}.get(spec.compression or "", "")
+    path = os.path.join(work, "stdin" + ext)
+    if spec.stdin_spool:
+        shutil.copyfile(spec.stdin_spool, path)
+    else:
+        with open(path, "wb") as f:
+            shutil.copyfileobj(stdin_buffer(), f, 4 << 20)
+    return [path if x == "-" else x for x in inputs]

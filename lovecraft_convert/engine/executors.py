@@ -1,0 +1,118 @@
+"""Executors: what runs the units of a job.
+
+A unit is a pure function of picklable arguments that leaves finished files in the work directory
+and returns a small JSON fragment; an executor maps units to fragments. The driver alone keeps
+the journal and writes the manifest, so any executor that can run a Python function where the
+work directory is reachable will do:
+
+* :class:`LocalExecutor`: in-process for one worker, else a pool of spawned processes (each
+  pinned to one core for pyarrow, dying with its parent).
+
+The interface is :meth:`map` (results as units finish, the first error stops everything once the
+running units are done), :meth:`map_ordered` (results in order) and :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+
+def _worker_init(parent: int | None = None, plugins: list[str] | None = None) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # die with the parent: a killed run must not leave workers writing into its directory
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if parent is not None and os.getppid() != parent:  # it died before the line above: follow it
+        os._exit(1)
+    if plugins:  # formats registered at run time in the parent
+        from ..formats import load_plugins
+
+        load_plugins(plugins)
+    try:
+        import pyarrow as pa
+
+        pa.set_cpu_count(1)
+        pa.set_io_thread_count(1)
+        # hand freed buffers back at once: a caching allocator in every worker adds up
+        pa.set_memory_pool(pa.system_memory_pool())
+    except ImportError:
+        pass
+
+
+class LocalExecutor:
+    """Runs units in-process (``workers == 1``) or in a pool of spawned worker processes."""
+
+    name = "local"
+
+    def __init__(self, workers: int, plugins: list[str] | None = None) -> None:
+        self.workers = workers
+        self.pool = None
+        if workers > 1:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(
+                workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), plugins)
+            )
+            for _ in range(workers):  # start the workers now: they import while the main process plans
+                self.pool.submit(int)
+        else:
+            try:
+                import pyarrow as pa
+
+                self._cpus = pa.cpu_count()
+                pa.set_cpu_count(1)
+            except ImportError:
+                self._cpus = None
+
+    def map_ordered(self, fn, calls: list[tuple]) -> list:
+        """Results in the order of ``calls``."""
+        if self.pool is None:
+            return [fn(*args) for args in calls]
+        return list(self.pool.map(fn, *zip(*calls, strict=True))) if calls else []
+
+    def map(self, fn, calls: list[tuple]) -> Iterator[dict]:
+        """Yield results as units finish (any order). The first error stops everything, once the
+        units already running have finished: nothing writes into the work directory while the
+        caller cleans it or starts again (a type-change restart empties the spill)."""
+        if self.pool is None:
+            for args in calls:
+                yield fn(*args)
+            return
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        pending = {self.pool.submit(fn, *args) for args in calls}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    yield fut.result()
+        except Exception:
+            wait([f for f in pending if not f.cancel()])
+            raise
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    def close(self, kill: bool = False) -> None:
+        if self.pool is not None:
+            if kill:
+                for p in list(getattr(self.pool, "_processes", {}).values()):
+                    p.kill()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+        elif getattr(self, "_cpus", None):
+            import pyarrow as pa
+
+            pa.set_cpu_count(self._cpus)
+
+
+def make_executor(workers: int, plugins: list[str] | None = None) -> LocalExecutor:
+    """The executor for ``workers`` processes (formats of ``plugins`` known in every one)."""
+    return LocalExecutor(workers, plugins)

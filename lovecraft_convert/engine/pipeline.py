@@ -1,0 +1,136 @@
+"""The loop every command runs, source -> transforms -> sink, and what goes with it: the
+read-ahead thread, one batch's statistics, downcast and write, and progress on stderr."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+
+from ..schema import Batch, Schema
+from ..stats import BatchStats
+from ..util import put_while
+
+
+def write_step(batch: Batch, down, stats: BatchStats, writer) -> int:
+    """Statistics, downcast and write of one batch; returns its rows. Statistics of a downcast
+    column are taken from the wide source (see :meth:`BatchStats.update`), which is cheaper."""
+    if down is not None:
+        stats.update(batch, down.targets)
+        batch = down(batch)
+    else:
+        stats.update(batch)
+    writer.write(batch)
+    return batch.num_rows
+
+
+def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
+    """Run ``it`` in a background thread, at most ``depth`` batches ahead (bounded memory).
+
+    Parsing and decompression (pyarrow, zlib, zstd, NumPy) release the GIL, so reading the next
+    batch overlaps with transforming and writing this one.
+    """
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(x) -> bool:
+        return put_while(q, x, lambda: not stop.is_set())
+
+    def work() -> None:
+        try:
+            for item in it:
+                if not put((item, None)):
+                    return
+            put((done, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put((None, e))
+
+    t = threading.Thread(target=work, name="lovecraft-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item, err = q.get()
+            if err is not None:
+                raise err
+            if item is done:
+                return
+            yield item
+    finally:
+        # Every put of the reader gives up once ``stop`` is set, so it needs no draining (draining
+        # from here could block on a queue lock an interrupt left taken). It reads only; should it be
+        # stuck in a read, it is a daemon thread and does not keep the process alive.
+        stop.set()
+        t.join(10.0)
+
+
+def select(batches: Iterator[Batch], schema: Schema) -> Iterator[Batch]:
+    """Each batch with exactly the schema's columns, in its order."""
+    names = schema.names
+    for b in batches:
+        if list(b.columns) != names:
+            b = Batch({n: b.columns[n] for n in names}, b.num_rows)
+        yield b
+
+
+class Progress:
+    """Input bytes read, with rate and ETA, on stderr when it is a terminal (or when asked)."""
+
+    def __init__(self, reader, enabled: bool | None) -> None:
+        self.reader = reader
+        if enabled is None:
+            enabled = sys.stderr.isatty()
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=reader.progress_total(),
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+            )
+        self.last = 0.0
+
+    def update(self) -> None:
+        if self.bar is None:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1:
+            return
+        self.last = now
+        self.bar.n = self.reader.progress_done()
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.n = self.reader.progress_done()
+            self.bar.close()
+
+
+class _NoBar:
+    """The bar of a run that shows none."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def unit_bar(progress: bool | None, total: int, desc: str):
+    """A bar counting units of work (``progress`` None: only on a terminal)."""
+    import sys
+
+    enabled = sys.stderr.isatty() if progress is None else progress
+    if not enabled or total == 0:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="unit", file=sys.stderr, leave=False, dynamic_ncols=True)

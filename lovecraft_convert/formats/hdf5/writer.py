@@ -1,0 +1,186 @@
+"""HDF5 output: one dataset per column in ``<stem>.h5``.
+
+Chunks are chosen by us (about 1 MiB, whole rows) because h5py's automatic shapes for resizable
+datasets can be absurdly small; the chunk cache is sized to hold a chunk of every column.
+Fixed-size columns get fletcher32 checksums; text becomes UTF-8 variable-length strings and
+sequences variable-length arrays.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+
+from ...engine.writer import sha256_fsynced
+from ...errors import SchemaError
+from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
+from ..base import FileRecord, WriteOptions, Writer
+
+CHUNK_BYTES = 1 << 20
+
+
+def chunk_rows(row_bytes: int, target: int = CHUNK_BYTES) -> int:
+    return int(max(1, min(target // max(1, row_bytes), 1 << 20)))
+
+
+def create_file(h5py, path: str, cache_bytes: int):
+    """A new file whose bytes depend only on what is written: no object timestamps anywhere (the
+    root group's included), links in creation order, a chunk cache of ``cache_bytes``."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_obj_track_times(False)
+    fcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    fapl.set_cache(0, 521, cache_bytes, 0.75)
+    fid = h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    return h5py.File(fid)
+
+
+def _disk_error(e: Exception, path: str) -> Exception:
+    """h5py reports a failed write (a full disk, mostly when the chunk cache is flushed on close) as
+    an OSError or RuntimeError whose text holds HDF5's ``errno = 28``: make it the OSError it is,
+    naming the file, so the output reports the full disk; any other error is returned unchanged."""
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        if (isinstance(e, OSError) and e.errno == code) or f"errno = {code}," in str(e):
+            return OSError(code, os.strerror(code), path)
+    return e
+
+
+class Hdf5Writer(Writer):
+    extension = ".h5"
+
+    @classmethod
+    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+        for f in schema:
+            if not f.name or "/" in f.name or "\x00" in f.name or f.name in (".", ".."):
+                raise SchemaError(
+                    f"{source}, column {f.name!r}: cannot be the name of an HDF5 dataset "
+                    "(empty, '.', '..', or holding '/' or NUL)",
+                    hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
+                )
+            dt = f.np_dtype
+            if f.kind in (FIXED, SEQUENCE) and dt.kind in "MmUO":
+                if dt.kind == "U":
+                    continue  # stored as UTF-8 strings
+                raise SchemaError(
+                    f"column '{f.name}' has dtype {dt}, which HDF5 cannot hold", hint="write it to memmap"
+                )
+
+    def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
+        super().__init__(directory, stem, schema, options)
+        import h5py
+
+        self.h5py = h5py
+        self.path = os.path.join(directory, f"{stem or 'data'}.h5")
+        self.f = create_file(h5py, self.path, max(4 << 20, 2 * CHUNK_BYTES * len(schema)))
+        self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
+        rows = options.expected_rows
+        comp = options.compression
+        self.dsets = {}
+        for fd in schema:
+            kw = {}
+            if comp == "gzip":
+                kw.update(compression="gzip", compression_opts=4, shuffle=True)
+            elif comp == "lzf":
+                kw.update(compression="lzf", shuffle=True)
+            if fd.kind == FIXED and fd.np_dtype.kind != "U":
+                dt = fd.np_dtype
+                row_bytes = dt.itemsize * fd.row_size
+                shape = (rows or 0, *fd.shape)
+                ds = self.f.create_dataset(
+                    fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
+                    chunks=(max(1, min(chunk_rows(row_bytes), rows or 1 << 30)), *fd.shape), fletcher32=True, track_times=False, **kw,
+                )  # fmt: skip
+            else:
+                if fd.kind == STRING or fd.np_dtype.kind == "U":
+                    dt = h5py.string_dtype("utf-8")
+                elif fd.kind == BINARY:
+                    dt = h5py.vlen_dtype(np.dtype("u1"))
+                else:
+                    dt = h5py.vlen_dtype(fd.np_dtype)
+                ds = self.f.create_dataset(
+                    fd.name, shape=(rows or 0,), maxshape=(None,), dtype=dt, chunks=(4096,), track_times=False, **kw
+                )
+            ds.attrs["kind"] = fd.kind
+            ds.attrs["dtype"] = fd.dtype
+            self.dsets[fd.name] = ds
+        self.known = rows
+
+    def write(self, batch: Batch) -> None:
+        try:
+            self._write(batch)
+        except (OSError, RuntimeError) as e:
+            raise _disk_error(e, self.path) from None
+
+    def _write(self, batch: Batch) -> None:
+        n = batch.num_rows
+        start, stop = self.rows, self.rows + n
+        for fd in self.schema:
+            ds = self.dsets[fd.name]
+            if self.known is None or stop > ds.shape[0]:
+                ds.resize(stop, axis=0)
+            col = batch.columns[fd.name]
+            if isinstance(col, VarColumn):
+                obj = np.empty(n, dtype=object)
+                if fd.kind == STRING:
+                    data = col.values.tobytes()
+                    o = col.offsets
+                    obj[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
+                else:
+                    obj[:] = np.split(col.values, col.offsets[1:-1]) if n else []
+                self._strings(ds, start, stop, obj, fd.name)
+            elif fd.np_dtype.kind == "U":
+                obj = np.empty(n, dtype=object)
+                obj[:] = col.tolist()
+                self._strings(ds, start, stop, obj, fd.name)
+            else:
+                if n:
+                    ds.write_direct(np.ascontiguousarray(col), dest_sel=np.s_[start:stop])
+        self.rows = stop
+
+    def _strings(self, ds, start: int, stop: int, obj, name: str) -> None:
+        try:
+            ds[start:stop] = obj
+        except ValueError as e:
+            if "NUL" not in str(e):
+                raise
+            i = next(i for i, v in enumerate(obj) if isinstance(v, str) and "\x00" in v)
+            raise SchemaError(
+                f"column '{name}', row {start + i + 1}: holds a NUL character, which HDF5 strings cannot store",
+                hint="remove it from the input, or write parquet, tfrecord or memmap",
+            ) from None
+
+    def close(self) -> list[FileRecord]:
+        try:
+            # Chunks still in the cache are written here. Flushed before closing: a full disk then
+            # fails with every object still open, which a close does not leave (see abort()).
+            self.f.flush()
+            self.f.close()
+            digest = sha256_fsynced(self.path)
+        except (OSError, RuntimeError) as e:
+            raise _disk_error(e, self.path) from None
+        return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest)]
+
+    def abort(self) -> None:
+        """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close
+        that fails to write them leaves datasets half-closed inside the library, and freeing them
+        later crashes the interpreter (SIGSEGV at exit, after our error message). So empty the
+        file (freeing its blocks) and flush until nothing is left to write, then close."""
+        if not self.f.id.valid:
+            return
+        for _ in range(64):
+            try:
+                os.truncate(self.path, 0)
+            except OSError:
+                pass
+            try:
+                self.f.flush()
+                break
+            except Exception:  # noqa: BLE001 - each attempt writes what fits; try again
+                continue
+        try:
+            self.f.close()
+        except Exception:  # noqa: BLE001 - already failing; the temporary directory is removed
+            pass

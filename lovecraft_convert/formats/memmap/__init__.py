@@ -1,0 +1,72 @@
+"""memmap: NumPy ``.npy`` files that ``np.load(path, mmap_mode="r")`` maps, one per fixed-shape
+column (``<col>.values.npy`` + ``<col>.offsets.npy`` for variable-length ones) and unit."""
+
+from __future__ import annotations
+
+import os
+
+from ..base import OutputFormat, py_ident, py_str
+
+
+class MemmapFormat(OutputFormat):
+    name = "memmap"
+    title = "NumPy .npy files per column (np.load(..., mmap_mode='r'))"
+    extensions = (".npy",)
+    random_access = True
+    stem = ""
+
+    def writer_class(self):
+        from .writer import MemmapWriter
+
+        return MemmapWriter
+
+    def size_linear(self, compression):
+        return True
+
+    def open_part(self, files, manifest, shared):
+        from ...errors import DatasetError
+        from .reader import MemmapReader
+
+        roles: dict[str, dict[str, str]] = {}
+        for full, info in zip(files.paths, files.entries, strict=True):
+            if "column" not in info:
+                raise DatasetError(f"{full}: the manifest does not say which column it holds", hint="re-create it")
+            roles.setdefault(info["column"], {})[info.get("role") or "data"] = full
+        return MemmapReader(files.rows, files.schema, roles)
+
+    def check_unit(self, ctx, unit, schema):
+        from .check import check_unit
+
+        return check_unit(ctx, unit, schema)
+
+    def stat_file(self, ctx, unit, column, key):
+        from .check import stat_file
+
+        return stat_file(ctx, unit, column, key)
+
+    def load_snippets(self, path, manifest):
+        schema = [f for f in manifest.get("schema") or [] if isinstance(f, dict)]
+        files = [f for f in manifest.get("files") or [] if isinstance(f, dict)]
+        many = len(manifest.get("shards") or []) > 1 or bool(manifest.get("buckets"))
+        lines = ["import numpy as np", ""]
+        for f in schema:
+            mine = [x for x in files if x.get("column") == f.get("name")]
+            for role in ("data", "values", "offsets"):
+                paths = [x["path"] for x in mine if (x.get("role") or "data") == role]
+                if not paths:
+                    continue
+                var = py_ident(f["name"] if role == "data" else f"{f['name']}_{role}")
+                if many:
+                    lines.append(
+                        f'{var} = [np.load(f, mmap_mode="r") for f in '
+                        f"{[os.path.join(path, p) for p in paths]!r}]  # one array per shard"
+                    )
+                else:
+                    lines.append(f'{var} = np.load({py_str(os.path.join(path, paths[0]))}, mmap_mode="r")')
+            if f.get("kind") != "fixed":
+                v = py_ident(f["name"])
+                lines.append(f"# row i of '{f['name']}': {v}_values[{v}_offsets[i]:{v}_offsets[i + 1]]")
+        return {"numpy": "\n".join(lines)}
+
+
+FORMAT = MemmapFormat()

@@ -1,0 +1,153 @@
+"""NumPy .npy output that ``np.load(path, mmap_mode="r")`` maps.
+
+One .npy per fixed-shape column. Variable-length columns (text lines, sequences) become a flat
+``<col>.values.npy`` plus ``<col>.offsets.npy`` (int64, rows + 1) so row ``i`` is
+``values[offsets[i]:offsets[i+1]]``. Files are written sequentially with ``write()`` (not through
+a mapping, so a full disk is an exception, not SIGBUS), hashed as they are written, and
+preallocated when the row count is known. When it is not, the header reserves room for any shape
+and is rewritten once the count is known.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ...engine.writer import HashingWriter, sha256_file
+from ...errors import SchemaError
+from ...schema import FIXED, STRING, Batch, Schema, VarColumn
+from ..base import FileRecord, WriteOptions, Writer
+
+HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known
+
+
+def npy_header(dtype: np.dtype, shape: tuple[int, ...], total: int | None = None) -> bytes:
+    """An NPY v1.0 header; padded to ``total`` bytes when given (a multiple of 64)."""
+    d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
+    text = repr(d).encode("latin1")
+    size = total or ((10 + len(text) + 1 + 63) // 64) * 64
+    pad = size - 10 - len(text) - 1
+    if pad < 0:
+        raise ValueError("npy header does not fit")
+    body = text + b" " * pad + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+
+
+def file_name_problem(name: str) -> str | None:
+    """Why a column name cannot be used in a file name (``<name>.npy``), or None. A ``/`` or
+    ``..`` would write outside the dataset, a leading dot would hide the file."""
+    if not name:
+        return "it is empty"
+    if "/" in name or "\\" in name or "\x00" in name:
+        return "it holds '/', '\\' or NUL"
+    if name.startswith("."):
+        return "it starts with '.'"
+    if len(name.encode("utf-8")) > 200:
+        return "it is longer than 200 bytes"
+    return None
+
+
+class _NpyFile:
+    def __init__(self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None) -> None:
+        self.path = path
+        self.dtype = dtype
+        self.row_shape = row_shape
+        self.known = rows
+        self.rows = 0
+        row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        if rows is not None:
+            header = npy_header(dtype, (rows, *row_shape))
+            self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes)
+        else:
+            header = npy_header(dtype, (0, *row_shape), HEADER_RESERVE)
+            self.out = HashingWriter(path)
+        self.out.write(header)
+
+    def write(self, arr: np.ndarray) -> None:
+        arr = np.ascontiguousarray(arr, dtype=self.dtype)
+        self.out.write(arr.reshape(-1).view(np.uint8) if arr.size else b"")
+        self.rows += len(arr)
+
+    def close(self) -> tuple[int, str]:
+        nbytes, digest = self.out.close()
+        if self.known is not None and self.known != self.rows:
+            raise RuntimeError(f"{self.path}: wrote {self.rows} rows, expected {self.known}")
+        if self.known is None:
+            with open(self.path, "r+b") as f:
+                f.write(npy_header(self.dtype, (self.rows, *self.row_shape), HEADER_RESERVE))
+                f.flush()
+                os.fsync(f.fileno())
+            digest = sha256_file(self.path)
+        return nbytes, digest
+
+    def abort(self) -> None:
+        self.out.abort()
+
+
+class MemmapWriter(Writer):
+    extension = ".npy"
+
+    @classmethod
+    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+        for f in schema:
+            bad = file_name_problem(f.name)
+            if bad:
+                raise SchemaError(
+                    f"{source}, column {f.name!r}: cannot be the name of a memmap file ({bad})",
+                    hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
+                )
+            if f.kind == STRING and input_format != "text":
+                raise SchemaError(
+                    f"{source}, column '{f.name}': a string column cannot be written to memmap (numeric .npy files)",
+                    hint="give it a numeric --column-type, leave it out with --columns, or write parquet/hdf5/tfrecord",
+                )
+
+    def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
+        super().__init__(directory, stem, schema, options)
+        self.files: dict[str, list[tuple[str, _NpyFile]]] = {}
+        rows = options.expected_rows
+        for f in schema:
+            if f.kind == FIXED:
+                self.files[f.name] = [("data", self._open(f"{f.name}.npy", f.np_dtype, f.shape, rows))]
+            else:
+                dt = np.dtype(np.uint8) if f.kind != "sequence" else f.np_dtype
+                self.files[f.name] = [
+                    ("values", self._open(f"{f.name}.values.npy", dt, (), None)),
+                    (
+                        "offsets",
+                        self._open(f"{f.name}.offsets.npy", np.dtype("<i8"), (), None if rows is None else rows + 1),
+                    ),
+                ]
+                self.files[f.name][1][1].write(np.zeros(1, dtype=np.int64))
+        self._value_base = {f.name: 0 for f in schema if f.kind != FIXED}
+
+    def _name(self, base: str) -> str:
+        return f"{self.stem}.{base}" if self.stem else base
+
+    def _open(self, base: str, dtype, shape, rows) -> _NpyFile:
+        return _NpyFile(os.path.join(self.directory, self._name(base)), np.dtype(dtype), tuple(shape), rows)
+
+    def write(self, batch: Batch) -> None:
+        for name, entries in self.files.items():
+            col = batch.columns[name]
+            if isinstance(col, VarColumn):
+                entries[0][1].write(col.values)
+                entries[1][1].write(col.offsets[1:] + self._value_base[name])
+                self._value_base[name] += int(col.offsets[-1])
+            else:
+                entries[0][1].write(col)
+        self.rows += batch.num_rows
+
+    def close(self) -> list[FileRecord]:
+        out = []
+        for name, entries in self.files.items():
+            for role, nf in entries:
+                nbytes, digest = nf.close()
+                out.append(FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, column=name, role=role))
+        return out
+
+    def abort(self) -> None:
+        for entries in self.files.values():
+            for _, nf in entries:
+                nf.abort()

@@ -1,0 +1,41 @@
+"""Parquet: one file per unit, zstd by default, page checksums, large row groups; read by pyarrow,
+pandas, polars, duckdb and Spark without us (the manifest's ``_`` name keeps it out of their way)."""
+
+from __future__ import annotations
+
+import os
+
+from ..base import OutputFormat, py_str
+
+
+class ParquetFormat(OutputFormat):
+    name = "parquet"
+    title = "one Parquet file per shard (pyarrow, pandas, polars, duckdb)"
+    extensions = (".parquet",)
+    compressions = ("zstd", "snappy", "gzip")
+    default_compression = "zstd"
+
+    def writer_class(self):
+        from .writer import ParquetWriter
+
+        return ParquetWriter
+
+    def open_part(self, files, manifest, shared):
+        from .reader import ParquetReader
+
+        return ParquetReader(files.rows, files.schema, self.unit_file(files.paths, f"shard {files.key[1]}"))
+
+    def check_unit(self, ctx, unit, schema):
+        from .check import check_unit
+
+        return check_unit(ctx, unit, schema, self.checked_unit_file(unit))
+
+    def load_snippets(self, path, manifest):
+        return {
+            "polars": f"import polars as pl\n\ndf = pl.read_parquet({py_str(os.path.join(path, '*.parquet'))})",
+            "pyarrow": f"import pyarrow.parquet as pq\n\ntable = pq.read_table({py_str(path)})",
+            "pandas": f"import pandas as pd\n\ndf = pd.read_parquet({py_str(path)})",
+        }
+
+
+FORMAT = ParquetFormat()

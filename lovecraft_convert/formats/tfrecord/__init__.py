@@ -1,0 +1,97 @@
+"""TFRecord: one ``tf.train.Example`` per row, framed with CRC32C (optionally GZIP-compressed).
+
+Encoded by us (:mod:`.example`, :mod:`.framing`), so writing never needs TensorFlow; read back by
+tf.data with the manifest's feature spec (:mod:`.tfdata`) or by our NumPy decoder (:mod:`.reader`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..base import OutputFormat, py_str
+
+
+class TfrecordFormat(OutputFormat):
+    name = "tfrecord"
+    title = "one tf.train.Example per row (TFRecord), read with tf.data"
+    extensions = (".tfrecord", ".tfrecord.gz")
+    compressions = ("gzip",)
+    variable_as_objects = True
+
+    def writer_class(self):
+        from .writer import TfrecordWriter
+
+        return TfrecordWriter
+
+    def size_linear(self, compression):
+        return compression is None
+
+    def dataset_extra(self, schema, unit_extras):
+        from .example import feature_spec
+
+        info = dict((unit_extras[0] if unit_extras else {}).get("tfrecord") or {})
+        info["feature_spec"] = feature_spec(schema)
+        return {"tfrecord": info}
+
+    def bucket_extra(self, unit_extra):
+        return {"feature_spec": unit_extra["tfrecord"]["feature_spec"]}
+
+    def storage_dtype(self, field, manifest=None):
+        from .decode import storage_dtype
+
+        return storage_dtype(field)
+
+    def open_part(self, files, manifest, shared):
+        from .reader import TfrecordReader
+
+        path = self.unit_file(files.paths, f"shard {files.key[1]}")
+        comp = (manifest.get("tfrecord") or {}).get("compression")
+        return TfrecordReader(files.rows, files.schema, path, comp)
+
+    def tf_dataset(self, ds, plan, input_context):
+        from .tfdata import tfrecord_dataset
+
+        return tfrecord_dataset(ds, plan, input_context)
+
+    def check_unit(self, ctx, unit, schema):
+        from .check import check_unit
+
+        return check_unit(ctx, unit, schema, self.checked_unit_file(unit))
+
+    def load_snippets(self, path, manifest):
+        tf_info = manifest.get("tfrecord") or {}
+        spec = tf_info.get("feature_spec") or {}
+        comp = tf_info.get("compression")
+        lines = ["import tensorflow as tf", "", "feature_spec = {"]
+        for name, s in spec.items():
+            dtype = f"tf.{s.get('dtype')}"
+            if s.get("type") == "VarLenFeature":
+                lines.append(f"    {py_str(name)}: tf.io.VarLenFeature({dtype}),")
+            else:
+                lines.append(f"    {py_str(name)}: tf.io.FixedLenFeature({list(s.get('shape') or [])}, {dtype}),")
+        lines.append("}")
+        files = [f for f in manifest.get("files") or [] if isinstance(f, dict)]
+        lines.append(f"files = {[os.path.join(path, x['path']) for x in files]!r}")
+        lines.append(
+            f"ds = tf.data.TFRecordDataset(files, compression_type={py_str(comp) if comp else 'None'})"
+            ".batch(256).map(lambda r: tf.io.parse_example(r, feature_spec))"
+        )
+        return {"tf.data": "\n".join(lines)}
+
+    def claims_file(self, path):
+        from .rawfile import is_tfrecord
+
+        return is_tfrecord(path)
+
+    def inspect_files(self, paths, *, sample, max_expansion):
+        from .rawfile import inspect_tfrecord
+
+        return inspect_tfrecord(paths, sample=sample, max_expansion=max_expansion)
+
+    def format_file_report(self, report):
+        from .rawfile import format_report
+
+        return format_report(report)
+
+
+FORMAT = TfrecordFormat()

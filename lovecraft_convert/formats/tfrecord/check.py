@@ -1,0 +1,109 @@
+"""``verify`` of a TFRecord dataset's unit: every record's framing and both CRCs, and every
+``tf.train.Example`` decoded against the schema (exactly its features, of the right kind and
+count). Gzip files are decompressed in bounded pieces, and a stream inflating beyond 1000x its
+size is refused."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+
+from ...errors import LovecraftError
+from ...schema import FIXED, Batch, Schema
+from ..base import CheckContext, FileProblem, Unit, short
+from .decode import decode_records
+from .framing import iter_records
+from .reader import TfrecordReader
+
+
+def is_gzip(ctx: CheckContext, path: str) -> bool:
+    info = ctx.manifest.get("tfrecord")
+    comp = info.get("compression") if isinstance(info, dict) else None
+    return (comp.upper() == "GZIP" if isinstance(comp, str) else False) or path.endswith(".gz")
+
+
+def check_unit(ctx: CheckContext, unit: Unit, schema: Schema, p: str) -> Iterator[tuple[Batch, str]]:
+    gz = is_gzip(ctx, p)
+    step = ctx.step_rows(schema)
+    if all(f.kind == FIXED for f in schema):
+        batches = _fixed(ctx, unit, schema, p, gz, step)
+    else:
+        batches = _rows(ctx, unit, schema, p, gz, step)
+    for b in batches:
+        yield b, p
+
+
+def _fixed(ctx: CheckContext, unit: Unit, schema: Schema, p: str, gz: bool, step: int) -> Iterator[Batch]:
+    """Fixed-shape numeric rows: the dataset reader's vectorised path (both CRCs of every record)."""
+    reader = TfrecordReader(unit.rows, schema, ctx.full(p), "GZIP" if gz else None, strict=True)
+    done = 0
+    try:
+        for b in reader.chunks(0, unit.rows + 1, step):
+            done += b.num_rows
+            yield b
+    except LovecraftError as e:
+        raise FileProblem.of(p, e) from None
+    except (zlib.error, EOFError, OSError, ValueError) as e:
+        raise FileProblem(p, f"cannot be decoded after record {done} ({short(e)})") from None
+
+
+def _rows(ctx: CheckContext, unit: Unit, schema: Schema, p: str, gz: bool, step: int) -> Iterator[Batch]:
+    """Any schema: every record framed with both CRCs checked, then decoded a batch at a time."""
+    full = ctx.full(p)
+    stream = _GzipLimit(full, p) if gz else open(full, "rb", buffering=1 << 20)  # noqa: SIM115 - closed below
+    size = None if gz else os.path.getsize(full)
+    records: list[bytes] = []
+    index = 0
+    try:
+        with stream:
+            for data in iter_records(stream, p, size):
+                index += 1
+                if index > unit.rows:
+                    raise FileProblem(p, f"holds more than the {unit.rows} records the manifest says", "rows")
+                records.append(data)
+                if len(records) == step:
+                    yield decode_records(records, schema, where=p, first=index - len(records) + 1, strict=True)
+                    records = []
+            if records:
+                yield decode_records(records, schema, where=p, first=index - len(records) + 1, strict=True)
+    except LovecraftError as e:
+        raise FileProblem.of(p, e) from None
+    except (EOFError, OSError, ValueError) as e:
+        raise FileProblem(p, f"cannot be decoded after record {index} ({short(e)})") from None
+    if index < unit.rows:
+        raise FileProblem(p, f"holds {index} records, the manifest says {unit.rows}", "rows")
+
+
+class _GzipLimit:
+    """A gzip stream that refuses to inflate beyond a ratio of its compressed size (bombs)."""
+
+    def __init__(self, path: str, name: str, max_ratio: float = 1000.0) -> None:
+        self.raw = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+        self.size = os.path.getsize(path)
+        self.gz = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        self.name = name
+        self.out = 0
+        self.max_ratio = max_ratio
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            data = self.gz.read(n)
+        except EOFError:
+            raise FileProblem(self.name, f"truncated gzip stream after {self.out} decompressed bytes") from None
+        except (OSError, zlib.error, gzip.BadGzipFile) as e:
+            raise FileProblem(
+                self.name, f"corrupt gzip stream after {self.out} decompressed bytes ({short(e)})"
+            ) from None
+        self.out += len(data)
+        if self.out > (64 << 20) and self.out > self.max_ratio * max(1, self.size):
+            raise FileProblem(self.name, f"inflates more than {self.max_ratio:.0f}x its size (decompression bomb?)")
+        return data
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.gz.close()
+        self.raw.close()

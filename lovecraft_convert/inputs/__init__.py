@@ -1,0 +1,67 @@
+"""Inputs: one module per input kind (text, CSV, NPY), each a :class:`~.base.Reader` of bounded
+batches that can also split itself into parts for parallel workers.
+
+:func:`open_reader` resolves what the user named (paths, globs, ``-``), detects compression and
+kind (:mod:`.kinds` holds the tables), and opens the reader with options sized from the memory
+budget.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import OptionsError, SchemaError
+from .base import Part, Reader, ReadOptions
+from .kinds import names
+from .sources import InputSpec, resolve_inputs
+
+__all__ = ["InputSpec", "Part", "ReadOptions", "Reader", "names", "open_reader", "reader_class", "resolve_inputs"]
+
+
+def reader_class(kind: str) -> type[Reader]:
+    from .kinds import READERS
+
+    if kind not in READERS:
+        raise OptionsError(f"unknown input format '{kind}'", hint=f"use one of {', '.join(names())}")
+    module, _, cls = READERS[kind].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def open_reader(
+    inputs: list[str],
+    *,
+    budget: int,
+    input_format: str | None = None,
+    errors: str = "strict",
+    header: bool = True,
+    delimiter: str | None = None,
+    column_types: dict[str, str] | None = None,
+    max_expansion: float = 1000.0,
+    threads: bool = True,
+) -> Reader:
+    """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
+    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers)."""
+    if input_format is not None and input_format not in names():
+        raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
+    specs = resolve_inputs(list(inputs), input_format)
+    kinds = {s.format for s in specs}
+    if len(kinds) > 1:
+        raise SchemaError(f"inputs mix formats ({', '.join(sorted(kinds))})", hint="convert them separately")
+    kind = specs[0].format
+    column_types = dict(column_types or {})
+    cls = reader_class(kind)
+    if column_types and not cls.takes_column_types:
+        raise OptionsError("--column-type applies to CSV inputs only")
+    ropts = ReadOptions(
+        batch_bytes=max(1 << 20, budget // 16),
+        errors=errors,
+        header=header,
+        delimiter=delimiter,
+        # float16 columns are read as float32 and downcast with the float16 report
+        column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
+        max_ratio=max_expansion,
+        threads=threads,
+    )
+    reader = cls(specs, ropts)
+    reader.format = kind
+    return reader

@@ -1,0 +1,96 @@
+"""What every input reader shares: the options it takes, the parts it splits into, its interface."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ..schema import Batch, Schema
+from .sources import InputSpec
+from .split import split_points
+
+
+@dataclass
+class ReadOptions:
+    """Options of the input readers (the CLI's input flags)."""
+
+    batch_bytes: int = 32 << 20  # in-memory bytes of one batch, sized from --max-memory
+    errors: str = "strict"  # text decoding: strict | replace
+    header: bool = True
+    delimiter: str | None = None
+    column_types: dict[str, str] = field(default_factory=dict)
+    max_ratio: float = 1000.0
+    threads: bool = True  # False in shard workers: one process, one core
+
+
+@dataclass(frozen=True)
+class Part:
+    """A unit of input that can be read on its own: a byte range of one file (``start``/``end``),
+    a whole (compressed or piped) input (both None), or a row range of NPY inputs (``rows``)."""
+
+    index: int
+    spec: int = 0
+    start: int | None = None
+    end: int | None = None
+    line0: int = 0  # lines before ``start`` (text), for error messages
+    rows: tuple[int, int] | None = None
+
+
+class Reader:
+    """A source of bounded batches. ``schema`` is known after construction."""
+
+    schema: Schema
+    rows: int | None = None  # known up front (npy), else None
+    takes_column_types = False  # --column-type applies (CSV)
+    random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
+
+    def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
+        self.specs = specs
+        self.options = options
+
+    def batches(self) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
+        """Split the input into parts of about ``target_bytes`` that can be read independently.
+
+        The split depends only on the input and ``target_bytes`` (never on the number of workers),
+        so the same input always gives the same parts. Compressed and piped inputs are one part.
+        ``mapper(fn, calls)`` runs the counting pass (an ordered map, e.g. over worker processes).
+        """
+        return [Part(i, i) for i in range(len(self.specs))]
+
+    def part_batches(self, part: Part) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def row_range(self, start: int, stop: int, step_bytes: int) -> Iterator[Batch]:
+        """Rows ``[start, stop)`` of the input (readers with ``random_rows`` only)."""
+        raise NotImplementedError
+
+    def source_of(self, column: str) -> str:
+        """The input a column comes from, for messages (all inputs, unless each is a column)."""
+        return ", ".join(s.name for s in self.specs)
+
+    def widen(self, widened: dict[str, str]) -> None:
+        """Read columns with the wider types another run of this reader settled on (CSV)."""
+
+    def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None) -> list[Part]:
+        """Byte ranges of plain files cut at record boundaries; other inputs whole."""
+        parts: list[Part] = []
+        for i, spec in enumerate(self.specs):
+            if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
+                parts.append(Part(len(parts), i))
+                continue
+            points = split_points(spec.path, spec.size, target_bytes, quoted=quoted, mapper=mapper)
+            ends = [p[0] for p in points[1:]] + [spec.size]
+            for (start, line0), end in zip(points, ends, strict=True):
+                parts.append(Part(len(parts), i, start, end, line0))
+        return parts
+
+    def progress_total(self) -> int | None:
+        """Total input bytes for progress (compressed size for compressed inputs)."""
+        sizes = [s.size for s in self.specs]
+        return None if any(x is None for x in sizes) else sum(sizes)  # type: ignore[misc]
+
+    def progress_done(self) -> int:
+        return 0

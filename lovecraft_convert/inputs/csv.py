@@ -1,0 +1,512 @@
+"""CSV input, streamed with pyarrow's CSV reader.
+
+pyarrow fixes column types from the first block, so a column that is int for a megabyte and float
+later would fail mid-file. We read optimistically and, when a later block holds a value the
+current type cannot, widen that column (int64 -> float64 -> string) and raise :class:`SchemaChanged`;
+the pipeline then starts over with the wider types. The final types therefore hold every value of
+the whole file. Types the user fixes with ``--column-type`` are never widened: a value that does
+not fit is an error naming the row, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv as pycsv
+import io
+import re
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..errors import InputError, SchemaError
+from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
+from .base import Part, Reader, ReadOptions
+from .sources import InputSpec
+from .streams import open_range, open_stream
+
+# User-facing column types and the Arrow type the CSV reader parses them as.
+COLUMN_TYPES = {
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+    "float16": "float32", "float32": "float32", "float64": "float64", "bool": "bool", "string": "string",
+}  # fmt: skip
+_CONV_RE = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to (\w+): invalid value '(.*)'", re.S)
+_COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
+
+
+class SchemaChanged(Exception):
+    """A column had to be widened; the conversion must start over with the reader's new types.
+
+    ``widened`` maps columns to the Arrow type names they now have (for readers in other processes).
+    """
+
+    def __init__(self, widened: dict[str, str] | None = None) -> None:
+        super().__init__(widened)
+        self.widened = dict(widened or {})
+
+
+def _looks_float(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
+class CsvReader(Reader):
+    takes_column_types = True
+
+    def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
+        super().__init__(specs, options)
+        import pyarrow as pa
+
+        self.pa = pa
+        for spec in specs:
+            if spec.is_stdin and not spec.stdin_spool:
+                _spool_stdin(spec)
+        unknown = {k: v for k, v in options.column_types.items() if v not in COLUMN_TYPES}
+        if unknown:
+            k, v = next(iter(unknown.items()))
+            raise SchemaError(f"--column-type {k}={v}: unknown type", hint=f"use one of {', '.join(COLUMN_TYPES)}")
+        self.widened: dict[str, str] = {}  # column -> arrow type name we force after widening
+        self.header: list[str] | None = None
+        self.schema_types = None
+        self._stream = None
+        self._base = 0
+        self.schema = self._probe()
+
+    # -- options --------------------------------------------------------------------------------
+    def _delimiter(self, spec: InputSpec) -> str:
+        if self.options.delimiter:
+            return self.options.delimiter
+        return "\t" if spec.base_ext == ".tsv" else ","
+
+    def _arrow_options(self, spec: InputSpec):
+        import pyarrow.csv as pc
+
+        ro = pc.ReadOptions(
+            block_size=int(max(1 << 20, min(self.options.batch_bytes // 8, 4 << 20))),
+            autogenerate_column_names=not self.options.header,
+            use_threads=self.options.threads,
+        )
+        po = pc.ParseOptions(delimiter=self._delimiter(spec), newlines_in_values=True)
+        types = {}
+        for name, t in self.options.column_types.items():
+            types[name] = getattr(self.pa, COLUMN_TYPES[t])() if t != "bool" else self.pa.bool_()
+            if t == "string":
+                types[name] = self.pa.string()
+        for name, t in self.widened.items():
+            types[name] = getattr(self.pa, t)()
+        co = pc.ConvertOptions(
+            column_types=types,
+            null_values=[""],
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+            timestamp_parsers=[],
+            check_utf8=True,
+        )
+        return ro, po, co
+
+    def _chunks(self, spec: InputSpec, chunk: int, stream=None, strip_bom: bool = True) -> Iterator[bytes]:
+        """Decompressed input cut into pieces that end at a record boundary.
+
+        A newline ends a record only outside quotes: with RFC 4180 quoting, that is where the count
+        of quote characters before it is even (a doubled quote adds two). Each piece is then parsed
+        on its own by pyarrow's multi-threaded ``read_csv``.
+        """
+        max_record = max(4 * chunk, 64 << 20)
+        whole = stream is None  # a byte range of a file (shard) cannot name its lines
+        if stream is None:
+            stream = open_stream(spec, max_ratio=self.options.max_ratio)
+        with stream:
+            self._stream = stream
+            carry = b""
+            first = strip_bom
+            consumed = 0  # bytes yielded so far: the offset of ``carry`` (after a BOM)
+            while True:
+                data = stream.read(chunk)
+                if first:
+                    first = False
+                    if data.startswith(b"\xef\xbb\xbf"):
+                        data = data[3:]
+                buf = carry + data if carry else data
+                if not data:
+                    if buf:
+                        if buf.count(b'"') % 2:
+                            k = _unclosed_record(buf, self._delimiter(spec))
+                            if k is not None:
+                                raise InputError(
+                                    f"{self._where(spec, consumed if whole else None, k)}: a quoted field opened "
+                                    "here is never closed (unterminated quote)",
+                                    hint="fix the quoting (a quote inside a quoted field is written twice)",
+                                )
+                        yield self._text(buf if buf.endswith(b"\n") else buf + b"\n")
+                    return
+                cut = _record_end(buf)
+                if cut == 0:
+                    if len(buf) > max_record:
+                        raise InputError(
+                            f"{self._where(spec, consumed if whole else None)}: a record longer than "
+                            f"{max_record} bytes (unbalanced quote?)",
+                            hint="check the quoting, or raise --max-memory",
+                        )
+                    carry = buf
+                    continue
+                carry = buf[cut:]
+                consumed += cut
+                yield self._text(buf[:cut])
+
+    def _text(self, piece: bytes) -> bytes:
+        """``--errors replace``: invalid UTF-8 becomes U+FFFD (pieces end at a newline, never inside
+        a character); otherwise invalid bytes are an error naming the row and column."""
+        if self.options.errors == "replace":
+            return piece.decode("utf-8", "replace").encode("utf-8")
+        return piece
+
+    def _bad_utf8(self, spec: InputSpec, names: list[str], col: str) -> InputError:
+        idx = names.index(col)
+        row, line = self._locate(spec, lambda r: len(r) > idx and _escaped(r[idx]), "surrogateescape")
+        where = f", row {row} (line {line})" if row else ""
+        return InputError(
+            f"{spec.name}{where}, column '{col}': invalid UTF-8", hint="fix the file or pass --errors replace"
+        )
+
+    def _where(self, spec: InputSpec, offset: int | None, more: int = 0) -> str:
+        """``name, line N`` of the line ``more`` lines after byte ``offset`` (after a BOM); slow, for errors."""
+        if offset is None:
+            return spec.name
+        lines = 1 + more
+        try:
+            with open_stream(spec, max_ratio=self.options.max_ratio) as f:
+                head = f.read(3)
+                left = offset - (len(head) if head != b"\xef\xbb\xbf" else 0)
+                lines += head.count(b"\n") if head != b"\xef\xbb\xbf" else 0
+                while left > 0:
+                    blk = f.read(min(left, 4 << 20))
+                    if not blk:
+                        break
+                    lines += blk.count(b"\n")
+                    left -= len(blk)
+        except InputError:
+            return spec.name
+        return f"{spec.name}, line {lines}"
+
+    def _parse(self, piece: bytes, spec: InputSpec, names: list[str] | None, types: bool = True):
+        import pyarrow as pa
+        import pyarrow.csv as pc
+
+        ro, po, co = self._arrow_options(spec)
+        if names is not None:
+            ro.column_names = names
+            ro.autogenerate_column_names = False
+        if types and self.schema_types is not None:
+            co.column_types = self.schema_types
+        if b'"' not in piece:  # no quotes, so no newline inside a value: pyarrow's faster chunking
+            po.newlines_in_values = False
+        try:
+            return pc.read_csv(pa.py_buffer(piece), read_options=ro, parse_options=po, convert_options=co)
+        except pa.ArrowInvalid as e:
+            self._raise(spec, e, 0)
+            raise
+
+    # -- schema ---------------------------------------------------------------------------------
+    def widen(self, widened: dict[str, str]) -> None:
+        if widened:
+            self.widened.update(widened)
+            self.schema = self._probe()
+
+    def _probe(self) -> Schema:
+        """Infer types from the first piece of the first input (later pieces may widen them)."""
+        spec = self.specs[0]
+        self.schema_types = None
+        piece = next(iter(self._chunks(spec, 4 << 20)), b"")
+        if not piece.strip():
+            raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
+        end = _record_end(piece, 1) or len(piece)
+        if self.options.header:
+            _header_utf8(spec, piece[:end])
+        first = self._parse(piece[:end], spec, None, types=False) if self.options.header else None
+        if first is not None:
+            self.header = list(first.schema.names)
+        else:
+            self.header = [
+                f"f{i}"
+                for i in range(
+                    len(
+                        next(
+                            pycsv.reader(
+                                io.StringIO(piece[:end].decode("utf-8", "replace")), delimiter=self._delimiter(spec)
+                            )
+                        )
+                    )
+                )
+            ]
+        table = self._parse(piece, spec, None, types=False)
+        self.header = None
+        schema = self._fields(table.schema, spec)
+        self.schema_types = {f.name: self._arrow_type(f) for f in schema}
+        return schema
+
+    def _arrow_type(self, f: Field):
+        pa = self.pa
+        if f.kind == STRING:
+            return pa.string()
+        if f.kind == BINARY:
+            return pa.binary()
+        return pa.from_numpy_dtype(f.np_dtype)
+
+    def _fields(self, aschema, spec: InputSpec) -> Schema:
+        pa = self.pa
+        names = list(aschema.names)
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SchemaError(
+                f"{spec.name}: column name '{dup}' appears twice in the header", hint="rename one of them"
+            )
+        if self.header is None:
+            self.header = names
+        elif names != self.header:
+            raise SchemaError(
+                f"{spec.name}: header {names} differs from the first input's {self.header}",
+                hint="give inputs with the same columns",
+            )
+        for name in self.options.column_types:
+            if name not in names:
+                raise SchemaError(
+                    f"--column-type {name}=...: no column '{name}' in {spec.name}",
+                    hint=f"columns are {', '.join(names)}",
+                )
+        fields = []
+        retry = {}
+        for f in aschema:
+            t = f.type
+            if f.name in self.options.column_types:
+                want = self.options.column_types[f.name]
+                if want == "string":
+                    fields.append(Field(f.name, STRING, "|u1"))
+                else:
+                    fields.append(Field(f.name, FIXED, np.dtype(want if want != "bool" else "?").str))
+                continue
+            if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+                fields.append(Field(f.name, FIXED, np.dtype(t.to_pandas_dtype()).str))
+            elif pa.types.is_string(t) or pa.types.is_large_string(t):
+                fields.append(Field(f.name, STRING, "|u1"))
+            elif pa.types.is_binary(t):  # pyarrow infers binary for bytes that are not UTF-8
+                raise self._bad_utf8(spec, names, f.name)
+            else:  # null (all empty so far), dates, times...: read as text
+                retry[f.name] = "string"
+        if retry:
+            self.widened.update(retry)
+            return self._probe()
+        return Schema(tuple(fields))
+
+    # -- reading --------------------------------------------------------------------------------
+    def progress_done(self) -> int:
+        return self._base + (self._stream.raw_count() if self._stream is not None else 0)
+
+    def batches(self) -> Iterator[Batch]:
+        rows = 0
+        self._base = 0
+        for spec in self.specs:
+            row0 = rows
+            for b in self._stream_batches(spec, None, self.options.header, True, row0=0):
+                rows += b.num_rows
+                yield b
+            self._base += spec.size or 0
+            self._stream = None
+            if rows == row0:
+                raise InputError(f"{spec.name}: no data rows (header only)", hint="check the file")
+
+    def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
+        return self._byte_partitions(target_bytes, quoted=True, mapper=mapper)
+
+    def part_batches(self, part: Part) -> Iterator[Batch]:
+        spec = self.specs[part.spec]
+        if part.start is None:
+            yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
+        else:
+            stream = open_range(spec.path, part.start, part.end)
+            first = part.start == 0
+            yield from self._stream_batches(spec, stream, self.options.header and first, first, row0=None)
+
+    def _stream_batches(self, spec: InputSpec, stream, with_header: bool, strip_bom: bool, row0: int | None):
+        """Batches of one input (or one byte range of it). ``row0`` None: rows are not known here."""
+        chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
+        rows = 0
+        header_done = not with_header
+        for piece in self._chunks(spec, chunk, stream, strip_bom):
+            if not header_done:
+                header_done = True
+                end = _record_end(piece, 1)
+                _header_utf8(spec, piece[:end])
+                head = self._parse(piece[:end], spec, None, types=False)
+                if list(head.schema.names) != self.header:
+                    raise SchemaError(
+                        f"{spec.name}: header {list(head.schema.names)} differs from the first input's {self.header}",
+                        hint="give inputs with the same columns",
+                    )
+                piece = piece[end:]
+                if not piece:
+                    continue
+            table = self._parse(piece, spec, self.header)
+            for rb in table.to_batches(max_chunksize=max(1, table.num_rows)):
+                yield self._convert(rb, spec, None if row0 is None else row0 + rows)
+                rows += rb.num_rows
+
+    def _convert(self, rb, spec: InputSpec, row0: int | None) -> Batch:
+        from ..arrowconv import column_from_arrow
+
+        pa = self.pa
+        cols = {}
+        for f in self.schema:
+            arr = rb.column(f.name)
+            if arr.null_count:
+                if pa.types.is_integer(arr.type) and f.name not in self.options.column_types:
+                    self.widened[f.name] = "float64"
+                    self.schema = self._probe()
+                    raise SchemaChanged(self.widened)
+                if not pa.types.is_floating(arr.type):
+                    if row0 is None:
+                        idx = self.header.index(f.name)
+                        row, line = self._locate(spec, lambda r, idx=idx: len(r) > idx and r[idx] == "")
+                        where = f"row {row} (line {line})"
+                    else:
+                        where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
+                    raise InputError(
+                        f"{spec.name}, {where}, column '{f.name}': empty value in a {f.describe()} column",
+                        hint=f"fill it, or pass --column-type {f.name}=float64 to read empty values as NaN",
+                    )
+            cols[f.name] = column_from_arrow(arr, f)
+        return Batch(cols, rb.num_rows)
+
+    def _raise(self, spec: InputSpec, e: Exception, row_hint: int) -> None:
+        """Turn an Arrow error into a one-line InputError (widening instead where we may)."""
+        msg = str(e)
+        if "Empty CSV file" in msg:
+            raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file") from None
+        m = _CONV_RE.search(msg)
+        if m and self.header is not None:
+            col = self.header[int(m.group(1))]
+            value = m.group(3)
+            if m.group(2) == "string" or "UTF8" in msg:
+                raise self._bad_utf8(spec, self.header, col) from None
+            if col not in self.options.column_types:
+                cur = self.widened.get(col) or (str(self.schema[col].np_dtype) if col in self.schema.names else "null")
+                if cur.startswith("int") or cur.startswith("uint") or cur == "null":
+                    new = "float64" if _looks_float(value) else "string"
+                else:
+                    new = "string"
+                self.widened[col] = new
+                self.schema = self._probe()
+                raise SchemaChanged(self.widened) from None
+            want = self.options.column_types[col]
+            idx = int(m.group(1))
+            row, line = self._locate(spec, lambda r: len(r) > idx and r[idx] == value)
+            where = f"row {row} (line {line})" if row else "a row"
+            raise InputError(
+                f"{spec.name}, {where}, column '{col}': '{value}' is not a valid {want}",
+                hint="fix the value or choose another --column-type",
+            ) from None
+        m = _COLS_RE.search(msg)
+        if m:
+            ncols = len(self.header or [])
+            row, line = self._locate(spec, lambda r: len(r) != ncols)
+            where = f"row {row} (line {line})" if row else "a row"
+            raise InputError(
+                f"{spec.name}, {where}: expected {m.group(1)} fields, found {m.group(2)}",
+                hint="fix the row (is a quote unbalanced or a delimiter missing?)",
+            ) from None
+        if "UTF8" in msg or "utf8" in msg.lower():
+            m = re.search(r"In CSV column #(\d+)", msg)
+            if m and self.header is not None and int(m.group(1)) < len(self.header):
+                raise self._bad_utf8(spec, self.header, self.header[int(m.group(1))]) from None
+            raise InputError(
+                f"{spec.name}: invalid UTF-8 in a text column", hint="fix the file or pass --errors replace"
+            ) from None
+        raise InputError(
+            f"{spec.name}: cannot parse CSV ({msg.splitlines()[0]})", hint="check the file and --delimiter"
+        ) from None
+
+    def _locate(self, spec: InputSpec, bad, errors: str = "replace") -> tuple[int | None, int | None]:
+        """Slow path, on errors only: find the first data row (1-based) matching ``bad``."""
+        try:
+            with open_stream(spec, max_ratio=self.options.max_ratio) as raw:
+                text = io.TextIOWrapper(raw, encoding="utf-8", errors=errors, newline="")
+                reader = pycsv.reader(text, delimiter=self._delimiter(spec))
+                if self.options.header:
+                    next(reader, None)
+                for i, r in enumerate(reader, 1):
+                    if bad(r):
+                        return i, reader.line_num
+        except (InputError, pycsv.Error):
+            pass
+        return None, None
+
+
+def _spool_stdin(spec: InputSpec) -> None:
+    """CSV may need a second read (type widening): copy stdin to a temporary file, in bounded memory."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    from .streams import stdin_buffer
+
+    fd, path = tempfile.mkstemp(prefix="lovecraft-stdin-", suffix=".spool")
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(stdin_buffer(), out, 4 << 20)
+    spec.stdin_spool = path
+    spec.size = os.path.getsize(path)
+
+
+def _header_utf8(spec: InputSpec, header: bytes) -> None:
+    """Column names must be UTF-8 (with ``--errors replace`` the piece was already repaired)."""
+    try:
+        header.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{spec.name}, line 1 (the header): invalid UTF-8 ({e.reason} at byte {e.start + 1} of the line)",
+            hint="fix the file or pass --errors replace",
+        ) from None
+
+
+def _escaped(s: str) -> bool:
+    """Whether ``s`` (decoded with surrogateescape) held bytes that are not UTF-8."""
+    return any("\udc80" <= c <= "\udcff" for c in s)
+
+
+def _unclosed_record(buf: bytes, delimiter: str) -> int | None:
+    """Lines of ``buf`` before a record whose quoted field the end of the input leaves open, or
+    None (a stray quote inside an unquoted field, ``5"``, is a literal, as pyarrow reads it)."""
+    reader = pycsv.reader(io.StringIO(buf.decode("utf-8", "replace"), newline=""), delimiter=delimiter, strict=True)
+    done = 0
+    try:
+        for _ in reader:
+            done = reader.line_num
+    except pycsv.Error as e:
+        return done if "unexpected end of data" in str(e) else None
+    return None
+
+
+def _record_end(buf: bytes, count: int | None = None) -> int:
+    """Offset just past the last (or the ``count``-th) newline outside quotes; 0 if none."""
+    if b'"' not in buf:
+        if count is None:
+            return buf.rfind(b"\n") + 1
+        i = -1
+        for _ in range(count):
+            i = buf.find(b"\n", i + 1)
+            if i < 0:
+                return 0
+        return i + 1
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 10)
+    if not len(nl):
+        return 0
+    quotes = np.cumsum(arr == 34, dtype=np.uint8)  # wraps mod 256: parity survives
+    outside = nl[(quotes[nl] & 1) == 0]
+    if not len(outside):
+        return 0
+    if count is None:
+        return int(outside[-1]) + 1
+    return int(outside[count - 1]) + 1 if len(outside) >= count else 0

@@ -1,0 +1,312 @@
+"""NPY input: any dtype NumPy stores without pickles, any rank, C or Fortran order, either byte order.
+Structured dtypes (record arrays) are refused: save each field as its own .npy file.
+
+The header is parsed by us (never ``allow_pickle``) and its claimed shape is checked against the
+file's size before anything is allocated. Axis 0 is the record axis; several .npy inputs of equal
+length become the columns of one dataset, named after their file stems.
+"""
+
+from __future__ import annotations
+
+import ast
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..schema import Batch, Schema, field_for_array
+from .base import Part, Reader, ReadOptions
+from .sources import InputSpec
+from .streams import open_stream
+
+MAGIC = b"\x93NUMPY"
+MAX_HEADER = 1 << 16
+
+
+@dataclass
+class NpyHeader:
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    fortran_order: bool
+    offset: int  # bytes before the data
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def data_bytes(self) -> int:
+        n = self.dtype.itemsize
+        for s in self.shape:
+            n *= s
+        return n
+
+
+def read_header(f, name: str) -> NpyHeader:
+    """Parse and validate an NPY header from a binary stream positioned at its start."""
+    head = f.read(8)
+    if not head:
+        raise InputError(where=name, message="empty input (0 bytes, not a .npy file)", hint="check the file")
+    if len(head) < 8 or not head.startswith(MAGIC):
+        raise InputError(
+            where=name, message="not a .npy file (bad magic bytes)", hint="check the file or pass --input-format"
+        )
+    major, minor = head[6], head[7]
+    if major == 1:
+        raw = f.read(2)
+        if len(raw) < 2:
+            raise InputError(where=name, message="truncated .npy header", hint="re-create the file")
+        hlen = struct.unpack("<H", raw)[0]
+        pre = 10
+    elif major in (2, 3):
+        raw = f.read(4)
+        if len(raw) < 4:
+            raise InputError(where=name, message="truncated .npy header", hint="re-create the file")
+        hlen = struct.unpack("<I", raw)[0]
+        pre = 12
+    else:
+        raise InputError(where=name, message=f"unsupported .npy version {major}.{minor}", hint="re-save it with numpy")
+    if hlen > MAX_HEADER:
+        raise InputError(
+            where=name,
+            message=f".npy header claims {hlen} bytes (over {MAX_HEADER})",
+            hint="the file is corrupt or hostile",
+        )
+    text = f.read(hlen)
+    if len(text) < hlen:
+        raise InputError(where=name, message="truncated .npy header", hint="re-create the file")
+    try:
+        d = ast.literal_eval(text.decode("utf-8" if major == 3 else "latin1"))
+    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
+        raise InputError(where=name, message="malformed .npy header", hint="re-create the file") from None
+    if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
+        raise InputError(where=name, message="malformed .npy header (keys)", hint="re-create the file")
+    shape = d["shape"]
+    if (
+        not isinstance(shape, tuple)
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+        or not isinstance(d["fortran_order"], bool)
+    ):
+        raise InputError(where=name, message="malformed .npy header (shape or order)", hint="re-create the file")
+    try:
+        dtype = np.lib.format.descr_to_dtype(d["descr"])
+    except (ValueError, TypeError, SyntaxError, RecursionError):  # numpy parses some descrs with literal_eval
+        raise InputError(
+            where=name, message=f".npy header has an invalid dtype {d['descr']!r}", hint="re-create the file"
+        ) from None
+    if dtype.hasobject:
+        raise InputError(
+            where=name,
+            message=f"holds Python objects (dtype {dtype}); refusing to unpickle",
+            hint="save it with a numeric or fixed-width string dtype",
+        )
+    if dtype.names is not None:
+        raise InputError(
+            where=name,
+            message=f"holds a structured dtype (fields {', '.join(dtype.names)}), which is not supported",
+            hint="save each field as its own .npy file (several .npy inputs become the columns of one dataset)",
+        )
+    if dtype.itemsize == 0:
+        raise InputError(where=name, message=f"dtype {dtype} has no size", hint="save it with a sized dtype")
+    if not shape:
+        raise InputError(
+            where=name, message="a 0-d array has no record axis", hint="save it with at least one dimension"
+        )
+    return NpyHeader(dtype, shape, d["fortran_order"], pre + hlen)
+
+
+def check_unicode(arr: np.ndarray, name: str, row0: int) -> None:
+    """A fixed-width Unicode column (``<U``) holds UTF-32 code units; any above U+10FFFF or a
+    surrogate is not a character, and no writer can encode it: refuse it, naming the row."""
+    if arr.dtype.kind != "U" or not arr.size:
+        return
+    cp = np.ascontiguousarray(arr).view(np.uint32).reshape(len(arr), -1)
+    bad = (cp > 0x10FFFF) | ((cp >= 0xD800) & (cp <= 0xDFFF))
+    rows = np.flatnonzero(bad.any(axis=1))
+    if rows.size:
+        r = int(rows[0])
+        code = int(cp[r][bad[r]][0])
+        raise InputError(
+            f"{name}, row {row0 + r + 1}: holds 0x{code:X}, which is not a Unicode character",
+            hint="re-create the file with valid strings",
+        )
+
+
+def native(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous, native byte order (fields of structured dtypes included)."""
+    dt = arr.dtype
+    if dt.byteorder not in ("=", "|") or (dt.fields and not dt.isnative):
+        arr = arr.astype(dt.newbyteorder("="))
+    return np.ascontiguousarray(arr)
+
+
+class NpyReader(Reader):
+    def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
+        super().__init__(specs, options)
+        self.headers: list[NpyHeader] = []
+        names = set()
+        for spec in specs:
+            with open_stream(spec, max_ratio=options.max_ratio) if not spec.is_stdin else _nullctx() as f:
+                if f is None:
+                    raise InputError(
+                        "<stdin>: .npy from stdin must be read once; not supported", hint="save it to a file"
+                    )
+                h = read_header(f, spec.name)
+            if spec.compression is None:
+                expect = h.offset + h.data_bytes
+                if spec.size is not None and spec.size < expect:
+                    raise InputError(
+                        f"{spec.name}: truncated: header declares shape {h.shape} {h.dtype} "
+                        f"({h.data_bytes} data bytes) but the file holds {spec.size - h.offset}",
+                        hint="re-create the file",
+                    )
+                if spec.size is not None and spec.size > expect:
+                    raise InputError(
+                        f"{spec.name}: {spec.size - expect} bytes of trailing garbage after the declared data",
+                        hint="re-create the file",
+                    )
+            elif h.fortran_order and h.shape[0] > 1 and len(h.shape) > 1:
+                raise InputError(
+                    f"{spec.name}: a Fortran-order array inside a compressed file cannot be streamed by rows",
+                    hint="decompress it first",
+                )
+            self.headers.append(h)
+            stem = spec.stem
+            if stem in names:
+                raise InputError(
+                    f"{spec.name}: two inputs named '{stem}'", hint="rename one; columns are named after file stems"
+                )
+            names.add(stem)
+        rows = {h.rows for h in self.headers}
+        if len(rows) > 1:
+            detail = ", ".join(f"{s.name}: {h.rows}" for s, h in zip(specs, self.headers, strict=True))
+            raise InputError(
+                f"inputs have different numbers of rows ({detail})", hint="give .npy files of equal length"
+            )
+        self.rows = self.headers[0].rows
+        fields = []
+        for spec, h in zip(specs, self.headers, strict=True):
+            dt = h.dtype.newbyteorder("=") if not h.dtype.isnative else h.dtype
+            fields.append(field_for_array(spec.stem, np.empty((0, *h.shape[1:]), dtype=dt)))
+        self.schema = Schema(tuple(fields))
+        self._done = 0
+        self._streams: list = []
+
+    def progress_done(self) -> int:
+        if self._streams:
+            return sum(s.raw_count() for s in self._streams)
+        return self._done
+
+    @property
+    def row_bytes(self) -> int:
+        return sum(max(1, f.np_dtype.itemsize * f.row_size) for f in self.schema)
+
+    @property
+    def mapped(self) -> bool:
+        return all(s.compression is None and not s.is_stdin for s in self.specs)
+
+    def source_of(self, column: str) -> str:
+        for s in self.specs:  # several .npy inputs are the columns, named after their stems
+            if len(self.specs) > 1 and s.stem == column:
+                return s.name
+        return super().source_of(column)
+
+    @property
+    def random_rows(self) -> bool:
+        return self.mapped
+
+    def row_range(self, start: int, stop: int, step_bytes: int) -> Iterator[Batch]:
+        """Rows ``[start, stop)`` read straight from the memory-mapped inputs, ``step_bytes`` at a time."""
+        return self._mapped(max(1, step_bytes // max(1, self.row_bytes)), start, stop)
+
+    def batches(self) -> Iterator[Batch]:
+        step = max(1, self.options.batch_bytes // self.row_bytes)
+        if self.mapped:
+            yield from self._mapped(step)
+        else:
+            yield from self._streamed(step)
+
+    def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
+        if not self.mapped:
+            return [Part(0, 0)]
+        per = max(1, target_bytes // self.row_bytes)
+        return [Part(i, 0, rows=(a, min(a + per, self.rows))) for i, a in enumerate(range(0, self.rows, per))] or [
+            Part(0, 0, rows=(0, 0))
+        ]
+
+    def part_batches(self, part: Part) -> Iterator[Batch]:
+        step = max(1, self.options.batch_bytes // self.row_bytes)
+        if part.rows is None:
+            yield from self._streamed(step)
+        else:
+            yield from self._mapped(step, *part.rows)
+
+    def _mapped(self, step: int, first: int = 0, last: int | None = None) -> Iterator[Batch]:
+        arrays = []
+        for spec, h in zip(self.specs, self.headers, strict=True):
+            order = "F" if h.fortran_order else "C"
+            if h.data_bytes == 0:
+                arrays.append(np.empty(h.shape, dtype=h.dtype))
+            else:
+                arrays.append(
+                    np.memmap(spec.path, dtype=h.dtype, mode="r", offset=h.offset, shape=h.shape, order=order)
+                )
+        per_row = [s.size / max(1, h.rows) if s.size else 0 for s, h in zip(self.specs, self.headers, strict=True)]
+        last = self.rows if last is None else last
+        for start in range(first, last, step):
+            stop = min(start + step, last)
+            cols = {f.name: native(a[start:stop]) for f, a in zip(self.schema, arrays, strict=True)}
+            for spec, c in zip(self.specs, cols.values(), strict=True):
+                check_unicode(c, spec.name, start)
+            self._done = int(sum(p * stop for p in per_row))
+            yield Batch(cols, stop - start)
+        self._done = self.progress_total() or 0
+
+    def _streamed(self, step: int) -> Iterator[Batch]:
+        streams = []
+        try:
+            for spec in self.specs:
+                s = open_stream(spec, max_ratio=self.options.max_ratio)
+                read_header(s, spec.name)
+                streams.append(s)
+            self._streams = streams
+            for start in range(0, self.rows or 0, step):
+                n = min(step, self.rows - start)
+                cols = {}
+                for f, s, spec, h in zip(self.schema, streams, self.specs, self.headers, strict=True):
+                    want = n * h.dtype.itemsize * f.row_size
+                    buf = bytearray(want)
+                    got = s.readinto(buf)
+                    while got < want:
+                        more = s.readinto(memoryview(buf)[got:])
+                        if not more:
+                            raise InputError(
+                                f"{spec.name}: truncated: data ends at row {start + got // max(1, h.dtype.itemsize * f.row_size) + 1} "
+                                f"of the {h.rows} the header declares",
+                                hint="re-create the file",
+                            )
+                        got += more
+                    arr = np.frombuffer(buf, dtype=h.dtype).reshape((n, *h.shape[1:]))
+                    cols[f.name] = native(arr)
+                    check_unicode(cols[f.name], spec.name, start)
+                yield Batch(cols, n)
+            for s, spec in zip(streams, self.specs, strict=True):
+                if s.read(1):
+                    raise InputError(
+                        f"{spec.name}: trailing garbage after the declared data", hint="re-create the file"
+                    )
+        finally:
+            self._done = sum(s.raw_count() for s in streams)
+            self._streams = []
+            for s in streams:
+                s.close()
+
+
+class _nullctx:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False

@@ -1,0 +1,142 @@
+"""Inputs as the user names them: paths, globs and ``-`` resolved to :class:`InputSpec`s, with their
+compression and input kind detected (by name, then by content)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .streams import open_stream, stdin_buffer
+
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".zstd": "zstd"}
+MAGIC = [(b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd")]
+
+
+@dataclass
+class InputSpec:
+    """One input: a path (or ``-``), its compression and format, and what the manifest records."""
+
+    path: str
+    name: str
+    compression: str | None = None
+    format: str | None = None
+    size: int | None = None
+    mtime: float | None = None
+    stdin_spool: str | None = None  # stdin is spooled to this file when it must be read twice
+
+    @property
+    def is_stdin(self) -> bool:
+        return self.path == "-"
+
+    @property
+    def base_ext(self) -> str:
+        """The extension before any compression extension (``.csv`` of ``a.csv.gz``)."""
+        base = self.path.lower()
+        for ext in COMPRESSIONS:
+            if base.endswith(ext):
+                base = base[: -len(ext)]
+        return os.path.splitext(base)[1]
+
+    @property
+    def stem(self) -> str:
+        base = os.path.basename(self.path if not self.is_stdin else "stdin")
+        for ext in COMPRESSIONS:
+            if base.endswith(ext):
+                base = base[: -len(ext)]
+        return os.path.splitext(base)[0]
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "path": None if self.is_stdin else os.path.abspath(self.path),
+            "size": self.size,
+            "mtime": self.mtime,
+            "format": self.format,
+            "compression": self.compression,
+        }
+
+
+def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[InputSpec]:
+    """Expand globs, check every path is a readable file, detect compression and format."""
+    if not specs:
+        raise InputError("no input given", hint="pass one or more files, globs, or - for stdin")
+    out: list[InputSpec] = []
+    for spec in specs:
+        if spec == "-":
+            out.append(InputSpec("-", "<stdin>"))
+            continue
+        if glob.has_magic(spec) and not os.path.exists(spec):
+            matches = sorted(glob.glob(spec))
+            if not matches:
+                raise InputError(f"{spec}: no file matches this pattern", hint="check the glob")
+            paths = matches
+        else:
+            paths = [spec]
+        for p in paths:
+            out.append(_check_file(p))
+    if sum(1 for s in out if s.is_stdin) > 1:
+        raise InputError("stdin (-) given more than once")
+    for s in out:
+        s.compression = detect_compression(s)
+        s.format = input_format or detect_format(s)
+    return out
+
+
+def _check_file(p: str) -> InputSpec:
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file", hint="check the path") from None
+    except PermissionError:
+        raise InputError(f"{p}: permission denied", hint="check the file's permissions") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(
+            f"{p}: is a directory, not a file", hint="pass the files inside it, e.g. a glob like dir/*.csv"
+        )
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{p}: permission denied", hint="check the file's permissions")
+    return InputSpec(p, p, size=st.st_size if stat.S_ISREG(st.st_mode) else None, mtime=st.st_mtime)
+
+
+def _peek(spec: InputSpec, n: int = 8) -> bytes:
+    if spec.is_stdin:
+        return stdin_buffer().peek(n)[:n]
+    with open(spec.path, "rb") as f:
+        return f.read(n)
+
+
+def detect_compression(spec: InputSpec) -> str | None:
+    head = _peek(spec)
+    for magic, name in MAGIC:
+        if head.startswith(magic):
+            return name
+    lower = spec.path.lower()
+    for ext, name in COMPRESSIONS.items():
+        if lower.endswith(ext):
+            if spec.size == 0:
+                return None
+            raise InputError(f"{spec.name}: named {ext} but is not {name}-compressed", hint="rename it or re-create it")
+    return None
+
+
+def detect_format(spec: InputSpec) -> str:
+    """The input kind of ``spec``: from its extension (before any compression extension), else from
+    the first bytes of its (decompressed) content."""
+    from .kinds import EXTENSIONS, MAGICS, names
+
+    ext = spec.base_ext
+    if ext in EXTENSIONS:
+        return EXTENSIONS[ext]
+    if not spec.is_stdin:
+        with open_stream(spec) as f:
+            head = f.read(16)
+        for magic, kind in MAGICS:
+            if head.startswith(magic):
+                return kind
+    raise InputError(
+        f"{spec.name}: cannot tell the input format from its name or content",
+        hint=f"pass --input-format {', '.join(names()[:-1])} or {names()[-1]}",
+    )

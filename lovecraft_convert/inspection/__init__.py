@@ -1,0 +1,87 @@
+"""``inspect``: what an input holds before converting it (:mod:`.inputs`), what a dataset directory
+holds (:mod:`.dataset`), or what files of an output format hold (each format describes its own,
+e.g. any TFRecord file); as a JSON-able dict, or text for a terminal (:mod:`.text`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import OptionsError
+
+__all__ = ["format_text", "inspect"]
+
+
+def inspect(
+    inputs_or_dataset: str | os.PathLike | list[str],
+    sample: int | None = None,
+    num_buckets: int | None = None,
+    *,
+    input_format: str | None = None,
+    header: bool = True,
+    delimiter: str | None = None,
+    column_types: dict[str, str] | None = None,
+    columns: list[str] | None = None,
+    errors: str = "strict",
+    max_expansion: float = 1000.0,
+    max_memory: int | str = "256MiB",
+    estimate: bool = True,
+    plot: str | None = None,
+    progress: bool | None = False,
+) -> dict[str, Any]:
+    """Inspect inputs (paths, globs, ``-``) or one dataset directory; returns a JSON-able dict.
+
+    ``sample``: read only the first ``sample`` rows (figures are then estimates, and say so).
+    ``num_buckets``: the K of the suggested length buckets (default 8, with a table for other K).
+    ``plot``: write a PNG of the length histograms with the suggested boundaries (needs matplotlib).
+    The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ...).
+    """
+    from ..formats import get, names
+
+    if isinstance(inputs_or_dataset, (str, os.PathLike)):
+        inputs = [os.fspath(inputs_or_dataset)]
+    else:
+        inputs = [os.fspath(p) for p in inputs_or_dataset]
+    if sample is not None and sample < 1:
+        raise OptionsError(f"--sample {sample}: give a positive number of rows")
+    if num_buckets is not None and num_buckets < 1:
+        raise OptionsError(f"--num-buckets {num_buckets}: give at least 1")
+    if len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0]):
+        if plot:
+            raise OptionsError("--plot draws the length histogram of inputs", hint="give input files, not a dataset")
+        from .dataset import inspect_dataset
+
+        return inspect_dataset(inputs[0])
+    for name in names():
+        fmt = get(name)
+        if any(fmt.claims_file(p) for p in inputs):
+            if plot:
+                raise OptionsError(f"--plot draws the length histograms of inputs, not {name} files")
+            return fmt.inspect_files(inputs, sample=sample, max_expansion=max_expansion)
+    from ..jobs.options import ConvertOptions
+    from .inputs import inspect_inputs
+
+    o = ConvertOptions(
+        input_format=input_format,
+        header=header,
+        delimiter=delimiter,
+        column_types=dict(column_types or {}),
+        columns=list(columns) if columns else None,
+        errors=errors,
+        max_expansion=max_expansion,
+        max_memory=max_memory,
+    )
+    report = inspect_inputs(inputs, o, sample, num_buckets, estimate, progress)
+    if plot:
+        from .plot import draw_plot
+
+        draw_plot(report, plot)
+        report["plot"] = plot
+    return report
+
+
+def format_text(report: dict[str, Any]) -> str:
+    """A report of :func:`inspect` as text for a terminal."""
+    from .text import format_text as text
+
+    return text(report)

@@ -1,0 +1,74 @@
+"""``inspect`` of a dataset directory: everything from its manifest (``verify`` checks it against
+the files): format, schema, rows, shards, buckets, sizes, the float16 report, the command that made
+it, and the lines of code that load it (each format gives its own)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .. import manifest as mf
+from ..errors import DatasetError
+from ..formats import for_dataset
+
+
+def inspect_dataset(path: str) -> dict[str, Any]:
+    """What a dataset directory holds, from its manifest alone (``verify`` checks it against the files)."""
+    m = mf.read(path)
+    files = [f for f in m.get("files") or [] if isinstance(f, dict)]
+    by_path = {f.get("path"): f for f in files}
+    shards = []
+    units = m.get("shards") or [sub for b in m.get("buckets") or [] for sub in (b.get("shards") or [b])]
+    for s in units:
+        names = list(s.get("files") or [])
+        shards.append(
+            {
+                "index": s.get("index"),
+                "rows": s.get("rows"),
+                "files": names,
+                "bytes": sum(int(by_path.get(n, {}).get("bytes") or 0) for n in names),
+            }
+        )
+    total = sum(int(f.get("bytes") or 0) for f in files)
+    report: dict[str, Any] = {
+        "kind": "dataset",
+        "path": path,
+        "format": m.get("output_format"),
+        "version": m.get("version"),
+        "complete": m.get("complete"),
+        "rows": m.get("rows"),
+        "schema": m.get("schema"),
+        "num_shards": len(shards),
+        "shards": shards,
+        "buckets": m.get("buckets"),
+        "shuffle": m.get("shuffle"),
+        "bytes": total,
+        "files": [
+            {k: f.get(k) for k in ("path", "rows", "bytes", "sha256", "column", "role") if k in f} for f in files
+        ],
+        "stats": m.get("stats"),
+        "float16": m.get("float16") or {},
+        "command": m.get("command"),
+        "argv": m.get("argv"),
+        "options": m.get("options"),
+        "sources": m.get("sources"),
+        "created_by": m.get("created_by"),
+        "created_at": m.get("created_at"),
+    }
+    if m.get("tfrecord"):
+        report["tfrecord"] = m["tfrecord"]
+    report["load"] = load_snippets(path, m)
+    return report
+
+
+def load_snippets(path: str, m: dict[str, Any]) -> dict[str, str]:
+    """The few lines of code that load the dataset, per client library (the format's, then ours)."""
+    d = path.rstrip("/") or path
+    try:
+        out = dict(for_dataset(m.get("output_format"), path).load_snippets(d, m))
+    except DatasetError:
+        out = {}
+    out["lovecraft"] = (
+        f"import lovecraft_convert as lc\n\nds = lc.open_dataset({json.dumps(d)})\nfor batch in ds.batches(256):\n    ...  # dict of NumPy arrays"
+    )
+    return out

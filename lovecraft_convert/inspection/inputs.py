@@ -1,0 +1,307 @@
+"""``inspect`` of inputs: one streaming pass with bounded memory, through the same readers
+``convert`` uses: rows (exact, or estimated from a sample and said to be), and per column the dtype
+and row shape, NaN count, min, max and mean; for floating columns what float16 would cost (measured
+by the same code ``convert --dtype float16`` runs); for text and sequences the length distribution
+(:mod:`.lengths`); and the output size per format, from writing a sample of the rows with each
+format's writer."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from ..engine.pipeline import prefetch, select
+from ..errors import InputError, LovecraftError
+from ..formats import get as get_format
+from ..formats import names as format_names
+from ..formats.base import WriteOptions
+from ..inputs import open_reader
+from ..inputs.csv import SchemaChanged
+from ..jobs.convert import select_columns
+from ..schema import SEQUENCE, Batch, VarColumn
+from ..transforms.downcast import Downcast, DowncastStats, downcast_array
+from ..util import parse_size
+from .lengths import length_report
+
+SAMPLE_BYTES = 4 << 20  # in-memory bytes of the rows written by each writer to estimate output sizes
+
+
+class Profile:
+    """Figures of one column, gathered batch by batch in bounded memory."""
+
+    BLOCK = 1 << 20  # elements per step
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.rows = 0
+        self.values = 0
+        self.nan = 0
+        self.min = None
+        self.max = None
+        self.sum = 0.0
+        dt = f.np_dtype
+        self.numeric = dt.kind in "biuf"
+        self.f16 = DowncastStats("float16") if dt.kind == "f" and dt.itemsize > 2 else None
+        self.hist: dict[int, int] = {} if f.variable else None  # type: ignore[assignment]
+
+    def update(self, col) -> None:
+        if isinstance(col, VarColumn):
+            lens = col.lengths()
+            self.rows += len(lens)
+            if len(lens):
+                u, c = np.unique(lens, return_counts=True)
+                h = self.hist
+                for k, v in zip(u.tolist(), c.tolist(), strict=True):
+                    h[k] = h.get(k, 0) + v
+            if self.f.kind == SEQUENCE:
+                self._numeric(col.values)
+        else:
+            self.rows += len(col)
+            self._numeric(col)
+
+    def _numeric(self, a) -> None:
+        if not self.numeric or a.size == 0:
+            return
+        flat = a.reshape(-1)
+        if flat.dtype.kind == "b":
+            flat = flat.view(np.uint8)
+        for i in range(0, flat.size, self.BLOCK):
+            self._block(flat[i : i + self.BLOCK])
+
+    def _block(self, x) -> None:
+        self.values += x.size
+        src = x
+        if x.dtype.kind == "f":
+            if x.dtype == np.float16:
+                x = x.astype(np.float32)
+            with np.errstate(all="ignore"):
+                lo, hi = x.min(), x.max()
+                if np.isnan(lo) or np.isnan(hi):
+                    nan = np.isnan(x)
+                    n_nan = int(np.count_nonzero(nan))
+                    self.nan += n_nan
+                    if n_nan == x.size:
+                        self._f16(src)
+                        return
+                    x = x[~nan]
+                    lo, hi = x.min(), x.max()
+                self.sum += float(x.sum(dtype=np.float64))
+            self._f16(src)
+        else:
+            lo, hi = x.min(), x.max()
+            self.sum += float(x.sum(dtype=np.float64))
+        lo, hi = lo.item(), hi.item()
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+
+    def _f16(self, x) -> None:
+        if self.f16 is None:
+            return
+        downcast_array(x, np.dtype(np.float16), self.f16, "clip", lambda i: ("", i))
+
+    def to_dict(self, num_buckets: int | None) -> dict[str, Any]:
+        f = self.f
+        d: dict[str, Any] = {
+            "name": f.name,
+            "kind": f.kind,
+            "dtype": f.np_dtype.name if f.kind != "string" else "string",
+            "shape": list(f.shape),
+            "type": f.describe(),
+            "count": self.rows,
+        }
+        if self.numeric and (f.kind in ("fixed", "sequence")):
+            finite = self.values - self.nan
+            d["values"] = self.values
+            d["nan"] = self.nan if f.np_dtype.kind == "f" else 0
+            d["min"] = _num(self.min)
+            d["max"] = _num(self.max)
+            d["mean"] = _num(self.sum / finite) if finite else None
+            if self.f16 is not None:
+                r = self.f16.to_dict()
+                r.pop("clipped", None)
+                r.pop("target", None)
+                d["float16"] = r
+        if self.hist is not None:
+            d["lengths"] = length_report(self.hist, num_buckets)
+            d["empty"] = self.hist.get(0, 0)
+        return d
+
+
+def _num(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[str, Any]:
+    budget = parse_size(o.max_memory)
+    reader = open_reader(inputs, budget=budget, **o.read_kwargs())
+    while True:
+        schema = select_columns(reader, o.columns)
+        profiles = [Profile(f) for f in schema]
+        kept: list = []
+        kept_bytes = 0
+        rows = 0
+        done = 0.0
+        truncated = False
+        bar = _bar(reader, progress)
+        # A sample is read without the read-ahead thread, so the input bytes consumed so far
+        # belong to the rows seen (they scale the row estimate).
+        batches = select(reader.batches(), schema)
+        if sample is None:
+            batches = prefetch(batches, depth=2)
+        try:
+            for batch in batches:
+                if sample is not None and rows >= sample:
+                    if batch.num_rows:
+                        truncated = True
+                        break
+                    continue
+                before = done
+                after = float(reader.progress_done())
+                if sample is not None and rows + batch.num_rows > sample:
+                    used = sample - rows
+                    after = before + (after - before) * used / batch.num_rows
+                    batch = batch.slice(0, used)
+                    truncated = True
+                done = after
+                for p in profiles:
+                    p.update(batch.columns[p.f.name])
+                rows += batch.num_rows
+                if estimate and kept_bytes < SAMPLE_BYTES and batch.num_rows:
+                    kept.append(batch)
+                    kept_bytes += batch.nbytes
+                if bar is not None:
+                    bar.n = int(done)
+                    bar.refresh()
+                if truncated:
+                    break
+            break
+        except SchemaChanged:
+            continue  # a CSV column was widened: start over with the wider types
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+            if bar is not None:
+                bar.close()
+    if reader.rows is not None and rows < reader.rows:
+        truncated = True
+    if rows == 0:
+        raise InputError(f"{', '.join(s.name for s in reader.specs)}: empty input (no records)", hint="check the file")
+    exact = not truncated
+    total_rows: int | None = rows
+    if not exact:
+        total_rows = _estimate_rows(reader, rows, done)
+    sizes = [s.size for s in reader.specs]
+    report: dict[str, Any] = {
+        "kind": "inputs",
+        "inputs": [
+            {
+                "name": s.name,
+                "path": None if s.is_stdin else os.path.abspath(s.path),
+                "format": s.format,
+                "compression": s.compression,
+                "size": s.size,
+            }
+            for s in reader.specs
+        ],  # fmt: skip
+        "format": reader.format,
+        "size": None if any(x is None for x in sizes) else sum(sizes),
+        "rows": total_rows,
+        "rows_exact": exact,
+        "sample_rows": rows if not exact else None,
+        "columns": [p.to_dict(num_buckets) for p in profiles],
+    }
+    if estimate and kept:
+        report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows, reader.format)
+        floating = [f for f in schema if f.np_dtype.kind == "f" and f.np_dtype.itemsize > 2]
+        if floating:
+            report["estimated_bytes_float16"] = estimate_sizes(
+                kept, schema, total_rows or rows, reader.format, dtype="float16"
+            )
+        report["estimated_exact"] = False
+    return report
+
+
+def _estimate_rows(reader, rows: int, done: int) -> int | None:
+    if reader.rows is not None:
+        return int(reader.rows)
+    total = reader.progress_total()
+    if not total or not done:
+        return None
+    return max(rows, int(round(rows * total / done)))
+
+
+def _bar(reader, enabled: bool | None):
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(
+        total=reader.progress_total(), unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False
+    )
+
+
+def estimate_sizes(
+    kept: list, schema, rows: int, input_format: str | None, dtype: str | None = None
+) -> dict[str, int | None]:
+    """Bytes of the dataset each format would write for ``rows`` rows, from writing the sample rows
+    ``kept`` (and half of them, to separate fixed overheads such as headers and footers)."""
+
+    sample = Batch.concat(kept) if len(kept) > 1 else kept[0]
+    limit = max(2, min(sample.num_rows, int(sample.num_rows * SAMPLE_BYTES / max(1, sample.nbytes)) + 1))
+    sample = sample.slice(0, limit)
+    if dtype is not None:
+        down = Downcast.for_dtype(schema, dtype, {}, "clip")
+        if down is not None:
+            sample = down(sample)
+            schema = down.schema
+    out: dict[str, int | None] = {}
+    tmp = tempfile.mkdtemp(prefix="lovecraft-inspect-")
+    try:
+        for name in format_names():
+            fmt = get_format(name)
+            try:
+                fmt.check_schema(schema, "input", input_format)
+            except LovecraftError:
+                out[name] = None
+                continue
+
+            def size_of(n: int, name=name, fmt=fmt) -> int:
+                d = os.path.join(tmp, f"{name}-{n}")
+                os.mkdir(d)
+                w = fmt.writer_class()(d, fmt.stem, schema, WriteOptions(expected_rows=n))
+                try:
+                    w.write(sample.slice(0, n))
+                    files = w.close()
+                except BaseException:
+                    w.abort()
+                    raise
+                shutil.rmtree(d, ignore_errors=True)
+                return sum(f.bytes for f in files)
+
+            n = sample.num_rows
+            try:
+                full = size_of(n)
+            except LovecraftError:  # a value this format cannot store (convert says which)
+                out[name] = None
+                continue
+            if rows <= n:
+                out[name] = full
+                continue
+            half = size_of(max(1, n // 2))
+            per_row = (full - half) / max(1, n - max(1, n // 2))
+            fixed = max(0.0, full - per_row * n)
+            out[name] = int(round(fixed + per_row * rows))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,148 @@
+"""Reports of :func:`~lovecraft_convert.inspection.inspect` as text for a terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..formats import get as get_format
+from ..util import format_size, number
+
+BAR = 40
+
+
+def draw_histogram(hist: list[dict[str, int]], width: int = BAR) -> list[str]:
+    """The length histogram as text bars."""
+    top = max((b["rows"] for b in hist), default=0)
+    lw = max(len(number(b["hi"])) for b in hist) if hist else 1
+    cw = max(len(number(b["rows"])) for b in hist) if hist else 1
+    lines = []
+    eighths = " ▏▎▍▌▋▊▉█"
+    for b in hist:
+        units = b["rows"] / top * width * 8 if top else 0
+        full, part = divmod(int(round(units)), 8)
+        bar = "█" * full + (eighths[part] if part else "")
+        if b["rows"] and not bar:
+            bar = "▏"
+        label = number(b["lo"]) if b["lo"] == b["hi"] else f"{number(b['lo'])}-{number(b['hi'])}"
+        lines.append(f"    {label:>{2 * lw + 1}} {bar:<{width}} {number(b['rows']):>{cw}}")
+    return lines
+
+
+def format_text(r: dict[str, Any]) -> str:
+    """A report of :func:`inspect` as text for a terminal."""
+    if r.get("kind") == "dataset":
+        return _format_dataset(r)
+    if r.get("kind") not in ("inputs", "dataset"):  # files a format describes on its own
+        return get_format(r["kind"]).format_file_report(r)
+    out = []
+    for i in r["inputs"]:
+        comp = i["compression"] or "not compressed"
+        size = format_size(i["size"]) if i["size"] is not None else "size unknown"
+        out.append(f"{i['name']}: {i['format']}, {comp}, {size}")
+    if r["rows_exact"]:
+        out.append(f"rows: {number(r['rows'])}")
+    else:
+        est = f"~{number(r['rows'])}" if r["rows"] is not None else "unknown"
+        out.append(f"rows: {est} (an ESTIMATE from a sample of the first {number(r['sample_rows'])} rows)")
+    out.append("")
+    for c in r["columns"]:
+        shape = f" shape per row {tuple(c['shape'])}" if c["shape"] else ""
+        out.append(f"column '{c['name']}': {c['type']}{shape}")
+        if "min" in c:
+            out.append(
+                f"  min {number(c['min'])}  max {number(c['max'])}  mean {number(c['mean'])}  NaN {number(c['nan'])}"
+                f"  ({number(c['values'])} values)"
+            )
+        if "float16" in c:
+            h = c["float16"]
+            out.append(
+                f"  as float16: {number(h['overflow'])} would overflow (|x| > 65504), {number(h['flushed_to_zero'])} would "
+                f"flush to zero; largest rounding error {h['max_abs_error']:.3g} (relative {h['max_rel_error']:.3g})"
+            )
+        if "lengths" in c and c["lengths"].get("rows"):
+            ln = c["lengths"]
+            unit = "bytes" if c["kind"] in ("string", "binary") else "elements"
+            out.append(
+                f"  length ({unit}): min {number(ln['min'])}  mean {ln['mean']:.1f}  p50 {number(ln['p50'])}  "
+                f"p90 {number(ln['p90'])}  p99 {number(ln['p99'])}  max {number(ln['max'])}  ({number(c.get('empty'))} empty)"
+            )
+            out.extend(draw_histogram(ln["histogram"]))
+            b = ln["buckets"]
+            out.append(
+                f"  --num-buckets {b['k']}: boundaries {b['boundaries']}, padding efficiency "
+                f"{b['efficiency']:.1%} (unbucketed {ln['efficiency_unbucketed']:.1%})"
+            )
+            table = ", ".join(f"K={k}: {v:.1%}" for k, v in ln["efficiency_by_k"].items())
+            out.append(f"  efficiency by K: {table}")
+        out.append("")
+    if r.get("estimated_bytes"):
+        approx = "estimated from a sample" if r.get("estimated_exact") is False else ""
+        out.append(f"output size per format ({approx}):")
+        f16 = r.get("estimated_bytes_float16") or {}
+        for fmt, size in r["estimated_bytes"].items():
+            text = format_size(size) if size is not None else "cannot hold these columns"
+            extra = f"  (--dtype float16: {format_size(f16[fmt])})" if f16.get(fmt) is not None else ""
+            out.append(f"  {fmt:<9} {text}{extra}")
+    if r.get("plot"):
+        out.append(f"plot: {r['plot']}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _format_dataset(r: dict[str, Any]) -> str:
+    out = [f"{r['path']}: lovecraft dataset, {r['format']}, {number(r['rows'])} rows, {format_size(r['bytes'])}"]
+    out.append(f"made by: lovecraft {' '.join(r['argv']) if r.get('argv') else r.get('command')}")
+    if r.get("created_at") or r.get("created_by"):
+        out.append(f"  {r.get('created_by') or ''} {r.get('created_at') or ''}".rstrip())
+    opts = r.get("options") or {}
+    shown = {k: v for k, v in opts.items() if v not in (None, False, {}, [], "") and k != "overwrite"}
+    if shown:
+        out.append("options: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    if r.get("shuffle"):
+        out.append(f"shuffled: {r['shuffle']}")
+    out.append("schema:")
+    stats = r.get("stats") or {}
+    for f in r.get("schema") or []:
+        st = stats.get(f.get("name"), {})
+        bits = []
+        if "min" in st:
+            bits.append(f"min {number(st['min'])} max {number(st['max'])}")
+        if st.get("nan"):
+            bits.append(f"NaN {number(st['nan'])}")
+        if st.get("length_max") is not None:
+            bits.append(f"length {number(st.get('length_min'))}..{number(st.get('length_max'))}")
+        desc = f.get("kind") if f.get("kind") != "fixed" else _dtype_name(f.get("dtype"))
+        shape = f" {tuple(f.get('shape'))}" if f.get("shape") else ""
+        out.append(f"  {f.get('name')}: {desc}{shape}  {'; '.join(bits)}".rstrip())
+    out.append(f"shards: {r['num_shards']}")
+    for s in r["shards"][:8]:
+        out.append(f"  {s['index']}: {number(s['rows'])} rows, {format_size(s['bytes'])}: {', '.join(s['files'])}")
+    if len(r["shards"]) > 8:
+        out.append(f"  ... {len(r['shards']) - 8} more")
+    if r.get("buckets"):
+        out.append(f"buckets: {len(r['buckets'])}")
+        for b in r["buckets"]:
+            out.append(
+                f"  {b.get('index')}: lengths {b.get('min_length')}..{b.get('max_length')}, {number(b.get('rows'))} rows"
+            )
+    for name, h in (r.get("float16") or {}).items():
+        out.append(
+            f"float16 {name}: {number(h.get('overflow'))} overflowed ({number(h.get('clipped'))} clipped), "
+            f"{number(h.get('flushed_to_zero'))} flushed to zero, max abs error {h.get('max_abs_error', 0):.3g}, "
+            f"max rel error {h.get('max_rel_error', 0):.3g}"
+        )
+    out.append("")
+    for lib, code in r["load"].items():
+        out.append(f"load with {lib}:")
+        out.extend("    " + line if line else "" for line in code.splitlines())
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _dtype_name(d) -> str:
+
+    try:
+        return np.dtype(d).name
+    except (TypeError, ValueError):
+        return str(d)

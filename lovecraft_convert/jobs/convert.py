@@ -1,0 +1,118 @@
+"""``convert``: inputs -> one dataset directory, in one streaming pass with bounded memory.
+
+The memory budget (``--max-memory``) sizes every buffer: a batch is a fraction of it, so peak
+memory depends on the budget and never on the input's size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import manifest as mf
+from ..engine.commit import OutputDir
+from ..engine.driver import SigTerm
+from ..engine.pipeline import Progress, prefetch, select, write_step
+from ..errors import InputError, Interrupted, OptionsError
+from ..formats import get as get_format
+from ..formats.base import FileRecord, WriteOptions
+from ..inputs import Reader, open_reader
+from ..schema import Schema
+from ..stats import BatchStats
+from .options import ConvertOptions
+
+
+def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Convert ``inputs`` into the dataset directory ``output``; returns the manifest written.
+
+    Keyword arguments are the fields of :class:`ConvertOptions` (the CLI's flags).
+    """
+    from ..inputs.csv import SchemaChanged
+
+    o = ConvertOptions(**kwargs)
+    o.validate()
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    budget = o.budget()
+    reader = open_reader(list(inputs), budget=budget, **o.read_kwargs())
+    fmt = get_format(o.to)
+    protect = [s.path for s in reader.specs if not s.is_stdin]
+    started = time.time()
+    with SigTerm(), OutputDir(output, overwrite=o.overwrite, protect=protect) as out:
+        try:
+            while True:
+                try:
+                    files, schema, rows, stats, report, extra = _run_once(reader, fmt, out, o, budget)
+                    break
+                except SchemaChanged:
+                    out.reset()
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted; nothing was written to {out.path}") from None
+        manifest = mf.build(
+            command="convert",
+            output_format=o.to,
+            options=o.to_dict(),
+            rows=rows,
+            schema=schema.to_list(),
+            shards=[{"index": 0, "rows": rows, "files": [f.path for f in files], "stats": stats}],
+            files=[f.to_dict() for f in files],
+            stats=stats,
+            float16=report,
+            sources=[s.describe() for s in reader.specs],
+            argv=argv,
+            seconds=round(time.time() - started, 3),
+            **fmt.dataset_extra(schema, [extra]),
+        )
+        out.commit(manifest)
+    return manifest
+
+
+def select_columns(reader: Reader, columns: list[str] | None) -> Schema:
+    """The reader's schema with only ``columns`` (in that order)."""
+    if not columns:
+        return reader.schema
+    missing = [c for c in columns if c not in reader.schema.names]
+    if missing:
+        raise OptionsError(f"--columns: no column '{missing[0]}'", hint=f"columns are {', '.join(reader.schema.names)}")
+    return Schema(tuple(reader.schema[c] for c in columns))
+
+
+def output_schema(reader: Reader, o: ConvertOptions):
+    """The written schema (``--columns``, then ``--dtype``/float16 column types) and the downcast
+    transform that produces it (None when nothing is downcast)."""
+    from ..transforms.downcast import Downcast
+
+    schema = select_columns(reader, o.columns)
+    per_col = {k: v for k, v in o.column_types.items() if v == "float16"}
+    down = Downcast.for_dtype(schema, o.dtype, per_col, o.on_overflow)
+    if down is not None:
+        down.source = ", ".join(s.name for s in reader.specs)
+        schema = down.schema
+    return schema, down
+
+
+def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
+    return WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=rows)
+
+
+def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int):
+    schema, down = output_schema(reader, o)
+    source = ", ".join(s.name for s in reader.specs)
+    fmt.check_schema(schema, source, getattr(reader, "format", None))
+    writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
+    stats = BatchStats(schema)
+    progress = Progress(reader, o.progress)
+    rows = 0
+    try:
+        for batch in prefetch(select(reader.batches(), schema), depth=2):
+            rows += write_step(batch, down, stats, writer)
+            progress.update()
+        files: list[FileRecord] = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        progress.close()
+    if rows == 0:
+        raise InputError(f"{source}: empty input (no records)", hint="check the file")
+    return files, schema, rows, stats.to_dict(), (down.report() if down else {}), writer.manifest_extra()

@@ -1,0 +1,237 @@
+"""Where ``bucket``'s sequences come from: text lines through a tokenizer, CSV rows of numbers of any
+length (``--ragged``), a CSV text column, or a variable-length column of a lovecraft dataset."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from .. import manifest as mf
+from ..errors import InputError, SchemaError
+from ..inputs import Part, open_reader
+from ..schema import SEQUENCE, VarColumn
+from ..util import parse_size
+from .options import BucketOptions
+
+
+def _dataset_dir(inputs: list[str]) -> str | None:
+    if len(inputs) == 1 and mf.is_dataset(inputs[0]):
+        return inputs[0]
+    return None
+
+
+def _as_var(col, kind: str) -> VarColumn:
+    if isinstance(col, VarColumn):
+        return col
+    rows = list(col)
+    if kind == "string":
+        return VarColumn.from_pylist([r.encode() if isinstance(r, str) else bytes(r) for r in rows], np.uint8)
+    arrs = [np.asarray(r).reshape(-1) for r in rows]
+    dt = arrs[0].dtype if arrs else np.dtype(np.int64)
+    lens = np.fromiter((len(a) for a in arrs), dtype=np.int64, count=len(arrs))
+    offs = np.zeros(len(arrs) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offs[1:])
+    values = np.concatenate(arrs) if arrs else np.zeros(0, dt)
+    return VarColumn(values, offs)
+
+
+class Sequences:
+    """The input as sequences: ``partitions`` like a reader's, ``sequences(part)`` yields
+    (VarColumn of tokens or values, first line or row of the batch, 'line' | 'row')."""
+
+    def __init__(self, inputs: list[str], o: BucketOptions, budget: int, threads: bool = False) -> None:
+        from ..transforms.tokenize import load_tokenizer
+
+        self.o = o
+        self.tokenizer = None
+        self.dataset = _dataset_dir(inputs)
+        if self.dataset is not None:
+            from ..loaders import open_dataset
+
+            ds = open_dataset(self.dataset)
+            var = [f for f in ds.schema if f.kind in (SEQUENCE, "string")]
+            if o.column is None:
+                if len(var) != 1:
+                    names = ", ".join(f.name for f in var) or "none"
+                    raise SchemaError(
+                        f"{self.dataset}: say which column holds the sequences (variable-length columns: {names})",
+                        hint="pass --column NAME",
+                    )
+                fld = var[0]
+            else:
+                if o.column not in ds.schema.names:
+                    raise SchemaError(
+                        f"{self.dataset}: no column '{o.column}'", hint=f"columns are {', '.join(ds.schema.names)}"
+                    )
+                fld = ds.schema[o.column]
+                if fld.kind not in (SEQUENCE, "string"):
+                    raise SchemaError(
+                        f"{self.dataset}: column '{fld.name}' holds {fld.describe()}, not sequences or text",
+                        hint="choose a variable-length column",
+                    )
+            if ds.bucketed:
+                raise SchemaError(f"{self.dataset}: is already bucketed", hint="bucket its source instead")
+            self.ds = ds.select(fld.name)
+            self.field = fld
+            self.kind = "dataset"
+            if fld.kind == "string":
+                self.tokenizer = load_tokenizer(o.tokenizer)
+                self.column = "tokens"
+            else:
+                self.column = fld.name
+            self.specs = []
+            self.name = self.dataset
+            return
+        kw = o.read_kwargs()
+        kw["column_types"] = {}
+        if o.ragged:  # rows of any length: read as lines, parsed here
+            kw["input_format"] = "text"
+        probe = open_reader(inputs, budget=budget, threads=threads, **kw)
+        fmt = probe.format
+        self.specs = probe.specs
+        self.name = ", ".join(s.name for s in probe.specs)
+        if o.ragged:
+            if o.column is not None:
+                raise SchemaError("--ragged reads whole rows; drop --column")
+            self.reader = probe
+            self.kind = "ragged"
+            self.column = "values"
+            self.source_column = "text"
+            return
+        if fmt == "npy":
+            raise SchemaError(
+                f"{self.name}: an NPY array has rows of one length, there is nothing to bucket",
+                hint="bucket text lines, ragged CSV rows (--ragged) or a dataset's variable-length column",
+            )
+        self.reader = probe
+        if fmt == "csv":
+            names = probe.schema.names
+            if o.column is None:
+                raise SchemaError(
+                    f"{self.name}: say which CSV column holds the text (columns: {', '.join(names)}), "
+                    "or pass --ragged to read each row as a sequence of numbers",
+                    hint="pass --column NAME or --ragged",
+                )
+            if o.column not in names:
+                raise SchemaError(f"{self.name}: no column '{o.column}'", hint=f"columns are {', '.join(names)}")
+            if probe.schema[o.column].kind != "string":
+                raise SchemaError(
+                    f"{self.name}: column '{o.column}' is {probe.schema[o.column].describe()}, not text",
+                    hint="give a text column, or --ragged for rows of numbers",
+                )
+            self.kind = "csv"
+            self.source_column = o.column
+        else:
+            if o.column is not None:
+                raise SchemaError(f"--column applies to CSV and dataset inputs; {self.name} is {fmt}")
+            self.kind = "text"
+            self.source_column = "text"
+        self.tokenizer = load_tokenizer(o.tokenizer)
+        self.column = "tokens"
+
+    # -- parts --------------------------------------------------------------------------------
+
+    def partitions(self, target: int, mapper=None) -> list[Part]:
+        if self.kind == "dataset":
+            parts = []
+            for gi, g in enumerate(self.ds.groups):
+                for pi, _ in enumerate(g.parts):
+                    parts.append(Part(len(parts), 0, rows=(gi, pi)))
+            return parts
+        return self.reader.partitions(target, mapper=mapper)
+
+    def describe_sources(self) -> list[dict]:
+        if self.kind == "dataset":
+            from ..engine.writer import sha256_file
+
+            return [
+                {
+                    "path": os.path.abspath(self.dataset),
+                    "format": "dataset",
+                    "column": self.field.name,
+                    "rows": len(self.ds),
+                    "manifest_sha256": sha256_file(mf.path_of(self.dataset)),
+                }
+            ]
+        return [s.describe() for s in self.specs]
+
+    def sequences(self, part: Part) -> Iterator[tuple[VarColumn, int, str]]:
+        if self.kind == "dataset":
+            gi, pi = part.rows
+            g = self.ds.groups[gi]
+            p = g.parts[pi]
+            reader = self.ds.reader(g, p)
+            chunk = max(1024, (self.o_budget() // 16) // 256)
+            row = 0
+            for batch in reader.chunks(0, p.rows, chunk):
+                col = _as_var(batch.columns[self.field.name], self.field.kind)
+                yield (self.tokenizer.encode(col) if self.tokenizer else col), row, "row"
+                row += batch.num_rows
+            return
+        first_part = part.start in (None, 0) and part.spec == 0
+        line = part.line0
+        for batch in self.reader.part_batches(part):
+            col = batch.columns[self.source_column]
+            if self.kind == "ragged":
+                yield from self._ragged(col, line, first_part and line == part.line0, part)
+                line += batch.num_rows
+                continue
+            where = "line" if self.kind == "text" else "row"
+            yield self.tokenizer.encode(col), line, where
+            line += batch.num_rows
+
+    def o_budget(self) -> int:
+        return parse_size(self.o.max_memory) // 4
+
+    def _ragged(self, lines: VarColumn, line0: int, first: bool, part: Part) -> Iterator[tuple[VarColumn, int, str]]:
+        """Rows of a CSV file as numeric sequences: every field a number; blank lines skipped;
+        a first line that is not numbers is a header (unless --no-header)."""
+        raw = lines.values.view(np.uint8)
+        offs = lines.offsets
+        lens = np.diff(offs)
+        spec = self.reader.specs[part.spec]
+        delim = (self.o.delimiter or ("\t" if spec.name.endswith((".tsv", ".tsv.gz")) else ",")).encode()
+        data = raw.tobytes()
+        o = offs.tolist()
+        keep = np.flatnonzero(lens > 0)
+        if first and len(keep):
+            head = data[o[keep[0]] : o[keep[0] + 1]]
+            try:
+                np.array(head.split(delim)).astype(np.float64)
+            except ValueError:
+                if not self.o.header:
+                    raise InputError(
+                        f"{spec.name}, line {line0 + int(keep[0]) + 1}: {head.split(delim)[0][:40]!r} is not a number",
+                        hint="--ragged reads every field as a number",
+                    ) from None
+                keep = keep[1:]
+        rows = [data[o[i] : o[i + 1]] for i in keep.tolist()]
+        if not rows:
+            return
+        fields = delim.join(rows).split(delim)
+        counts = np.fromiter((r.count(delim) + 1 for r in rows), dtype=np.int64, count=len(rows))
+        arr = np.array(fields)
+        try:
+            values = arr.astype(np.int64)
+        except (ValueError, OverflowError):
+            try:
+                values = arr.astype(np.float64)
+            except ValueError:
+                cum = np.cumsum(counts)
+                for i, f in enumerate(fields):
+                    try:
+                        float(f)
+                    except ValueError:
+                        r = int(np.searchsorted(cum, i, side="right"))
+                        col = i - (int(cum[r - 1]) if r else 0) + 1
+                        raise InputError(
+                            f"{spec.name}, line {line0 + int(keep[r]) + 1}, column {col}: "
+                            f"{f.decode('utf-8', 'replace')[:40]!r} is not a number",
+                            hint="--ragged reads every field as a number; fix the row",
+                        ) from None
+                raise
+        out = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(counts, out=out[1:])
+        yield VarColumn(values, out), line0, "line"

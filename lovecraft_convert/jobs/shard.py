@@ -1,0 +1,490 @@
+"""``shard``: many shards of a controlled size, optionally globally shuffled, written by parallel
+units of work, resumable after a crash.
+
+The run has two phases of units; each unit is a pure function of (a piece of the input, the
+options) that leaves finished files in the work directory and returns a small JSON fragment, run by
+the executor (:mod:`lovecraft_convert.engine.executors`) and journalled by the driver.
+
+1. *Split* (one unit per part of the input: a ~64 MiB byte range of a CSV or text file cut at a
+   record boundary, a row range of NPY files, or a whole compressed input): parse, downcast, and
+   spill the records to frame files. With ``--shuffle`` each record goes to one of B hash buckets
+   chosen by a seeded hash of (part, row): the scatter half of an external shuffle. Inputs that
+   read any rows directly (memory-mapped NPY) skip this phase when not shuffled.
+2. *Write* (one unit per shard): shard k holds rows [start_k, stop_k) of the global order (parts
+   in input order; with ``--shuffle``, hash buckets in order, each permuted by a generator seeded
+   with (seed, bucket)). The unit reads just those rows and commits the shard's files.
+
+Parts and buckets depend only on the input and the options, never on ``--workers``, so the bytes
+are the same whatever the parallelism.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import manifest as mf
+from ..engine.commit import commit_unit
+from ..engine.driver import Run, run_job
+from ..engine.frames import frames_from_buffer, read_frame, write_frame
+from ..engine.journal import SPILL, intact, save_plan
+from ..engine.pipeline import unit_bar, write_step
+from ..errors import LovecraftError, OverflowErrorF16, SchemaError
+from ..formats import get as get_format
+from ..inputs import Part, open_reader
+from ..schema import Batch, Schema
+from ..stats import BatchStats, merged, raw
+from ..transforms.shuffle import hash_bucket
+from ..util import parse_size, trace
+from .convert import output_schema, write_options
+from .options import ShardOptions
+
+
+def shard_name(k: int, n: int) -> str:
+    return f"part-{k:05d}-of-{n:05d}"
+
+
+@dataclass
+class Context:
+    """What every unit gets (picklable, JSON-able)."""
+
+    inputs: list[str]
+    options: dict[str, Any]
+    work: str
+    widened: dict[str, str]
+    buckets: int  # 0: not shuffled
+    out_schema: list[dict] | None = None
+
+    @property
+    def o(self) -> ShardOptions:
+        return ShardOptions(**self.options)
+
+    def budget(self) -> int:
+        """The memory one unit may use: a quarter of --max-memory, so that up to four workers fit.
+
+        Every size that shapes the output (batches, row groups, buckets) comes from this, never
+        from the number of workers, so the bytes do not depend on --workers.
+        """
+        return parse_size(self.o.max_memory) // 4
+
+    def reader(self, threads: bool = False):
+        reader = open_reader(self.inputs, budget=self.budget(), threads=threads, **self.o.read_kwargs())
+        reader.widen(self.widened)
+        return reader
+
+
+def _select(batch: Batch, names: list[str]) -> Batch:
+    if list(batch.columns) == names:
+        return batch
+    return Batch({n: batch.columns[n] for n in names}, batch.num_rows)
+
+
+# --------------------------------------------------------------------------------------------
+# phase 1: one part
+# --------------------------------------------------------------------------------------------
+
+
+def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
+    """Read one part of the input, downcast, spill to frame files (scatter when shuffling)."""
+    reader = ctx.reader()
+    schema, down = output_schema(reader, ctx.o)
+    if down is not None:
+        down.row_offset = part.rows[0] if part.rows else None
+    names = schema.names
+    spill = os.path.join(ctx.work, SPILL)
+    rows = 0
+    seed = ctx.o.seed or 0
+    if ctx.buckets:
+        paths = [os.path.join(spill, f"u{part.index:05d}-b{b:04d}.bin") for b in range(ctx.buckets)]
+        files: list = [None] * ctx.buckets
+        bucket_rows = [0] * ctx.buckets
+    else:
+        path = os.path.join(spill, f"u{part.index:05d}.bin")
+        out = open(path + ".tmp", "wb")  # noqa: SIM115 - closed below
+        frames: list = []
+    try:
+        for batch in reader.part_batches(part):
+            batch = _select(batch, names) if down is None else down(_select(batch, names))
+            if ctx.buckets:
+                b_of = hash_bucket(seed, part.index, np.arange(rows, rows + batch.num_rows), ctx.buckets)
+                order = np.argsort(b_of, kind="stable")
+                counts = np.bincount(b_of, minlength=ctx.buckets)
+                sorted_batch = batch.take(order)
+                pos = 0
+                for b in range(ctx.buckets):
+                    n = int(counts[b])
+                    if n:
+                        if files[b] is None:
+                            files[b] = open(paths[b] + ".tmp", "wb")  # noqa: SIM115
+                        write_frame(files[b], sorted_batch.slice(pos, pos + n), schema, counted=True)
+                        bucket_rows[b] += n
+                        pos += n
+            else:
+                frames.append(write_frame(out, batch, schema))
+            rows += batch.num_rows
+    except OverflowErrorF16 as e:
+        e.part = part.index
+        raise
+    finally:
+        # Spill files are not fsynced: the journal records their sizes instead, and a resumed
+        # run redoes any part whose files are missing or short (a crash of the machine).
+        for f in [f for f in files if f is not None] if ctx.buckets else [out]:
+            f.close()
+    if ctx.buckets:
+        for b, f in enumerate(files):
+            if f is not None:
+                os.rename(paths[b] + ".tmp", paths[b])
+        result = {
+            "buckets": {str(b): n for b, n in enumerate(bucket_rows) if n},
+            "files": {os.path.basename(p): os.path.getsize(p) for b, p in enumerate(paths) if files[b] is not None},
+        }
+    else:
+        os.rename(path + ".tmp", path)
+        result = {"frames": frames, "files": {os.path.basename(path): os.path.getsize(path)}}
+    return {"phase": 1, "part": part.index, "rows": rows, "float16": down.report() if down else {}, **result}
+
+
+# --------------------------------------------------------------------------------------------
+# phase 2: one shard
+# --------------------------------------------------------------------------------------------
+
+
+class _Order:
+    """The global order of records, as the phase-1 journal describes it."""
+
+    def __init__(self, ctx: Context, parts: list[dict], schema: Schema) -> None:
+        self.ctx = ctx
+        self.schema = schema
+        self.parts = sorted(parts, key=lambda p: p["part"])
+        if ctx.buckets:
+            bucket_rows = [0] * ctx.buckets
+            for p in self.parts:
+                for b, n in p["buckets"].items():
+                    bucket_rows[int(b)] += n
+            self.starts = np.concatenate([[0], np.cumsum(bucket_rows)]).astype(np.int64)
+        else:
+            self.starts = np.concatenate([[0], np.cumsum([p["rows"] for p in self.parts])]).astype(np.int64)
+
+    def batches(self, start: int, stop: int) -> Iterator[Batch]:
+        step_bytes = max(1 << 20, self.ctx.budget() // 16)
+        for i in range(len(self.starts) - 1):
+            a, b = int(self.starts[i]), int(self.starts[i + 1])
+            lo, hi = max(a, start), min(b, stop)
+            if lo >= hi:
+                continue
+            if self.ctx.buckets:
+                yield from _rechunk(self._bucket(i).slice(lo - a, hi - a), step_bytes)
+            else:
+                yield from self._part(self.parts[i], lo - a, hi - a)
+
+    def _part(self, p: dict, lo: int, hi: int) -> Iterator[Batch]:
+        path = os.path.join(self.ctx.work, SPILL, f"u{p['part']:05d}.bin")
+        with open(path, "rb") as f:
+            pos = 0
+            for offset, n in p["frames"]:
+                if pos + n > lo and pos < hi:
+                    batch = read_frame(f, offset, n, self.schema)
+                    yield batch.slice(max(0, lo - pos), min(n, hi - pos))
+                pos += n
+                if pos >= hi:
+                    break
+
+    def _bucket(self, b: int) -> Batch:
+        pieces = []
+        for p in self.parts:
+            if not p["buckets"].get(str(b)):
+                continue
+            with open(os.path.join(self.ctx.work, SPILL, f"u{p['part']:05d}-b{b:04d}.bin"), "rb") as f:
+                pieces.extend(frames_from_buffer(f.read(), self.schema))
+        batch = Batch.concat(pieces)
+        del pieces
+        perm = np.random.default_rng([self.ctx.o.seed or 0, b]).permutation(batch.num_rows)
+        return batch.take(perm)
+
+
+def _rechunk(batch: Batch, step_bytes: int) -> Iterator[Batch]:
+    rows = max(1, int(step_bytes // max(1, batch.nbytes / max(1, batch.num_rows))))
+    for i in range(0, batch.num_rows, rows):
+        yield batch.slice(i, i + rows)
+
+
+def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None) -> dict[str, Any]:
+    """Write shard ``k`` (rows [start, stop) of the global order) and commit its files."""
+    o = ctx.o
+    down = None
+    if parts is None:  # read straight from the input (memory-mapped NPY)
+        reader = ctx.reader()
+        schema, down = output_schema(reader, o)
+        if down is not None:
+            down.row_offset = start
+        names = schema.names
+        source = (_select(b, names) for b in reader.row_range(start, stop, ctx.budget() // 16))
+    else:
+        schema = Schema.from_list(ctx.out_schema)
+        source = _Order(ctx, parts, schema).batches(start, stop)
+    name = shard_name(k, n_shards)
+    fmt = get_format(o.to)
+    stats = BatchStats(schema)
+
+    def feed(writer) -> None:
+        for batch in source:
+            write_step(batch, down, stats, writer)
+
+    files, extra = commit_unit(
+        ctx.work,
+        k,
+        lambda d: fmt.writer_class()(d, name, schema, write_options(o, ctx.budget(), stop - start)),
+        feed,
+    )
+    return {
+        "phase": 2,
+        "shard": k,
+        "name": name,
+        "rows": stop - start,
+        "files": [f.to_dict() for f in files],
+        "stats": stats.to_dict(),
+        "float16": down.report() if down else {},
+        "extra": extra,
+        "stats_raw": raw(stats),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the job
+# --------------------------------------------------------------------------------------------
+
+
+def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Write ``inputs`` as a sharded dataset directory ``output``; returns the manifest written.
+
+    Keyword arguments are the fields of :class:`ShardOptions` (the CLI's flags).
+    """
+    o = ShardOptions(**kwargs)
+    o.validate()
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    inputs = list(inputs)
+    o.check_inputs(inputs)
+    budget = o.budget()
+    workers = o.workers or os.cpu_count() or 1
+    try:
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
+    except ImportError:
+        pass
+    probe = open_reader(inputs, budget=budget, **o.read_kwargs())  # checks inputs and flags first
+    fingerprint = {
+        "options": o.fingerprint(),
+        "sources": [s.describe() for s in probe.specs],
+        "version": mf.VERSION,
+    }
+    stdin = next((s for s in probe.specs if s.is_stdin), None)
+    return run_job(
+        output=output,
+        inputs=inputs,
+        overwrite=o.overwrite,
+        resume=o.resume,
+        workers=workers,
+        protect=[s.path for s in probe.specs if not s.is_stdin],
+        fingerprint=fingerprint,
+        stdin_spec=stdin,
+        body=lambda run: _run(o, run, probe),
+        argv=argv,
+    )
+
+
+def _run(o: ShardOptions, run: Run, probe) -> dict:
+    from ..inputs.csv import SchemaChanged
+
+    direct = probe.random_rows and not o.shuffle
+    plan, journal, executor = run.plan, run.journal, run.executor
+    fmt = get_format(o.to)
+    while True:
+        ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0)
+        reader = ctx.reader()
+        schema, _ = output_schema(reader, o)
+        source = ", ".join(s.name for s in reader.specs)
+        fmt.check_schema(schema, source, getattr(reader, "format", None))
+        ctx.out_schema = schema.to_list()
+        trace("planning parts")
+        parts = reader.partitions(o.part_bytes, mapper=executor.map_ordered)
+        trace(f"{len(parts)} parts")
+        if o.shuffle:
+            est = _estimate_bytes(reader)
+            plan.setdefault("buckets", max(1, math.ceil(est / max(1, ctx.budget() // 4))))
+            ctx.buckets = plan["buckets"]
+        if direct:
+            split = []
+            total = reader.rows
+            break
+        try:
+            split = _phase1(ctx, parts, run, o)
+        except SchemaChanged as e:
+            plan["widened"] = {**plan.get("widened", {}), **e.widened}
+            save_plan(run.work, plan)
+            journal.reset()
+            shutil.rmtree(os.path.join(run.work, SPILL), ignore_errors=True)
+            os.makedirs(os.path.join(run.work, SPILL))
+            continue
+        total = sum(p["rows"] for p in split)
+        break
+    if total == 0:
+        raise LovecraftError(f"{source}: empty input (no records)", hint="check the file")
+    trace(f"phase 1 done: {total} rows")
+    bounds = _plan_shards(o, ctx, total, None if direct else split, run)
+    trace(f"{len(bounds)} shards planned")
+    n = len(bounds)
+    done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
+    calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
+    bar = unit_bar(o.progress, len(calls), "writing")
+    try:
+        for res in executor.map(write_unit, calls):
+            res["of"] = n
+            journal.add(res)
+            done[res["shard"]] = res
+            bar.update()
+    finally:
+        bar.close()
+    trace("phase 2 done")
+    return _manifest(o, ctx, reader, schema, [done[k] for k in range(n)], split, total)
+
+
+def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions) -> list[dict]:
+    done = {e["part"]: e for e in run.journal.phase(1) if intact(ctx.work, e)}
+    calls = [(ctx, p) for p in parts if p.index not in done]
+    bar = unit_bar(o.progress, len(calls), "reading")
+    try:
+        for res in run.executor.map(split_unit, calls):
+            run.journal.add(res)
+            done[res["part"]] = res
+            bar.update()
+    except OverflowErrorF16 as e:
+        raise _globalise(e, ctx, parts, done) from None
+    finally:
+        bar.close()
+    return [done[p.index] for p in parts]
+
+
+def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict) -> OverflowErrorF16:
+    """Put the global row into an error raised by a worker that only knew its part's rows.
+
+    The parts before the failing one are counted (in this process) first; one of them may fail
+    earlier in the input, and then its error is the one reported.
+    """
+    while "{ROW}" in e.message:
+        p = getattr(e, "part", 0)
+        try:
+            for q in parts[:p]:
+                if q.index not in done:
+                    done[q.index] = split_unit(ctx, q)
+        except OverflowErrorF16 as earlier:
+            e = earlier
+            continue
+        before = sum(done[q.index]["rows"] for q in parts[:p])
+        e.message = e.message.replace("{ROW}", str(before + getattr(e, "local_row", 0) + 1))
+    return e
+
+
+def _estimate_bytes(reader) -> int:
+    """Roughly how many bytes the records take in memory (for the number of shuffle buckets)."""
+    total = 0
+    for s in reader.specs:
+        size = s.size or (256 << 20)
+        total += size * (6 if s.compression else 1)
+    return total
+
+
+def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run) -> list[tuple[int, int]]:
+    if o.num_shards is not None:
+        if o.num_shards > total:
+            raise SchemaError(
+                f"--num-shards {o.num_shards} is more than the {total} records", hint="ask for fewer shards"
+            )
+        base, extra = divmod(total, o.num_shards)
+        sizes = [base + (1 if k < extra else 0) for k in range(o.num_shards)]
+    else:
+        if o.rows_per_shard is not None:
+            per = o.rows_per_shard
+        else:
+            per = run.plan.get("rows_per_shard") or _rows_for_size(o, ctx, total, split, parse_size(o.shard_size), run)
+            run.plan["rows_per_shard"] = per
+            save_plan(run.work, run.plan)
+        sizes = [per] * (total // per) + ([total % per] if total % per else [])
+    bounds = []
+    a = 0
+    for s in sizes:
+        bounds.append((a, a + s))
+        a += s
+    return bounds
+
+
+def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, run: Run) -> int:
+    """Rows per shard for ``--shard-size``: measured by writing trial shards of the first rows.
+
+    A sample gives bytes per row; then a trial shard of the estimated size corrects for what a
+    sample misses (per-file overhead, chunk allocation, compression of a larger block).
+    """
+
+    def trial(rows: int) -> int:  # in a worker when there are workers: the main process stays small
+        res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split)])))
+        for f in res["files"]:
+            os.unlink(os.path.join(run.work, f["path"]))
+        return sum(f["bytes"] for f in res["files"])
+
+    sample = min(total, 1 << 16)
+    per = max(1, int(round(target / (trial(sample) / sample))))
+    if get_format(o.to).size_linear(o.compression):
+        return per  # bytes grow linearly with rows: the sample settles it
+    for _ in range(3):
+        if per >= total:
+            return per
+        size = trial(per)
+        if abs(size - target) <= 0.03 * target:
+            break
+        per = max(1, int(round(per * target / size)))
+    return per
+
+
+def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list[dict], split, total: int) -> dict:
+    from ..transforms.downcast import Downcast
+
+    reports = [p["float16"] for p in (split or [])] + [fr["float16"] for fr in frags]
+    float16 = {}
+    if any(reports):
+        names = next(r for r in reports if r)
+        down = Downcast(schema, {k: v["target"] for k, v in names.items()}, o.on_overflow)
+        for r in reports:
+            if r:
+                down.merge(r)
+        float16 = down.report()
+    fmt = get_format(o.to)
+    return mf.build(
+        command="shard",
+        output_format=o.to,
+        options=o.to_dict(),
+        rows=total,
+        schema=schema.to_list(),
+        shuffle={"seed": o.seed, "buckets": ctx.buckets} if o.shuffle else None,
+        shards=[
+            {
+                "index": fr["shard"],
+                "name": fr["name"],
+                "rows": fr["rows"],
+                "files": [f["path"] for f in fr["files"]],
+                "stats": fr["stats"],
+            }
+            for fr in frags
+        ],
+        files=[{**f, "shard": fr["shard"]} for fr in frags for f in fr["files"]],
+        stats=merged(schema, frags),
+        float16=float16,
+        sources=[s.describe() for s in reader.specs],
+        **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
+    )

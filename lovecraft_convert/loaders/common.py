@@ -1,0 +1,149 @@
+"""What the loaders share (a leaf module: it imports no other loader module): the groups and
+parts a dataset's rows are read in, and the conversion of stored columns to output arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DatasetError
+from ..schema import BINARY, STRING, Field, Schema, VarColumn
+
+DENSE_PERMUTATION_MAX = 1 << 25  # rows; above, a keyed bijection replaces the stored permutation
+
+
+def to_object_rows(c, kind: str) -> np.ndarray:
+    """A variable-length column as an object array: ``str`` (string), ``bytes`` (binary), arrays."""
+    if not isinstance(c, VarColumn):
+        if kind == BINARY and len(c) and not isinstance(c[0], bytes):
+            out = np.empty(len(c), dtype=object)
+            out[:] = [bytes(x) for x in c]
+            return out
+        return c
+    n = len(c)
+    out = np.empty(n, dtype=object)
+    o = c.offsets.tolist()
+    if kind in (STRING, BINARY):
+        data = c.values.tobytes()
+        if kind == STRING:
+            try:
+                out[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
+            except UnicodeDecodeError as e:
+                raise DatasetError(
+                    f"a text column holds invalid UTF-8 ({e.reason})",
+                    hint="the dataset is damaged; run `lovecraft verify` or re-create it",
+                ) from None
+        else:
+            out[:] = [data[o[i] : o[i + 1]] for i in range(n)]
+    else:
+        out[:] = [c.values[o[i] : o[i + 1]] for i in range(n)] if n else []
+    return out
+
+
+def pad_rows(c, dtype: np.dtype, length: int | None, pad_value=0) -> tuple[np.ndarray, np.ndarray]:
+    """A sequence column (VarColumn or object array of arrays) as ``(padded [n, L], lengths)``.
+
+    ``L`` is ``length`` when given (rows longer than it are an error), else the longest row.
+    """
+    if isinstance(c, VarColumn):
+        lens = np.diff(c.offsets)
+    else:
+        lens = np.fromiter((len(r) for r in c), dtype=np.int64, count=len(c))
+    longest = int(lens.max()) if len(lens) else 0
+    L = longest if length is None else int(length)
+    if longest > L:
+        raise DatasetError(f"a sequence of length {longest} does not fit the padded length {L}", hint="re-create it")
+    out = np.full((len(lens), L), pad_value, dtype=dtype)
+    if isinstance(c, VarColumn):
+        total = int(c.offsets[-1])
+        if total:
+            rows = np.repeat(np.arange(len(lens)), lens)
+            cols = np.arange(total, dtype=np.int64) - np.repeat(c.offsets[:-1], lens)
+            out[rows, cols] = c.values
+    else:
+        for i, r in enumerate(c):
+            out[i, : len(r)] = r
+    return out, lens
+
+
+class Part:
+    """One shard or bucket file set: ``rows`` rows at ``start`` within its group."""
+
+    __slots__ = ("key", "rows", "start", "files")
+
+    def __init__(self, key: tuple, rows: int, start: int, files: list[str]) -> None:
+        self.key, self.rows, self.start, self.files = key, rows, start, files
+
+
+class Group:
+    """Rows read and batched together: the whole dataset, or one bucket of a bucketed dataset."""
+
+    def __init__(self, index: int, parts: list[Part], schema: Schema, bucket: dict | None = None) -> None:
+        self.index = index
+        self.parts = parts
+        self.schema = schema  # the columns as the files hold them
+        self.bucket = bucket  # the manifest's bucket entry (None when not bucketed)
+        self.starts = np.array([p.start for p in parts] + [sum(p.rows for p in parts)], dtype=np.int64)
+        self.rows = int(self.starts[-1])
+
+
+def convert_column(name: str, kind: str, target: np.dtype, col, pad_value, length: int | None = None) -> dict:
+    """One column of an internal batch as output entries (sequences add ``<name>_length``)."""
+    if kind == "fixed":
+        if target.kind == "U" and col.dtype == object:
+            return {name: np.asarray(col.tolist(), dtype=target)}
+        return {name: col if col.dtype == target else col.astype(target)}
+    if kind in (STRING, BINARY):
+        return {name: to_object_rows(col, kind)}
+    padded, lens = pad_rows(col, target, length, pad_value)
+    return {name: padded, f"{name}_length": lens}
+
+
+def target_dtype(f: Field, float32: bool) -> np.dtype:
+    dt = f.np_dtype
+    if float32 and dt == np.float16:
+        return np.dtype(np.float32)
+    return dt
+
+
+class Permutation:
+    """A seeded exact permutation of ``range(n)``, sliced as ``perm[a:b]`` (int64).
+
+    Up to :data:`DENSE_PERMUTATION_MAX` rows it is ``rng.permutation(n)``; above, it is computed on
+    the fly (a keyed 6-round Feistel bijection on the next even power of two, cycle-walked into
+    ``range(n)``), so memory does not grow with the dataset.
+    """
+
+    ROUNDS = 6
+
+    def __init__(self, n: int, rng: np.random.Generator, dense_max: int = DENSE_PERMUTATION_MAX) -> None:
+        self.n = n
+        if n <= dense_max:
+            self.dense = rng.permutation(n)
+            return
+        self.dense = None
+        bits = max(2, (n - 1).bit_length())
+        bits += bits % 2
+        self.half = np.uint64(bits // 2)
+        self.mask = np.uint64((1 << (bits // 2)) - 1)
+        self.keys = rng.integers(0, 1 << 63, size=self.ROUNDS, dtype=np.uint64)
+
+    def __getitem__(self, sl: slice) -> np.ndarray:
+        if self.dense is not None:
+            return self.dense[sl]
+        i = np.arange(*sl.indices(self.n), dtype=np.uint64)
+        y = self._f(i)
+        bad = np.flatnonzero(y >= np.uint64(self.n))
+        while bad.size:
+            y[bad] = self._f(y[bad])
+            bad = bad[y[bad] >= np.uint64(self.n)]
+        return y.astype(np.int64)
+
+    def _f(self, x: np.ndarray) -> np.ndarray:
+        left, right = x >> self.half, x & self.mask
+        for k in self.keys:
+            z = (right ^ k) * np.uint64(0xBF58476D1CE4E5B9)
+            z ^= z >> np.uint64(31)
+            z *= np.uint64(0x94D049BB133111EB)
+            z ^= z >> np.uint64(29)
+            left, right = right, left ^ (z & self.mask)
+        return (left << self.half) | right

@@ -1,0 +1,130 @@
+"""The dataset directory against the manifest: every listed file present as a regular file of the
+listed size, its sha256 computed in a background thread while the file is decoded; nothing else
+there (stray and temporary files reported; symbolic links reported and never followed)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+from typing import Any
+
+from .. import manifest as mf
+from .structure import is_count
+
+MANIFEST = mf.MANIFEST_NAME
+
+
+class Files:
+    """Presence, size and hash checks of a dataset's files; problems go to ``add(file, kind, message)``."""
+
+    def __init__(self, root: str, info: dict[str, dict], add) -> None:
+        self.root = root
+        self.info = info
+        self.add = add
+        self._pool = None
+        self._stop = threading.Event()
+        self._hashes: dict[str, Any] = {}
+
+    def close(self) -> None:
+        self._stop.set()  # an interrupted run does not wait for a whole file to be hashed
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def strays(self, listed: set[str]) -> None:
+        expected = set(listed) | {MANIFEST}
+        dirs_needed = set()
+        for p in expected:
+            parts = p.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                dirs_needed.add("/".join(parts[:i]))
+        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+            keep = []
+            for d in sorted(dirnames):
+                rel = f"{rel_dir}/{d}" if rel_dir else d
+                if os.path.islink(os.path.join(dirpath, d)):
+                    self.add(rel, "stray", "a symbolic link, not listed in the manifest (not followed)")
+                elif rel in dirs_needed:
+                    keep.append(d)
+                else:
+                    self.add(rel, "stray", "a directory not listed in the manifest (stray or temporary)")
+            dirnames[:] = keep
+            for n in sorted(filenames):
+                rel = f"{rel_dir}/{n}" if rel_dir else n
+                if rel in expected:
+                    continue
+                full = os.path.join(dirpath, n)
+                if os.path.islink(full):
+                    self.add(rel, "stray", "a symbolic link, not listed in the manifest (not followed)")
+                elif temporary(n):
+                    self.add(rel, "stray", "a temporary file (of an interrupted run?), not listed in the manifest")
+                else:
+                    self.add(rel, "stray", "not listed in the manifest (a stray file)")
+
+    def _hash_pool(self):
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="lovecraft-verify-hash")
+        return self._pool
+
+    def present(self, p: str) -> bool:
+        """Exists as a regular file of the listed size; a problem otherwise. Starts its hashing."""
+        full = os.path.join(self.root, p)
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            self.add(p, "missing", "listed in the manifest but missing")
+            return False
+        except OSError as e:
+            self.add(p, "missing", f"cannot be read ({e.strerror})")
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            self.add(p, "decode", "a symbolic link (not followed: a dataset holds plain files)")
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            self.add(p, "decode", "not a regular file")
+            return False
+        want = self.info[p].get("bytes")
+        if is_count(want) and st.st_size != want:
+            what = " (truncated?)" if st.st_size < want else ""
+            self.add(p, "size", f"{st.st_size} bytes on disk, the manifest says {want}{what}")
+            self._hashes[p] = None
+        else:
+            self._hashes[p] = self._hash_pool().submit(sha256_stoppable, full, self._stop)
+        return True
+
+    def check_hash(self, p: str) -> None:
+        fut = self._hashes.pop(p, None)
+        if fut is None:
+            return
+        try:
+            digest = fut.result()
+        except OSError as e:
+            self.add(p, "sha256", f"cannot be read ({e.strerror})")
+            return
+        want = self.info[p].get("sha256")
+        if digest != want:
+            self.add(p, "sha256", f"sha256 {digest} differs from the manifest's {want}")
+
+
+def sha256_stoppable(path: str, stop: threading.Event, block: int = 8 << 20) -> str | None:
+    """The file's sha256 in large blocks (hashlib releases the GIL); None when stopped."""
+    h = hashlib.sha256()
+    buf = bytearray(block)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            if stop.is_set():
+                return None
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def temporary(name: str) -> bool:
+    n = name.lower()
+    return n.endswith((".tmp", ".partial", ".part", "~", ".swp")) or ".tmp-" in n or n.startswith(".")
