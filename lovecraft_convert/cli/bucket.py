@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .options import SizeParam, input_options, library_kwargs, output_options, print_summary
+from .options import SHARD_FLAGS, input_options, library_kwargs, output_options, print_summary, shard_options
 
 
 class BoundariesParam(click.ParamType):
@@ -64,13 +64,7 @@ class BoundariesParam(click.ParamType):
     help="padded: [rows, bucket max] + lengths; ragged: values + offsets.",
 )
 @click.option("--pad-id", type=float, default=0, show_default=True, help="Padding value (must fit the token dtype).")
-@click.option("--shard-size", type=SizeParam(), help="Output bytes per shard within each bucket.")
-@click.option("--rows-per-shard", type=click.IntRange(min=1), help="Sequences per shard within each bucket.")
-@click.option("--num-shards", type=click.IntRange(min=1), help="Shards per bucket.")
-@click.option("--shuffle", is_flag=True, help="Shuffle within each bucket (external, bounded memory); needs --seed.")
-@click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical files.")
-@click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores).")
-@click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping what it committed.")
+@shard_options
 def bucket(**params) -> None:  # fmt: skip
     """Write variable-length sequences from INPUTS into length buckets.
 
@@ -96,7 +90,7 @@ def bucket(**params) -> None:  # fmt: skip
     kwargs["pad_id"] = int(pad) if float(pad).is_integer() else pad
     for k in (
         "tokenizer", "column", "ragged", "num_buckets", "boundaries", "max_length", "truncate", "drop_longer",
-        "min_length", "layout", "shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume",
+        "min_length", "layout", *SHARD_FLAGS,
     ):  # fmt: skip
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)

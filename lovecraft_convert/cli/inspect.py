@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .options import SizeParam, _delimiter, input_options
+from .options import SizeParam, input_options, parse_delimiter
 
 
 @click.command()
@@ -54,7 +54,7 @@ def inspect(**params) -> None:
         num_buckets=params["num_buckets"],
         input_format=params["input_format"],
         header=not params["no_header"],
-        delimiter=_delimiter(params["delimiter"]),
+        delimiter=parse_delimiter(params["delimiter"]),
         column_types=dict(params["column_types"]),
         columns=[c for c in params["columns"].split(",") if c] if params["columns"] else None,
         errors=params["errors"],

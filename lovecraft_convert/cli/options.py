@@ -71,6 +71,12 @@ class ColumnTypeParam(click.ParamType):
         return name, typ
 
 
+def _stack(f: Callable, opts: list) -> Callable:
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
 def input_options(f: Callable) -> Callable:
     opts = [
         click.argument("inputs", nargs=-1, required=True),
@@ -82,9 +88,7 @@ def input_options(f: Callable) -> Callable:
         click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text and CSV: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
     ]  # fmt: skip
-    for o in reversed(opts):
-        f = o(f)
-    return f
+    return _stack(f, opts)
 
 
 def output_options(f: Callable) -> Callable:
@@ -99,9 +103,24 @@ def output_options(f: Callable) -> Callable:
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
         click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout."),
     ]  # fmt: skip
-    for o in reversed(opts):
-        f = o(f)
-    return f
+    return _stack(f, opts)
+
+
+def shard_options(f: Callable) -> Callable:
+    """The flags of ``shard`` that ``bucket`` takes too (``bucket`` applies them within each bucket)."""
+    opts = [
+        click.option("--shard-size", type=SizeParam(), help="Output bytes per shard (every shard but the last within 10%)."),
+        click.option("--rows-per-shard", type=click.IntRange(min=1), help="Records per shard."),
+        click.option("--num-shards", type=click.IntRange(min=1), help="Number of shards (rows split evenly)."),
+        click.option("--shuffle", is_flag=True, help="Global shuffle at write time (external, bounded memory); needs --seed."),
+        click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical files."),
+        click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores)."),
+        click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping what it committed."),
+    ]  # fmt: skip
+    return _stack(f, opts)
+
+
+SHARD_FLAGS = ("shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume")
 
 
 def library_kwargs(params: dict) -> dict:
@@ -109,7 +128,7 @@ def library_kwargs(params: dict) -> dict:
     return {
         "input_format": params["input_format"],
         "header": not params["no_header"],
-        "delimiter": _delimiter(params["delimiter"]),
+        "delimiter": parse_delimiter(params["delimiter"]),
         "column_types": dict(params["column_types"]),
         "columns": [c for c in params["columns"].split(",") if c] if params["columns"] else None,
         "errors": params["errors"],
@@ -124,7 +143,7 @@ def library_kwargs(params: dict) -> dict:
     }
 
 
-def _delimiter(d: str | None) -> str | None:
+def parse_delimiter(d: str | None) -> str | None:
     if d is None:
         return None
     d = {"\\t": "\t", "tab": "\t"}.get(d, d)

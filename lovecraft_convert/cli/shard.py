@@ -6,19 +6,13 @@ import sys
 
 import click
 
-from .options import SizeParam, input_options, library_kwargs, output_options, print_summary
+from .options import SHARD_FLAGS, input_options, library_kwargs, output_options, print_summary, shard_options
 
 
 @click.command()
 @input_options
 @output_options
-@click.option("--shard-size", type=SizeParam(), help="Output bytes per shard (every shard but the last within 10%).")
-@click.option("--rows-per-shard", type=click.IntRange(min=1), help="Records per shard.")
-@click.option("--num-shards", type=click.IntRange(min=1), help="Number of shards (rows split evenly).")
-@click.option("--shuffle", is_flag=True, help="Global shuffle at write time (external, bounded memory); needs --seed.")
-@click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical shards.")
-@click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores).")
-@click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping the shards it committed.")
+@shard_options
 def shard(**params) -> None:
     """Write INPUTS as many shards of a controlled size.
 
@@ -37,7 +31,7 @@ def shard(**params) -> None:
     from ..jobs.shard import shard as run
 
     kwargs = library_kwargs(params)
-    for k in ("shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume"):
+    for k in SHARD_FLAGS:
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])

@@ -21,6 +21,7 @@ from ..errors import Interrupted
 from .commit import OutputDir
 from .executors import make_executor
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
+from .pipeline import unit_bar
 
 
 class SigTerm:
@@ -56,30 +57,55 @@ class Run:
     journal: Journal
     executor: Any
 
+    def run_units(
+        self, fn, calls: list[tuple], desc: str, progress: bool | None, into: dict, key: str, tag: dict | None = None
+    ) -> None:
+        """Run the units ``fn(*call)`` on the executor; journal each fragment as it arrives (with
+        ``tag`` added) and keep it in ``into`` under its ``key``; a bar counts units on a terminal."""
+        bar = unit_bar(progress, len(calls), desc)
+        try:
+            for res in self.executor.map(fn, calls):
+                if tag:
+                    res.update(tag)
+                self.journal.add(res)
+                into[res[key]] = res
+                bar.update()
+        finally:
+            bar.close()
+
 
 def run_job(
+    o,
     *,
     output: str,
     inputs: list[str],
-    overwrite: bool,
-    resume: bool,
-    workers: int,
-    protect: list[str],
-    fingerprint: dict,
-    stdin_spec=None,
+    specs: list,
+    sources: list[dict],
     body: Callable[[Run], dict],
+    command: str = "shard",
+    protect_more: tuple[str, ...] = (),
     finish: Callable[[str, dict], dict] | None = None,
     unit_noun: str = "shard",
     argv: list[str] | None = None,
 ) -> dict:
     """Run ``body`` in the work directory of ``output`` and commit what it returns (the manifest).
 
-    ``stdin_spec``: the resolved spec of ``-`` when it is among ``inputs`` (copied into the work
-    directory so every worker can read it). ``finish(work, manifest)`` returns manifest keys for
-    files written once every unit is done. ``unit_noun`` names the journalled units in the
-    interrupted message.
+    ``o``: the job's options (``overwrite``, ``resume``, ``workers``, ``fingerprint()``); ``specs``:
+    the resolved inputs (never overwritten; stdin is copied into the work directory so every
+    worker can read it); ``sources``: what the manifest records of them, part of the fingerprint a
+    ``--resume`` must match. ``finish(work, manifest)`` returns manifest keys for files written
+    once every unit is done. ``unit_noun`` names the journalled units in the interrupted message.
     """
+    from .. import manifest as mf
     from ..formats import plugin_modules
+
+    workers = o.workers or os.cpu_count() or 1
+    protect = [s.path for s in specs if not s.is_stdin] + list(protect_more)
+    fingerprint = {"options": o.fingerprint(), "sources": sources, "version": mf.VERSION}
+    if command != "shard":
+        fingerprint["command"] = command
+    stdin_spec = next((s for s in specs if s.is_stdin), None)
+    overwrite, resume = o.overwrite, o.resume
 
     started = time.time()
     with SigTerm(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:

@@ -233,6 +233,7 @@ class OutputFormat:
     random_access: bool = False  # rows can be read by index (exact shuffles, map-style datasets)
     stem: str = "data"  # file stem of a one-unit dataset (convert); "" for one file per column
     variable_as_objects: bool = False  # variable-length rows decode to Python objects (smaller steps)
+    manifest_keys: tuple[str, ...] = ()  # the manifest sections this format adds (inspect shows them)
 
     # -- options ------------------------------------------------------------------------------
 

@@ -55,8 +55,13 @@ def inspect_dataset(path: str) -> dict[str, Any]:
         "created_by": m.get("created_by"),
         "created_at": m.get("created_at"),
     }
-    if m.get("tfrecord"):
-        report["tfrecord"] = m["tfrecord"]
+    try:
+        fmt = for_dataset(m.get("output_format"), path)
+    except DatasetError:
+        fmt = None
+    for key in fmt.manifest_keys if fmt is not None else ():  # the format's own sections
+        if m.get(key):
+            report[key] = m[key]
     report["load"] = load_snippets(path, m)
     return report
 

@@ -35,20 +35,18 @@ from typing import Any
 import numpy as np
 
 from .. import manifest as mf
-from ..engine.commit import commit_unit
 from ..engine.driver import Run, run_job
 from ..engine.frames import Grouped, gather_sorted, merge_hist, read_grouped, write_grouped
 from ..engine.journal import SPILL, intact, save_plan
-from ..engine.pipeline import unit_bar, write_step
 from ..errors import LovecraftError, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
-from ..stats import BatchStats, merged, raw
+from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import write_options
-from .options import PART_BYTES, BucketOptions
+from .convert import write_unit_files
+from .options import PART_BYTES, BucketOptions, takes_options
 from .sequences import Sequences
 from .shard import shard_name
 
@@ -254,19 +252,8 @@ def write_unit(ctx: BContext, unit: dict) -> dict[str, Any]:
     pad = np.array(o.pad_id).astype(dtype)
     step = max(1 << 20, ctx.budget() // 16)
     source = _emit(_pieces(ctx, unit, dtype), width, pad, dtype, column, step)
-    fmt = get_format(o.to)
-    stats = BatchStats(schema)
-
-    def feed(writer) -> None:
-        for batch in source:
-            write_step(batch, None, stats, writer)
-
-    files, extra = commit_unit(
-        ctx.work,
-        unit["id"],
-        lambda d: fmt.writer_class()(d, unit["name"], schema, write_options(o, ctx.budget(), unit["b"] - unit["a"])),
-        feed,
-    )
+    rows = unit["b"] - unit["a"]
+    files, stats, extra = write_unit_files(ctx.work, unit["id"], unit["name"], schema, source, o, ctx.budget(), rows)
     return {
         "phase": 2,
         "unit": unit["id"],
@@ -281,44 +268,24 @@ def write_unit(ctx: BContext, unit: dict) -> dict[str, Any]:
     }
 
 
+@takes_options(BucketOptions)
 def bucket(inputs: list[str] | str, output: str, *, argv: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
     """Write ``inputs`` as a length-bucketed dataset directory ``output``; returns the manifest.
 
     Keyword arguments are the fields of :class:`BucketOptions` (the CLI's flags).
     """
-    o = BucketOptions(**kwargs)
-    if o.boundaries is not None:
-        o.boundaries = [int(x) for x in o.boundaries]
-    o.validate()
-    if isinstance(inputs, str):
-        inputs = [inputs]
-    inputs = list(inputs)
-    o.check_inputs(inputs)
-    budget = o.budget()
-    workers = o.workers or os.cpu_count() or 1
-    probe = Sequences(inputs, o, budget // 4, threads=True)  # checks inputs and flags first
-    protect = [s.path for s in probe.specs if not s.is_stdin]
-    if probe.dataset is not None:
-        protect.append(os.path.abspath(probe.dataset))
-    fingerprint = {
-        "options": o.fingerprint(),
-        "sources": probe.describe_sources(),
-        "version": mf.VERSION,
-        "command": "bucket",
-    }
-    stdin = next((s for s in probe.specs if s.is_stdin), None)
-    fmt = get_format(o.to)
+    o, inputs = BucketOptions.parse(inputs, kwargs)
+    probe = Sequences(inputs, o, o.budget() // 4, threads=True)  # checks inputs and flags first
     return run_job(
+        o,
         output=output,
         inputs=inputs,
-        overwrite=o.overwrite,
-        resume=o.resume,
-        workers=workers,
-        protect=protect,
-        fingerprint=fingerprint,
-        stdin_spec=stdin,
+        specs=probe.specs,
+        sources=probe.describe_sources(),
         body=lambda run: _run(o, run, probe),
-        finish=fmt.finish_dataset,
+        command="bucket",
+        protect_more=(os.path.abspath(probe.dataset),) if probe.dataset is not None else (),
+        finish=get_format(o.to).finish_dataset,
         unit_noun="bucket shard",
         argv=argv,
     )
@@ -341,29 +308,15 @@ def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
         ctx.hash_buckets = plan["hash_buckets"]
     trace(f"{len(parts)} parts")
     done = {e["part"]: e for e in journal.phase(1) if intact(work, e)}
-    calls = [(ctx, p) for p in parts if p.index not in done]
-    bar = unit_bar(o.progress, len(calls), "reading")
-    try:
-        for res in runner.map(split_unit, calls):
-            journal.add(res)
-            done[res["part"]] = res
-            bar.update()
-    finally:
-        bar.close()
+    run.run_units(split_unit, [(ctx, p) for p in parts if p.index not in done], "reading", o.progress, done, "part")
     split = [done[p.index] for p in parts]
     trace("phase 1 done")
     layout = _plan_buckets(o, probe, split, ctx)
     units = layout["units"]
     finished = {e["unit"]: e for e in journal.phase(2)}
-    calls = [(ctx, u) for u in units if u["id"] not in finished]
-    bar = unit_bar(o.progress, len(calls), "writing")
-    try:
-        for res in runner.map(write_unit, calls):
-            journal.add(res)
-            finished[res["unit"]] = res
-            bar.update()
-    finally:
-        bar.close()
+    run.run_units(
+        write_unit, [(ctx, u) for u in units if u["id"] not in finished], "writing", o.progress, finished, "unit"
+    )
     trace("phase 2 done")
     return _manifest(o, probe, layout, [finished[u["id"]] for u in units], split)
 

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from .. import manifest as mf
-from ..engine.commit import OutputDir
+from ..engine.commit import OutputDir, commit_unit
 from ..engine.driver import SigTerm
 from ..engine.pipeline import Progress, prefetch, select, write_step
 from ..errors import InputError, Interrupted, OptionsError
@@ -19,9 +19,10 @@ from ..formats.base import FileRecord, WriteOptions
 from ..inputs import Reader, open_reader
 from ..schema import Schema
 from ..stats import BatchStats
-from .options import ConvertOptions
+from .options import ConvertOptions, takes_options
 
 
+@takes_options(ConvertOptions)
 def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
     """Convert ``inputs`` into the dataset directory ``output``; returns the manifest written.
 
@@ -29,12 +30,9 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
     """
     from ..inputs.csv import SchemaChanged
 
-    o = ConvertOptions(**kwargs)
-    o.validate()
-    if isinstance(inputs, str):
-        inputs = [inputs]
+    o, inputs = ConvertOptions.parse(inputs, kwargs)
     budget = o.budget()
-    reader = open_reader(list(inputs), budget=budget, **o.read_kwargs())
+    reader = open_reader(inputs, budget=budget, **o.read_kwargs())
     fmt = get_format(o.to)
     protect = [s.path for s in reader.specs if not s.is_stdin]
     started = time.time()
@@ -93,6 +91,25 @@ def output_schema(reader: Reader, o: ConvertOptions):
 
 def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
     return WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=rows)
+
+
+def write_unit_files(
+    work: str, k: int, name: str, schema: Schema, source, o: ConvertOptions, budget: int, rows: int, down=None
+):
+    """Write the batches of ``source`` as the files of unit ``k`` named ``name`` (statistics and
+    downcast on the way) and commit them into ``work``; returns (file records, statistics, the
+    writer's manifest keys)."""
+    fmt = get_format(o.to)
+    stats = BatchStats(schema)
+
+    def feed(writer) -> None:
+        for batch in source:
+            write_step(batch, down, stats, writer)
+
+    files, extra = commit_unit(
+        work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows)), feed
+    )
+    return files, stats, extra
 
 
 def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int):

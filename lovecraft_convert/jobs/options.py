@@ -5,7 +5,8 @@ their validation: the one place that decides whether options fit together. A mis
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import inspect
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from ..errors import OptionsError
@@ -16,6 +17,7 @@ FLOAT_TARGETS = ("float16", "float32")
 MIN_MEMORY = 16 << 20
 PART_BYTES = 64 << 20
 LAYOUTS = ("padded", "ragged")
+READ_KEYS = ("input_format", "errors", "header", "delimiter", "column_types", "max_expansion")
 
 
 @dataclass
@@ -36,6 +38,18 @@ class ConvertOptions:
     errors: str = "strict"
     max_expansion: float = 1000.0
     progress: bool | None = None  # None: on when stderr is a terminal
+
+    @classmethod
+    def parse(cls, inputs: list[str] | str, kwargs: dict[str, Any]):
+        """The options of ``kwargs``, validated, and ``inputs`` as a list (checked against them)."""
+        o = cls(**kwargs)
+        o.validate()
+        inputs = [inputs] if isinstance(inputs, str) else list(inputs)
+        o.check_inputs(inputs)
+        return o, inputs
+
+    def check_inputs(self, inputs: list[str]) -> None:
+        """Refuse inputs these options cannot take."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -74,14 +88,7 @@ class ConvertOptions:
 
     def read_kwargs(self) -> dict[str, Any]:
         """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give."""
-        return {
-            "input_format": self.input_format,
-            "errors": self.errors,
-            "header": self.header,
-            "delimiter": self.delimiter,
-            "column_types": self.column_types,
-            "max_expansion": self.max_expansion,
-        }
+        return {k: getattr(self, k) for k in READ_KEYS}
 
 
 @dataclass
@@ -159,6 +166,11 @@ class BucketOptions(ShardOptions):
     def validate(self, *, shards_required: bool = False) -> None:
         if self.boundaries is not None:
             b = list(self.boundaries)
+            if all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in b):
+                try:
+                    b = self.boundaries = [int(x) for x in b]
+                except ValueError:
+                    pass
             if not b or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in b) or b != sorted(set(b)):
                 raise OptionsError(
                     f"--boundaries {','.join(map(str, b))}: give increasing positive lengths, like 32,64,128"
@@ -194,3 +206,24 @@ class BucketOptions(ShardOptions):
         if self.column_types:
             raise OptionsError("--column-type does not apply to bucket")
         super().validate(shards_required=shards_required)
+
+
+def takes_options(cls: type[ConvertOptions]):
+    """Give a job function the explicit signature of its options: ``(inputs, output, *, <every
+    field of cls>, argv=None)``, so that ``help()``, editors and ``inspect.signature`` show every
+    keyword with its default (the dataclass stays the one place they are defined)."""
+
+    def wrap(fn):
+        P = inspect.Parameter
+        params = [
+            P("inputs", P.POSITIONAL_OR_KEYWORD, annotation="list[str] | str"),
+            P("output", P.POSITIONAL_OR_KEYWORD, annotation="str"),
+        ]
+        for f in fields(cls):
+            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            params.append(P(f.name, P.KEYWORD_ONLY, default=default, annotation=f.type))
+        params.append(P("argv", P.KEYWORD_ONLY, default=None, annotation="list[str] | None"))
+        fn.__signature__ = inspect.Signature(params, return_annotation="dict[str, Any]")
+        return fn
+
+    return wrap

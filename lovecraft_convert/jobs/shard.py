@@ -30,20 +30,18 @@ from typing import Any
 import numpy as np
 
 from .. import manifest as mf
-from ..engine.commit import commit_unit
 from ..engine.driver import Run, run_job
 from ..engine.frames import frames_from_buffer, read_frame, write_frame
 from ..engine.journal import SPILL, intact, save_plan
-from ..engine.pipeline import unit_bar, write_step
 from ..errors import LovecraftError, OverflowErrorF16, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part, open_reader
 from ..schema import Batch, Schema
-from ..stats import BatchStats, merged, raw
+from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import output_schema, write_options
-from .options import ShardOptions
+from .convert import output_schema, write_unit_files
+from .options import ShardOptions, takes_options
 
 
 def shard_name(k: int, n: int) -> str:
@@ -229,19 +227,7 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
     name = shard_name(k, n_shards)
-    fmt = get_format(o.to)
-    stats = BatchStats(schema)
-
-    def feed(writer) -> None:
-        for batch in source:
-            write_step(batch, down, stats, writer)
-
-    files, extra = commit_unit(
-        ctx.work,
-        k,
-        lambda d: fmt.writer_class()(d, name, schema, write_options(o, ctx.budget(), stop - start)),
-        feed,
-    )
+    files, stats, extra = write_unit_files(ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, down)
     return {
         "phase": 2,
         "shard": k,
@@ -260,41 +246,26 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
 # --------------------------------------------------------------------------------------------
 
 
+@takes_options(ShardOptions)
 def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
     """Write ``inputs`` as a sharded dataset directory ``output``; returns the manifest written.
 
     Keyword arguments are the fields of :class:`ShardOptions` (the CLI's flags).
     """
-    o = ShardOptions(**kwargs)
-    o.validate()
-    if isinstance(inputs, str):
-        inputs = [inputs]
-    inputs = list(inputs)
-    o.check_inputs(inputs)
-    budget = o.budget()
-    workers = o.workers or os.cpu_count() or 1
+    o, inputs = ShardOptions.parse(inputs, kwargs)
     try:
         import pyarrow as pa
 
         pa.set_memory_pool(pa.system_memory_pool())
     except ImportError:
         pass
-    probe = open_reader(inputs, budget=budget, **o.read_kwargs())  # checks inputs and flags first
-    fingerprint = {
-        "options": o.fingerprint(),
-        "sources": [s.describe() for s in probe.specs],
-        "version": mf.VERSION,
-    }
-    stdin = next((s for s in probe.specs if s.is_stdin), None)
+    probe = open_reader(inputs, budget=o.budget(), **o.read_kwargs())  # checks inputs and flags first
     return run_job(
+        o,
         output=output,
         inputs=inputs,
-        overwrite=o.overwrite,
-        resume=o.resume,
-        workers=workers,
-        protect=[s.path for s in probe.specs if not s.is_stdin],
-        fingerprint=fingerprint,
-        stdin_spec=stdin,
+        specs=probe.specs,
+        sources=[s.describe() for s in probe.specs],
         body=lambda run: _run(o, run, probe),
         argv=argv,
     )
@@ -343,15 +314,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     n = len(bounds)
     done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
     calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
-    bar = unit_bar(o.progress, len(calls), "writing")
-    try:
-        for res in executor.map(write_unit, calls):
-            res["of"] = n
-            journal.add(res)
-            done[res["shard"]] = res
-            bar.update()
-    finally:
-        bar.close()
+    run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n})
     trace("phase 2 done")
     return _manifest(o, ctx, reader, schema, [done[k] for k in range(n)], split, total)
 
@@ -359,16 +322,10 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
 def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions) -> list[dict]:
     done = {e["part"]: e for e in run.journal.phase(1) if intact(ctx.work, e)}
     calls = [(ctx, p) for p in parts if p.index not in done]
-    bar = unit_bar(o.progress, len(calls), "reading")
     try:
-        for res in run.executor.map(split_unit, calls):
-            run.journal.add(res)
-            done[res["part"]] = res
-            bar.update()
+        run.run_units(split_unit, calls, "reading", o.progress, done, "part")
     except OverflowErrorF16 as e:
         raise _globalise(e, ctx, parts, done) from None
-    finally:
-        bar.close()
     return [done[p.index] for p in parts]
 
 

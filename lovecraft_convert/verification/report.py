@@ -45,17 +45,12 @@ class Report:
         return [p.line() for p in self.problems]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "dataset": self.path,
-            "ok": self.ok,
-            "format": self.format,
-            "rows": self.rows,
-            "files": self.files,
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
-            "problems": [p.to_dict() for p in self.problems],
-            "against": self.against,
-        }
+        d: dict[str, Any] = {"dataset": self.path, "ok": self.ok}
+        d.update((k, getattr(self, k)) for k in ("format", "rows", "files", "bytes"))
+        d["seconds"] = round(self.seconds, 3)
+        d["problems"] = [p.to_dict() for p in self.problems]
+        d["against"] = self.against
+        return d
 
     def summary(self) -> str:
         what = "sha256, decoding, statistics" + (", source" if self.against else "")

@@ -13,6 +13,7 @@ class Hdf5Format(OutputFormat):
     compressions = ("gzip", "lzf")
     random_access = True
     variable_as_objects = True
+    manifest_keys = ("hdf5_index",)
 
     def writer_class(self):
         from .writer import Hdf5Writer

@@ -17,6 +17,7 @@ class TfrecordFormat(OutputFormat):
     extensions = (".tfrecord", ".tfrecord.gz")
     compressions = ("gzip",)
     variable_as_objects = True
+    manifest_keys = ("tfrecord",)
 
     def writer_class(self):
         from .writer import TfrecordWriter
