@@ -97,7 +97,7 @@ def run_job(
     once every unit is done. ``unit_noun`` names the journalled units in the interrupted message.
     """
     from .. import manifest as mf
-    from ..formats import plugin_modules
+    from ..formats import plugins
 
     workers = o.workers or os.cpu_count() or 1
     protect = [s.path for s in specs if not s.is_stdin] + list(protect_more)
@@ -115,7 +115,7 @@ def run_job(
             inputs = spool_stdin(inputs, work, stdin_spec)
         plan = load_plan(work, fingerprint, out.path)
         journal = Journal(work)
-        executor = make_executor(workers, plugin_modules())
+        executor = make_executor(workers, plugins())
         run = Run(work, out.path, list(inputs), plan, journal, executor)
         try:
             manifest = body(run)

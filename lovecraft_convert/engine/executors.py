@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator
 
 
-def _worker_init(parent: int | None = None, plugins: list[str] | None = None) -> None:
+def _worker_init(parent: int | None = None, plugins: list | None = None) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -50,7 +50,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, workers: int, plugins: list[str] | None = None) -> None:
+    def __init__(self, workers: int, plugins: list | None = None) -> None:
         self.workers = workers
         self.pool = None
         if workers > 1:
@@ -113,6 +113,6 @@ class LocalExecutor:
             pa.set_cpu_count(self._cpus)
 
 
-def make_executor(workers: int, plugins: list[str] | None = None) -> LocalExecutor:
+def make_executor(workers: int, plugins: list | None = None) -> LocalExecutor:
     """The executor for ``workers`` processes (formats of ``plugins`` known in every one)."""
     return LocalExecutor(workers, plugins)

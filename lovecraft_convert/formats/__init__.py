@@ -2,9 +2,10 @@
 
 Built-in formats are packages of this one, listed here by module path so that nothing is imported
 until a format is used (and then only its descriptor, which imports nothing heavy). Other formats
-are added with :func:`register` (from any module: its name is remembered so that worker processes
-import it too) or through the ``lovecraft_convert.formats`` entry-point group of an installed
-package (an entry point names an ``OutputFormat`` instance).
+are added with :func:`register` (from any importable module: worker processes get the registered
+descriptors, pickled by reference to their class, and register them too) or through the
+``lovecraft_convert.formats`` entry-point group of an installed package (an entry point names an
+``OutputFormat`` instance).
 
 Adding a format is one package under ``formats/`` and one line in ``_BUILTIN``.
 """
@@ -29,22 +30,17 @@ DEFAULT = "parquet"
 ENTRY_POINTS = "lovecraft_convert.formats"
 
 _loaded: dict[str, OutputFormat] = {}
-_plugins: list[str] = []  # modules whose import registered a format (workers import them again)
 _entry_points_seen = False
 
 
-def register(fmt: OutputFormat, *, module: str | None = None) -> OutputFormat:
+def register(fmt: OutputFormat) -> OutputFormat:
     """Make ``fmt`` available by its name, for every command (``--to``, verify, inspect, loaders).
-
-    ``module`` (default: the module that defines ``fmt``'s class) is imported again in worker
-    processes so that they know the format too.
-    """
+    Its class must be importable by worker processes (defined in a module, not in ``__main__``)."""
     if not fmt.name or not isinstance(fmt.name, str):
         raise ValueError("an output format needs a name")
+    if fmt.name in _BUILTIN:
+        raise ValueError(f"{fmt.name} is a built-in format")
     _loaded[fmt.name] = fmt
-    mod = module or type(fmt).__module__
-    if fmt.name not in _BUILTIN and mod not in _plugins and mod != "__main__":
-        _plugins.append(mod)
     return fmt
 
 
@@ -52,11 +48,7 @@ def unregister(name: str) -> None:
     """Forget a format added with :func:`register` (built-in formats cannot be removed)."""
     if name in _BUILTIN:
         raise ValueError(f"{name} is a built-in format")
-    fmt = _loaded.pop(name, None)
-    if fmt is not None:
-        mod = type(fmt).__module__
-        if mod in _plugins and not any(type(f).__module__ == mod for f in _loaded.values()):
-            _plugins.remove(mod)
+    _loaded.pop(name, None)
 
 
 def names() -> tuple[str, ...]:
@@ -90,15 +82,15 @@ def for_dataset(name: object, where: str) -> OutputFormat:
     return fmt
 
 
-def plugin_modules() -> list[str]:
-    """Modules that registered formats at run time (for worker processes to import)."""
-    return list(_plugins)
+def plugins() -> list[OutputFormat]:
+    """The formats registered at run time (handed to worker processes, which register them too)."""
+    return [f for n, f in _loaded.items() if n not in _BUILTIN]
 
 
-def load_plugins(modules: list[str]) -> None:
-    """Import the modules of :func:`plugin_modules` (in a worker process)."""
-    for m in modules:
-        importlib.import_module(m)
+def load_plugins(formats: list[OutputFormat]) -> None:
+    """Register the formats of :func:`plugins` (in a worker process)."""
+    for f in formats:
+        _loaded.setdefault(f.name, f)
 
 
 def _find(name: str) -> OutputFormat | None:
@@ -123,5 +115,4 @@ def _entry_points() -> None:
 
     for ep in entry_points(group=ENTRY_POINTS):
         if ep.name not in _loaded and ep.name not in _BUILTIN:
-            fmt = ep.load()
-            register(fmt, module=ep.module)
+            register(ep.load())

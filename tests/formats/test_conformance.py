@@ -1,0 +1,102 @@
+"""What every registered output format must do, one suite parametrised over the format registry:
+a round trip read back by the format's standard reader (np.load, h5py, pyarrow, tf.data: not by
+us) equals the values the test wrote; ``verify`` passes and catches one flipped byte in any data
+file; ``open_dataset`` gives the same rows; ``inspect`` describes the dataset with code that loads
+it. A format added to the registry without a standard reader here fails the first test, on purpose."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import lovecraft_convert as lc
+from lovecraft_convert.formats import names
+from tests.conftest import lovecraft
+from tests.readback import READERS, manifest
+
+FORMATS = names()
+ROWS = 777
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    d = tmp_path_factory.mktemp("src")
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(ROWS, 3)).astype(np.float32)
+    y = rng.integers(-(2**40), 2**40, size=ROWS, dtype=np.int64)
+    np.save(d / "x.npy", x)
+    np.save(d / "y.npy", y)
+    lines = ["", "plain", "ünïcode ✓", "tab\there"] + [f"line {i} " + "z" * (i % 40) for i in range(ROWS - 4)]
+    (d / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"npy": ([str(d / "x.npy"), str(d / "y.npy")], {"x": x, "y": y}), "text": ([str(d / "t.txt")], {"text": lines})}
+
+
+@pytest.fixture(scope="module")
+def written(sources, tmp_path_factory):
+    out = {}
+    d = tmp_path_factory.mktemp("out")
+    for fmt in FORMATS:
+        for kind, (inputs, _want) in sources.items():
+            path = str(d / f"{fmt}-{kind}")
+            r = lovecraft("convert", *inputs, "-o", path, "--to", fmt, "-q")
+            assert r.exit_code == 0, r.stderr
+            out[fmt, kind] = path
+    return out
+
+
+def _equal(got, want) -> None:
+    if isinstance(want, np.ndarray):
+        np.testing.assert_array_equal(np.asarray(got).reshape(want.shape), want)
+    else:
+        assert list(got) == list(want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("kind", ["npy", "text"])
+def test_standard_reader_reads_what_was_written(fmt, kind, sources, written):
+    assert fmt in READERS, f"no standard reader for {fmt} in tests/readback.py"
+    got = READERS[fmt](written[fmt, kind])
+    for name, want in sources[kind][1].items():
+        _equal(got[name], want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_verify_passes_and_catches_a_flipped_byte_in_every_file(fmt, written, tmp_path):
+    import shutil
+
+    src = written[fmt, "npy"]
+    assert lc.verify(src).ok
+    for f in manifest(src)["files"]:
+        ds = str(tmp_path / f"copy-{f['path']}")
+        shutil.copytree(src, ds)
+        path = os.path.join(ds, f["path"])
+        with open(path, "r+b") as fh:
+            fh.seek(f["bytes"] - 1)  # the last byte: data or footer, never padding we skip
+            b = fh.read(1)
+            fh.seek(-1, 1)
+            fh.write(bytes([b[0] ^ 0x01]))
+        report = lc.verify(ds)
+        assert not report.ok
+        assert any(p.file == f["path"] for p in report.problems), report.lines()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("kind", ["npy", "text"])
+def test_open_dataset_gives_the_same_rows(fmt, kind, sources, written):
+    ds = lc.open_dataset(written[fmt, kind])
+    assert len(ds) == ROWS and ds.format == fmt
+    batches = list(ds.batches(100))
+    for name, want in sources[kind][1].items():
+        got = [v for b in batches for v in b[name]] if kind == "text" else np.concatenate([b[name] for b in batches])
+        _equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_inspect_describes_it_with_loading_code(fmt, written):
+    rep = lc.inspect(written[fmt, "npy"])
+    assert rep["kind"] == "dataset" and rep["format"] == fmt and rep["rows"] == ROWS
+    assert [f["name"] for f in rep["schema"]] == ["x", "y"]
+    code = {k: v for k, v in rep["load"].items() if k != "lovecraft"}
+    assert code and all(written[fmt, "npy"] in v for v in code.values())
