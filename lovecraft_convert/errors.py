@@ -30,6 +30,11 @@ class LovecraftError(Exception):
             self.kind = kind
         super().__init__(self.one_line())
 
+    def __reduce__(self):
+        # raised in worker processes and re-raised in the driver: rebuilt from its attributes
+        # (subclasses take other arguments than the message)
+        return _rebuild, (type(self), dict(self.__dict__), self.args)
+
     def one_line(self) -> str:
         text = self.message
         if self.hint:
@@ -68,7 +73,45 @@ class OutputError(LovecraftError):
 
 
 class OverflowErrorF16(SchemaError):
-    """A value does not fit float16."""
+    """A value does not fit the narrower float type it is cast to (``--dtype``).
+
+    ``row`` is the 1-based row in the input, or None when the caller knows only ``local_row`` (the
+    0-based row within a part read by a worker); :meth:`at_row` gives the error placed in the input.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        column: str,
+        row: int | None,
+        local_row: int,
+        value: float,
+        target: str,
+        limit: float,
+        part: int | None = None,
+    ) -> None:
+        self.source, self.column, self.row, self.local_row = source, column, row, local_row
+        self.value, self.target, self.limit, self.part = value, target, limit, part
+        where = location(source, row=row, column=column)
+        super().__init__(
+            f"value {value!r} overflows {target} (max {limit})",
+            where=where,
+            hint="scale the data, keep a wider type, or pass --on-overflow clip",
+        )
+
+    def at_row(self, row: int) -> OverflowErrorF16:
+        """The same error at 1-based input row ``row``."""
+        return OverflowErrorF16(
+            source=self.source,
+            column=self.column,
+            row=row,
+            local_row=self.local_row,
+            value=self.value,
+            target=self.target,
+            limit=self.limit,
+            part=self.part,
+        )
 
 
 class DatasetError(LovecraftError):
@@ -82,6 +125,13 @@ class Interrupted(LovecraftError):
 
     exit_code = 130
     kind = "interrupted"
+
+
+def _rebuild(cls: type, state: dict, args: tuple) -> LovecraftError:
+    e = cls.__new__(cls)
+    Exception.__init__(e, *args)
+    e.__dict__.update(state)
+    return e
 
 
 def location(path: str, *, line: int | None = None, row: int | None = None, column: str | None = None) -> str:

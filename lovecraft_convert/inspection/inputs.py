@@ -103,7 +103,7 @@ class Profile:
     def _f16(self, x) -> None:
         if self.f16 is None:
             return
-        downcast_array(x, np.dtype(np.float16), self.f16, "clip", lambda i: ("", i))
+        downcast_array(x, np.dtype(np.float16), self.f16, "clip", lambda i: ("", self.f.name, None, i))
 
     def to_dict(self, num_buckets: int | None) -> dict[str, Any]:
         f = self.f

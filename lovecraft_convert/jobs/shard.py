@@ -127,7 +127,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
                 frames.append(write_frame(out, batch, schema))
             rows += batch.num_rows
     except OverflowErrorF16 as e:
-        e.part = part.index
+        e.part = part.index  # the row is placed by the driver, which knows the rows before the part
         raise
     finally:
         # Spill files are not fsynced: the journal records their sizes instead, and a resumed
@@ -330,13 +330,13 @@ def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions) -> list[
 
 
 def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict) -> OverflowErrorF16:
-    """Put the global row into an error raised by a worker that only knew its part's rows.
+    """Place in the input an error raised by a worker that only knew its part's rows.
 
     The parts before the failing one are counted (in this process) first; one of them may fail
     earlier in the input, and then its error is the one reported.
     """
-    while "{ROW}" in e.message:
-        p = getattr(e, "part", 0)
+    while e.row is None:
+        p = e.part or 0
         try:
             for q in parts[:p]:
                 if q.index not in done:
@@ -344,8 +344,7 @@ def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict)
         except OverflowErrorF16 as earlier:
             e = earlier
             continue
-        before = sum(done[q.index]["rows"] for q in parts[:p])
-        e.message = e.message.replace("{ROW}", str(before + getattr(e, "local_row", 0) + 1))
+        e = e.at_row(sum(done[q.index]["rows"] for q in parts[:p]) + e.local_row + 1)
     return e
 
 

@@ -170,13 +170,16 @@ def _step_careful(src: np.ndarray, out: np.ndarray, base: int, st: DowncastStats
             if n_over:
                 if on_overflow != "clip":
                     i = int(np.flatnonzero(bad)[0])
-                    text, row = where(base + i)
-                    err = OverflowErrorF16(
-                        f"{text}: value {float(src[i])!r} overflows {out.dtype.name} (max {float(lim)})",
-                        hint="scale the data, keep a wider type, or pass --on-overflow clip",
+                    source, column, row, local_row = where(base + i)
+                    raise OverflowErrorF16(
+                        source=source,
+                        column=column,
+                        row=row,
+                        local_row=local_row,
+                        value=float(src[i]),
+                        target=out.dtype.name,
+                        limit=float(lim),
                     )
-                    err.local_row = row
-                    raise err
                 np.copyto(out, np.where(src > 0, lim, -lim).astype(out.dtype), where=bad)
                 st.clipped += n_over
                 st.overflow += n_over
@@ -233,14 +236,13 @@ class Downcast:
                 targets[f.name] = dtype
         return cls(schema, targets, on_overflow) if targets else None
 
-    def _where(self, row: int, name: str) -> tuple[str, int]:
-        """Name a (0-based, within this transform's stream) row for an error message.
-
-        With ``row_offset`` None the global row is not known here (a part of the input read by a
-        worker); the message then holds ``{ROW}`` and the error carries ``local_row``.
-        """
-        text = "{ROW}" if self.row_offset is None else str(self.row_offset + row + 1)
-        return f"{self.source}, row {text}, column '{name}'", row
+    def _where(self, row: int, name: str) -> tuple[str, str, int | None, int]:
+        """Where a (0-based, within this transform's stream) row is, for an error: (source, column,
+        1-based global row or None, local row). With ``row_offset`` None the global row is not known
+        here (a part of the input read by a worker): the error carries the local row, and the caller
+        that knows the rows before the part places it (:meth:`OverflowErrorF16.at_row`)."""
+        row_g = None if self.row_offset is None else self.row_offset + row + 1
+        return self.source, name, row_g, row
 
     def __call__(self, batch: Batch) -> Batch:
         cols = dict(batch.columns)
