@@ -58,61 +58,140 @@ class CountingReader(io.RawIOBase):
         super().close()
 
 
-class _ZstdReader(io.RawIOBase):
-    """Decompresses concatenated zstd frames, refusing a stream that ends inside a frame."""
+class ZstdFrames(io.RawIOBase):
+    """Passes the raw bytes of a zstd stream through, following its frame structure (frame headers,
+    block headers, checksums, skippable frames) without decompressing, so that a stream that ends
+    inside a frame is known at its end. Only headers are parsed; block payloads are skipped by
+    their sizes."""
 
-    def __init__(self, raw: BinaryIO, name: str, max_window: int = 1 << 31) -> None:
-        import zstandard
+    MAGIC = 0xFD2FB528
 
+    def __init__(self, raw: BinaryIO) -> None:
         self.raw = raw
-        self.name = name
-        self._zstd = zstandard
-        self._dctx = zstandard.ZstdDecompressor(max_window_size=max_window)
-        self._obj = None
-        self._pending = b""
-        self._eof = False
-        self._in_frame = False
+        self.in_frame = False
+        self._need = 4  # header bytes wanted by the state
+        self._state = "magic"
+        self._head = b""
+        self._skip = 0  # payload bytes to pass before the next header
+        self._then = None  # what follows the payload being skipped (the frame may end there)
+        self._checksum = False
 
     def readable(self) -> bool:
         return True
 
-    def _fill(self, want: int) -> None:
-        while len(self._pending) < want and not self._eof:
-            chunk = self.raw.read(1 << 20)
-            if not chunk:
-                self._eof = True
-                if self._in_frame:
-                    raise InputError(
-                        f"{self.name}: truncated zstd stream (ends inside a frame)",
-                        hint="re-create or re-download the file",
-                    )
-                break
-            out = []
-            while chunk:
-                if self._obj is None:
-                    self._obj = self._dctx.decompressobj()
-                    self._in_frame = True
-                try:
-                    out.append(self._obj.decompress(chunk))
-                except self._zstd.ZstdError as e:
-                    raise InputError(
-                        f"{self.name}: corrupt zstd stream ({e})", hint="re-create or re-download the file"
-                    ) from None
-                if self._obj.eof:
-                    chunk = self._obj.unused_data
-                    self._obj = None
-                    self._in_frame = False
-                else:
-                    chunk = b""
-            self._pending += b"".join(out)
+    def readinto(self, b) -> int:
+        n = self.raw.readinto(b)
+        if n:
+            self._follow(memoryview(b)[:n])
+        return n or 0
+
+    def _follow(self, data: memoryview) -> None:
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._skip:
+                k = min(self._skip, end - pos)
+                self._skip -= k
+                pos += k
+                if not self._skip and self._then is not None:
+                    then, self._then = self._then, None
+                    then()
+                continue
+            k = min(self._need - len(self._head), end - pos)
+            self._head += bytes(data[pos : pos + k])
+            pos += k
+            if len(self._head) == self._need:
+                self._header(self._head)
+
+    def _header(self, h: bytes) -> None:
+        self._head = b""
+        st = self._state
+        if st == "magic":
+            magic = int.from_bytes(h, "little")
+            self.in_frame = True
+            if magic == self.MAGIC:
+                self._state, self._need = "fhd", 1
+            elif magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame: a 4-byte size, then data
+                self._state, self._need = "skippable", 4
+            else:  # not zstd: the decompressor reports it
+                self._state, self._need = "unknown", 1 << 62
+        elif st == "skippable":
+            self._skip = int.from_bytes(h, "little")
+            self._after(self._end_frame)
+        elif st == "fhd":
+            fhd = h[0]  # frame header descriptor
+            single = (fhd >> 5) & 1
+            fcs_size = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+            self._checksum = bool((fhd >> 2) & 1)
+            rest = (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_size  # window, dictionary id, size
+            self._state, self._need = "block", 3
+            if rest:
+                self._state, self._need = "frame-rest", rest
+        elif st == "frame-rest":
+            self._state, self._need = "block", 3
+        elif st == "block":
+            v = int.from_bytes(h, "little")
+            last, kind, size = v & 1, (v >> 1) & 3, v >> 3
+            self._skip = 1 if kind == 1 else size  # RLE blocks hold one byte
+            if last:
+                self._after(self._checksum_or_end)
+        elif st == "checksum":
+            self._end_frame()
+
+    def _after(self, then) -> None:
+        """Run ``then`` once the payload being skipped has passed (at once when it is empty)."""
+        if self._skip:
+            self._state, self._need, self._then = "payload", 1 << 62, then
+        else:
+            then()
+
+    def _checksum_or_end(self) -> None:
+        if self._checksum:
+            self._state, self._need = "checksum", 4
+        else:
+            self._end_frame()
+
+    def _end_frame(self) -> None:
+        self._state, self._need, self.in_frame = "magic", 4, False
+
+
+class _ZstdReader(io.RawIOBase):
+    """Decompresses concatenated zstd frames with bounded output per read (a few bytes can inflate
+    to gigabytes: never more than asked is produced), refusing a stream that ends inside a frame."""
+
+    def __init__(self, raw: BinaryIO, name: str, max_window: int = 1 << 31) -> None:
+        import zstandard
+
+        self.name = name
+        self._zstd = zstandard
+        self.frames = ZstdFrames(raw)
+        dctx = zstandard.ZstdDecompressor(max_window_size=max_window)
+        self._reader = dctx.stream_reader(self.frames, read_size=1 << 18, read_across_frames=True, closefd=False)
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
 
     def readinto(self, b) -> int:
-        want = len(b)
-        self._fill(want)
-        n = min(want, len(self._pending))
-        b[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
+        if self._done:
+            return 0
+        try:
+            n = self._reader.readinto(b)
+        except self._zstd.ZstdError as e:
+            reason = str(e).split(": ", 1)[-1]  # without the library's "zstd decompress error: "
+            raise InputError(
+                f"{self.name}: corrupt zstd stream ({reason})", hint="re-create or re-download the file"
+            ) from None
+        if not n:
+            self._done = True
+            if self.frames.in_frame:
+                raise InputError(
+                    f"{self.name}: truncated zstd stream (ends inside a frame)", hint="re-create or re-download the file"
+                )
+        return n or 0
+
+    def close(self) -> None:
+        self._reader.close()
+        super().close()
 
 
 class BoundedReader(io.RawIOBase):

@@ -423,7 +423,7 @@ class SourceComparer:
                     ok = mv == value
                 if not ok:
                     self.v.add(
-                        "_manifest.json",
+                        MANIFEST,
                         "float16",
                         f"float16 report of '{name}': {key} is {mv!r}, the source gives {value!r}",
                     )

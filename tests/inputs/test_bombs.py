@@ -1,0 +1,115 @@
+"""Compressed input that inflates without end is stopped inside the memory budget: decompression
+gives at most what is asked per read, and the expansion and longest-line checks run as bytes
+arrive. Each case runs the CLI under a hard 512 MiB memory cap (``../shared/tools/memcap``; skipped
+with the reason where no memory cgroup can be made) and must end with one line and exit 1, quickly,
+never killed (137)."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import zstandard
+
+from tests.conftest import SHARED
+
+MEMCAP = os.path.join(SHARED, "tools", "memcap")
+LOVECRAFT = os.path.join(os.path.dirname(sys.executable), "lovecraft")
+CAP_MIB = 512
+BOMB_BYTES = 2 << 30  # one line of 2 GiB
+
+
+LINE = b"a" * (64 << 20)  # no newline: the 2 GiB are one line
+LINES = (b"a" * 127 + b"\n") * (1 << 19)  # 64 MiB of short lines
+
+
+def _members(compress, chunk: bytes) -> bytes:
+    """One compressed 64 MiB chunk, repeated: concatenated members (gzip), streams (bz2, xz) or
+    frames (zstd) that every reader decodes as 2 GiB."""
+    return compress(chunk) * (BOMB_BYTES // len(chunk))
+
+
+CODECS = {
+    "zst": zstandard.ZstdCompressor(level=3).compress,
+    "gz": lambda d: gzip.compress(d, 9, mtime=0),
+    "xz": lambda d: lzma.compress(d, preset=6),
+    "bz2": lambda d: bz2.compress(d, 9),
+}
+BOMBS = list(CODECS)
+RATIO = {"zst": 1000, "xz": 1000, "bz2": 1000, "gz": 200}  # gzip compresses these lines ~290x: tested at 200x
+
+
+@pytest.fixture(scope="module")
+def memcap() -> str:
+    if not os.access(MEMCAP, os.X_OK):
+        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
+    r = subprocess.run([MEMCAP, "64", "true"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"memcap cannot make a memory cgroup here (rc {r.returncode}): {r.stderr.strip()}")
+    return MEMCAP
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory) -> dict[tuple[str, str], str]:
+    d = tmp_path_factory.mktemp("bombs")
+    out = {}
+    for ext, compress in CODECS.items():
+        for kind, chunk in (("line", LINE), ("lines", LINES)):
+            data = _members(compress, chunk)
+            assert len(data) * RATIO[ext] < BOMB_BYTES  # inflates over the ratio tested
+            p = d / f"{kind}.txt.{ext}"
+            p.write_bytes(data)
+            out[ext, kind] = str(p)
+    with gzip.open(out["gz", "lines"]) as f:  # what they hold, read by another reader
+        assert f.read(256) == LINES[:256]
+    return out
+
+
+def _run(*args: str) -> tuple[int, str, int]:
+    r = subprocess.run([MEMCAP, str(CAP_MIB), LOVECRAFT, *args], capture_output=True, text=True, timeout=300)
+    m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
+    assert m, r.stderr
+    lines = [x for x in r.stderr.splitlines() if not x.startswith("memcap:")]
+    return r.returncode, "\n".join(lines), int(m.group(1))
+
+
+@pytest.mark.parametrize("ext", BOMBS)
+def test_expansion_limit_fires_as_bytes_arrive(memcap, bombs, tmp_path, ext):
+    src = bombs[ext, "lines"]
+    ratio = RATIO[ext]
+    args = ["--max-expansion", str(ratio)]
+    code, err, peak = _run("convert", src, "-o", str(tmp_path / "out"), "--to", "memmap", *args, "-q")
+    assert (code, err) == (
+        1,
+        f"Error: {src}: inflates more than {ratio}x its compressed size (decompression bomb?); "
+        "if the file is genuine, raise the limit with --max-expansion",
+    )
+    assert peak < 256  # MiB, with the interpreter and its imports
+    assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("ext", BOMBS)
+def test_a_line_that_never_ends_is_refused_inside_the_budget(memcap, bombs, tmp_path, ext):
+    src = bombs[ext, "line"]
+    code, err, peak = _run("convert", src, "-o", str(tmp_path / "out"), "--to", "memmap", "--max-expansion", "0", "-q")
+    assert (code, err) == (
+        1,
+        f"Error: {src}, line 1: line longer than 16777216 bytes; raise --max-memory or split the line",
+    )
+    assert peak < 256
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_csv_record_that_never_ends_is_refused_inside_the_budget(memcap, bombs, tmp_path):
+    src = str(tmp_path / "rec.csv.zst")
+    with open(bombs["zst", "line"], "rb") as f, open(src, "wb") as g:
+        g.write(zstandard.ZstdCompressor().compress(b"a,b\n") + f.read())  # a header, then the bomb
+    code, err, peak = _run("convert", src, "-o", str(tmp_path / "out"), "--to", "parquet", "--max-expansion", "0", "-q")
+    assert code == 1 and err.startswith(f"Error: {src}, line 2: a record longer than "), err
+    assert peak < 512
