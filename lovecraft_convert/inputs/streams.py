@@ -185,7 +185,8 @@ class _ZstdReader(io.RawIOBase):
             self._done = True
             if self.frames.in_frame:
                 raise InputError(
-                    f"{self.name}: truncated zstd stream (ends inside a frame)", hint="re-create or re-download the file"
+                    f"{self.name}: truncated zstd stream (ends inside a frame)",
+                    hint="re-create or re-download the file",
                 )
         return n or 0
 

@@ -30,7 +30,10 @@ def sources(tmp_path_factory):
     np.save(d / "y.npy", y)
     lines = ["", "plain", "ünïcode ✓", "tab\there"] + [f"line {i} " + "z" * (i % 40) for i in range(ROWS - 4)]
     (d / "t.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {"npy": ([str(d / "x.npy"), str(d / "y.npy")], {"x": x, "y": y}), "text": ([str(d / "t.txt")], {"text": lines})}
+    return {
+        "npy": ([str(d / "x.npy"), str(d / "y.npy")], {"x": x, "y": y}),
+        "text": ([str(d / "t.txt")], {"text": lines}),
+    }
 
 
 @pytest.fixture(scope="module")

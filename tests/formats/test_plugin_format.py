@@ -85,7 +85,9 @@ class ArrowFormat(OutputFormat):
             raise FileProblem(p, f"cannot be read as Arrow IPC ({short(e)})") from None
 
     def load_snippets(self, path, manifest):
-        return {"pyarrow": f"import pyarrow.ipc as ipc\n\ntable = ipc.open_file({os.path.join(path, 'data.arrow')!r}).read_all()"}
+        return {
+            "pyarrow": f"import pyarrow.ipc as ipc\n\ntable = ipc.open_file({os.path.join(path, 'data.arrow')!r}).read_all()"
+        }
 
 
 @pytest.fixture

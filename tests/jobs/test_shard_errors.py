@@ -20,9 +20,7 @@ def test_float16_overflow_in_a_later_part_names_the_global_row(tmp_path, workers
     src.write_text("\n".join(lines) + "\n")
     out = str(tmp_path / "out")
     with pytest.raises(OverflowErrorF16) as info:
-        lc.shard(
-            str(src), out, to="parquet", num_shards=2, dtype="float16", workers=workers, part_bytes=64 << 10
-        )
+        lc.shard(str(src), out, to="parquet", num_shards=2, dtype="float16", workers=workers, part_bytes=64 << 10)
     assert info.value.part >= 2  # raised by the unit of a later part, which knew only its own rows
     assert info.value.one_line() == (
         f"{src}, row 45001, column 'x': value 70000.0 overflows float16 (max 65504.0); "

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 
 from lovecraft_convert import bucket as run_bucket
 from lovecraft_convert.transforms.bucketing import padding_stats
-
-from .conftest import leftovers, lovecraft, write
+from tests.conftest import leftovers, lovecraft, write
 
 FORMATS = ["memmap", "hdf5", "parquet", "tfrecord"]
 

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import leftovers
-from tests.test_shard import _digest
+from tests.jobs.test_shard import _digest
 
 pytestmark = pytest.mark.slow
 
