@@ -234,6 +234,7 @@ class OutputFormat:
     stem: str = "data"  # file stem of a one-unit dataset (convert); "" for one file per column
     variable_as_objects: bool = False  # variable-length rows decode to Python objects (smaller steps)
     manifest_keys: tuple[str, ...] = ()  # the manifest sections this format adds (inspect shows them)
+    kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
 
     # -- options ------------------------------------------------------------------------------
 
@@ -255,6 +256,15 @@ class OutputFormat:
         raise NotImplementedError
 
     def check_schema(self, schema: Schema, source: str, input_format: str | None = None) -> None:
+        """Refuse (SchemaError, one line naming the column) a schema this format cannot hold."""
+        from ..errors import SchemaError
+
+        for f in schema:
+            if f.kind not in self.kinds:
+                raise SchemaError(
+                    f"{source}, column '{f.name}': {self.name} cannot hold {f.describe()} columns",
+                    hint="leave the column out with --columns, or write a format that holds it",
+                )
         self.writer_class().check_schema(schema, source, input_format)
 
     def size_linear(self, compression: str | None) -> bool:

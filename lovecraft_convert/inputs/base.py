@@ -10,6 +10,19 @@ from .sources import InputSpec
 from .split import split_points
 
 
+class SchemaChanged(Exception):
+    """A column had to be widened (int -> float -> string) by a value met late in the input: the
+    job starts over with the reader's new types, so the final types hold every value.
+
+    ``widened`` maps columns to the type names they now have (readers in other processes get them
+    through :meth:`Reader.widen`).
+    """
+
+    def __init__(self, widened: dict[str, str] | None = None) -> None:
+        super().__init__(widened)
+        self.widened = dict(widened or {})
+
+
 @dataclass
 class ReadOptions:
     """Options of the input readers (the CLI's input flags)."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import InputError, SchemaError
 from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
-from .base import Part, Reader, ReadOptions
+from .base import Part, Reader, ReadOptions, SchemaChanged
 from .sources import InputSpec
 from .streams import open_range, open_stream
 
@@ -31,17 +31,6 @@ COLUMN_TYPES = {
 }  # fmt: skip
 _CONV_RE = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to (\w+): invalid value '(.*)'", re.S)
 _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
-
-
-class SchemaChanged(Exception):
-    """A column had to be widened; the conversion must start over with the reader's new types.
-
-    ``widened`` maps columns to the Arrow type names they now have (for readers in other processes).
-    """
-
-    def __init__(self, widened: dict[str, str] | None = None) -> None:
-        super().__init__(widened)
-        self.widened = dict(widened or {})
 
 
 def _looks_float(v: str) -> bool:

@@ -22,7 +22,7 @@ from ..formats import get as get_format
 from ..formats import names as format_names
 from ..formats.base import WriteOptions
 from ..inputs import open_reader
-from ..inputs.csv import SchemaChanged
+from ..inputs.base import SchemaChanged
 from ..jobs.convert import select_columns
 from ..schema import SEQUENCE, Batch, VarColumn
 from ..transforms.downcast import Downcast, DowncastStats, downcast_array

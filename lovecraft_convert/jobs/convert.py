@@ -28,7 +28,7 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
 
     Keyword arguments are the fields of :class:`ConvertOptions` (the CLI's flags).
     """
-    from ..inputs.csv import SchemaChanged
+    from ..inputs.base import SchemaChanged
 
     o, inputs = ConvertOptions.parse(inputs, kwargs)
     budget = o.budget()

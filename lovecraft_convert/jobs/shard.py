@@ -272,7 +272,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
 
 
 def _run(o: ShardOptions, run: Run, probe) -> dict:
-    from ..inputs.csv import SchemaChanged
+    from ..inputs.base import SchemaChanged
 
     direct = probe.random_rows and not o.shuffle
     plan, journal, executor = run.plan, run.journal, run.executor

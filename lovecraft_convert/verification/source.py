@@ -29,7 +29,7 @@ from .. import manifest as mf
 from ..engine.pipeline import prefetch, select
 from ..errors import InputError, LovecraftError
 from ..inputs import open_reader
-from ..inputs.csv import SchemaChanged
+from ..inputs.base import SchemaChanged
 from ..jobs.convert import output_schema, select_columns
 from ..jobs.options import ConvertOptions
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
