@@ -74,13 +74,30 @@ def read_polars(out: str) -> dict[str, object]:
     return {c: df[c] for c in df.columns}
 
 
-def read_tfrecord(out: str) -> dict[str, object]:
+def tf_spec_for(schema: list[dict]):
+    """The ``tf.io.parse_example`` spec of our TFRecord layout, written out here from the schema
+    (not taken from the package): float16/float32 in float_list, float64 as one bytes value of its
+    little-endian values, integers in int64_list, text and bytes as one bytes value."""
     import tensorflow as tf
 
-    from lovecraft_convert.formats.tfrecord.tfdata import to_tf_feature_spec
+    spec = {}
+    for f in schema:
+        dt = np.dtype(f["dtype"])
+        if f["kind"] in ("string", "binary") or (dt.kind == "f" and dt.itemsize == 8):
+            spec[f["name"]] = tf.io.FixedLenFeature([], tf.string)
+        elif f["kind"] == "sequence":
+            spec[f["name"]] = tf.io.VarLenFeature(tf.float32 if dt.kind == "f" else tf.int64)
+        else:
+            spec[f["name"]] = tf.io.FixedLenFeature(f["shape"], tf.float32 if dt.kind == "f" else tf.int64)
+    return spec
+
+
+def read_tfrecord(out: str) -> dict[str, object]:
+    """tf.data reads every file with the spec written out in :func:`tf_spec_for`."""
+    import tensorflow as tf
 
     m = manifest(out)
-    spec = to_tf_feature_spec(m["tfrecord"]["feature_spec"])
+    spec = tf_spec_for(m["schema"])
     files = sorted(glob.glob(os.path.join(out, "*.tfrecord*")))
     comp = m["tfrecord"]["compression"] or ""
     ds = (
@@ -90,7 +107,13 @@ def read_tfrecord(out: str) -> dict[str, object]:
     for batch in ds:
         for f in m["schema"]:
             v = batch[f["name"]]
-            if isinstance(v, tf.sparse.SparseTensor):
+            f64 = np.dtype(f["dtype"]).kind == "f" and np.dtype(f["dtype"]).itemsize == 8
+            if f64 and f["kind"] == "sequence":
+                parts[f["name"]].extend(np.frombuffer(x, "<f8").tolist() for x in v.numpy())
+            elif f64:
+                raw = tf.io.decode_raw(v, tf.float64).numpy()
+                parts[f["name"]].append(raw.reshape((len(raw), *f["shape"])))
+            elif isinstance(v, tf.sparse.SparseTensor):
                 v = tf.RaggedTensor.from_sparse(v)
                 parts[f["name"]].extend(r.numpy().tolist() for r in v)
             elif f["kind"] in ("string", "binary"):
