@@ -95,7 +95,7 @@ def bucket(**params) -> None:  # fmt: skip
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])
-    if not params["quiet"] and not params["as_json"]:
+    if not params["quiet"] and not params["as_json"] and not manifest.get("nothing_to_do"):
         b = manifest["bucketing"]
         click.echo(
             f"  {len(manifest['buckets'])} buckets, boundaries {','.join(map(str, b['boundaries']))}; "

@@ -167,10 +167,15 @@ def summary(manifest: dict, output: str) -> dict:
 
 def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> None:
     s = summary(manifest, output)
+    if manifest.get("nothing_to_do"):
+        s["nothing_to_do"] = True
     if as_json:
         click.echo(json.dumps(s, indent=1))
         return
     if quiet:
+        return
+    if manifest.get("nothing_to_do"):
+        click.echo(f"{output}: already complete, made by the same command and inputs; nothing to do", err=True)
         return
     from ..util import format_size
 

@@ -9,6 +9,7 @@ import inspect
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from ..engine.journal import VOLATILE_OPTIONS
 from ..errors import OptionsError
 from ..formats import DEFAULT as DEFAULT_FORMAT
 from ..util import parse_size
@@ -83,6 +84,7 @@ class ConvertOptions:
             raise OptionsError(f"--max-memory: {e}") from None
         if budget < MIN_MEMORY:
             raise OptionsError(f"--max-memory {self.max_memory} is too small", hint="give at least 16MiB")
+        self.max_memory = budget  # bytes from here on: what the manifest and the fingerprint record
         if self.max_expansion < 0:
             raise OptionsError(f"--max-expansion {self.max_expansion}: give a ratio (0: no limit)")
 
@@ -106,10 +108,7 @@ class ShardOptions(ConvertOptions):
 
     def fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its ``--resume``."""
-        d = self.to_dict()
-        for k in ("workers", "resume", "overwrite", "progress"):
-            d.pop(k, None)
-        return d
+        return {k: v for k, v in self.to_dict().items() if k not in VOLATILE_OPTIONS}
 
     def validate(self, *, shards_required: bool = True) -> None:
         super().validate()
@@ -131,6 +130,7 @@ class ShardOptions(ConvertOptions):
                 raise OptionsError(f"--shard-size: {e}") from None
             if size < 1:
                 raise OptionsError("--shard-size must be at least 1 byte")
+            self.shard_size = size
         if self.workers is not None and self.workers < 1:
             raise OptionsError("--workers must be at least 1")
 
