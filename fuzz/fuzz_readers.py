@@ -72,6 +72,14 @@ KEEP_PER_SITE = 3
 # --------------------------------------------------------------------------------------------
 
 
+def _digest(data: bytes, alg: str) -> str:
+    if alg == "sha256":
+        return hashlib.sha256(data).hexdigest()
+    import blake3
+
+    return blake3.blake3(data).hexdigest()
+
+
 def _npy(a) -> bytes:
     b = io.BytesIO()
     np.save(b, a)
@@ -256,7 +264,8 @@ def run_dataset(d: str, seed: DatasetSeed, r: random.Random, ctx: dict) -> None:
             m = json.load(f)
         for fr in m["files"]:
             if fr["path"] == name:
-                fr["bytes"], fr["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+                alg = next(a for a in ("blake3", "sha256") if a in fr)
+                fr["bytes"], fr[alg] = len(data), _digest(data, alg)
         with open(mp, "w") as f:
             json.dump(m, f)
     ctx.update(

@@ -8,6 +8,32 @@ import os
 
 import numpy as np
 
+HASHES = ("blake3", "sha256")
+
+
+def digest_of(data: bytes, algorithm: str) -> str:
+    """The hex digest the manifest would record, computed here (hashlib, or the blake3 package)."""
+    if algorithm == "sha256":
+        import hashlib
+
+        return hashlib.sha256(data).hexdigest()
+    import blake3
+
+    return blake3.blake3(data).hexdigest()
+
+
+def entry_digest(entry: dict) -> tuple[str, str]:
+    """(algorithm, digest) a manifest file entry records."""
+    alg = next(a for a in HASHES if a in entry)
+    return alg, entry[alg]
+
+
+def file_matches(path: str, entry: dict) -> bool:
+    """Does the file hash to what its manifest entry says (hashed here, not by the package)?"""
+    alg, want = entry_digest(entry)
+    with open(path, "rb") as f:
+        return digest_of(f.read(), alg) == want
+
 
 def manifest(out: str) -> dict:
     with open(os.path.join(out, "_manifest.json")) as f:

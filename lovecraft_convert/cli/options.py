@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import click
 
+from ..manifest import HASHES
+
 COLUMN_TYPES = (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "bool", "string",
@@ -99,6 +101,7 @@ def output_options(f: Callable) -> Callable:
         click.option("--on-overflow", type=click.Choice(["error", "clip"]), default="error", show_default=True, help="A value beyond the --dtype range: fail, or clip to the largest finite value."),
         click.option("--compression", metavar="NAME", help="Compress the output files; each format takes its own (e.g. zstd, snappy, gzip, lzf) or none."),
         click.option("--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."),
+        click.option("--hash", type=click.Choice(HASHES), default=HASHES[0], show_default=True, help="How the manifest hashes every file (blake3 is several times faster; sha256 for tools that want it)."),
         click.option("--overwrite", is_flag=True, help="Replace an existing output (atomically, once the new one is complete)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
         click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout."),
@@ -138,6 +141,7 @@ def library_kwargs(params: dict) -> dict:
         "on_overflow": params["on_overflow"],
         "compression": params["compression"],
         "max_memory": params["max_memory"],
+        "hash": params["hash"],
         "overwrite": params["overwrite"],
         "progress": False if params["quiet"] else None,
     }
@@ -157,7 +161,7 @@ def summary(manifest: dict, output: str) -> dict:
         "output": output,
         "format": manifest["output_format"],
         "rows": manifest["rows"],
-        "files": [{k: f[k] for k in ("path", "rows", "bytes", "sha256")} for f in manifest["files"]],
+        "files": [{k: f[k] for k in ("path", "rows", "bytes", *HASHES) if k in f} for f in manifest["files"]],
         "bytes": sum(f["bytes"] for f in manifest["files"]),
         "schema": manifest["schema"],
         "float16": manifest.get("float16") or {},

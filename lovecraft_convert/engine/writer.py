@@ -1,5 +1,13 @@
 """The hashing writer: every data file is hashed as it is written, with direct I/O where the file
-system takes it, and fsynced before it counts as written."""
+system takes it, and fsynced before it counts as written.
+
+Files are hashed with BLAKE3 by default, SHA-256 on request (``--hash sha256``); the manifest
+records the algorithm of each file (the key of its digest). BLAKE3 is a cryptographic hash like
+SHA-256 (a manifest still proves what was written, against accidents and tampering alike), and
+measured on the reference machine it hashes about 3.8 GB/s per core where SHA-256 does 1.2 to
+1.7 GB/s: on a 2-core machine writing at disk speed, hashing every output byte with SHA-256 costs
+a large share of a core.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +15,37 @@ import hashlib
 import os
 import threading
 
+from ..manifest import DEFAULT_HASH, HASHES
 from ..util import fsync_path, put_while
 
 
-def sha256_file(path: str, bufsize: int = 4 << 20) -> str:
-    h = hashlib.sha256()
+def new_hash(name: str = DEFAULT_HASH):
+    """A hash object (``update``, ``hexdigest``) of algorithm ``name`` (one of ``HASHES``)."""
+    if name == "blake3":
+        import blake3
+
+        return blake3.blake3()
+    if name == "sha256":
+        return hashlib.sha256()
+    raise ValueError(f"unknown hash {name!r} (known: {', '.join(HASHES)})")
+
+
+def hash_file(path: str, name: str = DEFAULT_HASH, stop: threading.Event | None = None, bufsize: int = 8 << 20):
+    """The hex digest of a file, read in large blocks (the hashes release the GIL); None when
+    ``stop`` is set while it runs."""
+    h = new_hash(name)
     buf = bytearray(bufsize)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buf):
+            if stop is not None and stop.is_set():
+                return None
             h.update(view[:n])
     return h.hexdigest()
 
 
-def sha256_fsynced(path: str) -> str:
-    """The sha256 of a file just written, computed while another thread fsyncs it: one waits on
+def hash_fsynced(path: str, name: str = DEFAULT_HASH) -> str:
+    """The digest of a file just written, computed while another thread fsyncs it: one waits on
     the disk, the other hashes the page cache, so together they take the longer of the two."""
     errors: list[OSError] = []
 
@@ -34,7 +58,7 @@ def sha256_fsynced(path: str) -> str:
     t = threading.Thread(target=sync, name="lovecraft-fsync", daemon=True)
     t.start()
     try:
-        digest = sha256_file(path)
+        digest = hash_file(path, name)
     finally:
         t.join()
     if errors:
@@ -60,12 +84,12 @@ class HashingWriter:
     SYNC_EVERY = 256 << 20
     STAGE = 1 << 20  # direct I/O: bytes per write (page-aligned buffer, a multiple of 4 KiB sectors)
 
-    def __init__(self, path: str, preallocate: int = 0) -> None:
+    def __init__(self, path: str, preallocate: int = 0, hash: str = DEFAULT_HASH) -> None:
         import queue
 
         self.path = path
         self.f, self.direct = _open_write(path)
-        self.h = hashlib.sha256()
+        self.h = new_hash(hash)
         self.bytes = 0  # written by the writer thread
         self._pos = 0  # accepted by write()
         self._unsynced = 0

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LovecraftError, OptionsError
-from ..manifest import MANIFEST_NAME
+from ..manifest import DEFAULT_HASH, MANIFEST_NAME
 from ..schema import Batch, Field, Schema
 
 # --------------------------------------------------------------------------------------------
@@ -40,12 +40,13 @@ class FileRecord:
     path: str
     rows: int
     bytes: int
-    sha256: str
+    digest: str
+    hash: str = DEFAULT_HASH  # the algorithm of ``digest``
     column: str | None = None
     role: str | None = None  # which part of a column the file holds (memmap: data | values | offsets)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
+        d = {"path": self.path, "rows": self.rows, "bytes": self.bytes, self.hash: self.digest}
         if self.column is not None:
             d["column"] = self.column
         if self.role is not None:
@@ -56,6 +57,7 @@ class FileRecord:
 @dataclass
 class WriteOptions:
     compression: str | None = None  # one of the format's ``compressions`` (None: its default)
+    hash: str = DEFAULT_HASH  # how every file is hashed (``HASHES``)
     row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
     expected_rows: int | None = None  # known up front (files can be preallocated), or None
 

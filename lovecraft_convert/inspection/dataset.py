@@ -44,7 +44,7 @@ def inspect_dataset(path: str) -> dict[str, Any]:
         "shuffle": m.get("shuffle"),
         "bytes": total,
         "files": [
-            {k: f.get(k) for k in ("path", "rows", "bytes", "sha256", "column", "role") if k in f} for f in files
+            {k: f.get(k) for k in ("path", "rows", "bytes", *mf.HASHES, "column", "role") if k in f} for f in files
         ],
         "stats": m.get("stats"),
         "float16": m.get("float16") or {},

@@ -90,7 +90,9 @@ def output_schema(reader: Reader, o: ConvertOptions):
 
 
 def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
-    return WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=rows)
+    return WriteOptions(
+        compression=o.compression, hash=o.hash, row_group_bytes=max(4 << 20, budget // 8), expected_rows=rows
+    )
 
 
 def write_unit_files(

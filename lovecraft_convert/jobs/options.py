@@ -12,6 +12,7 @@ from typing import Any
 from ..engine.journal import VOLATILE_OPTIONS
 from ..errors import OptionsError
 from ..formats import DEFAULT as DEFAULT_FORMAT
+from ..manifest import DEFAULT_HASH, HASHES
 from ..util import parse_size
 
 FLOAT_TARGETS = ("float16", "float32")
@@ -38,6 +39,7 @@ class ConvertOptions:
     header: bool = True
     errors: str = "strict"
     max_expansion: float = 1000.0
+    hash: str = DEFAULT_HASH  # how every file is hashed in the manifest (blake3 | sha256)
     progress: bool | None = None  # None: on when stderr is a terminal
 
     @classmethod
@@ -75,6 +77,8 @@ class ConvertOptions:
             )
         if self.on_overflow not in ("error", "clip"):
             raise OptionsError(f"--on-overflow {self.on_overflow}: use error or clip")
+        if self.hash not in HASHES:
+            raise OptionsError(f"--hash {self.hash}: use one of {', '.join(HASHES)}")
         if self.errors not in ("strict", "replace"):
             raise OptionsError(f"--errors {self.errors}: use strict or replace")
         self.compression = fmt.check_compression(self.compression)

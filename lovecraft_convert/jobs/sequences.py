@@ -144,7 +144,7 @@ class Sequences:
 
     def describe_sources(self) -> list[dict]:
         if self.kind == "dataset":
-            from ..engine.writer import sha256_file
+            from ..engine.writer import hash_file
 
             return [
                 {
@@ -152,7 +152,7 @@ class Sequences:
                     "format": "dataset",
                     "column": self.field.name,
                     "rows": len(self.ds),
-                    "manifest_sha256": sha256_file(mf.path_of(self.dataset)),
+                    "manifest_sha256": hash_file(mf.path_of(self.dataset), "sha256"),
                 }
             ]
         return [s.describe() for s in self.specs]

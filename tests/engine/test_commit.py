@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import leftovers, lovecraft
+from tests.readback import digest_of, entry_digest
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,6 @@ def test_failed_overwrite_keeps_the_old_output(tmp_path):
 
 
 def test_manifest_records_files_and_sources(tmp_path):
-    import hashlib
 
     src = tmp_path / "d.csv"
     src.write_text("a,b\n1,x\n2,y\n")
@@ -123,7 +123,7 @@ def test_manifest_records_files_and_sources(tmp_path):
     assert summary["rows"] == m["rows"] == 2
     for f in m["files"]:
         data = (out / f["path"]).read_bytes()
-        assert f["bytes"] == len(data) and f["sha256"] == hashlib.sha256(data).hexdigest()
+        assert f["bytes"] == len(data) and entry_digest(f) == ("blake3", digest_of(data, "blake3"))
     st = os.stat(src)
     assert m["sources"] == [
         {

@@ -4,7 +4,6 @@ own readers (np.load, h5py, polars, tf.data) and compared with sequences the tes
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import os
 import random
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 from lovecraft_convert import bucket as run_bucket
 from lovecraft_convert.transforms.bucketing import padding_stats
 from tests.conftest import leftovers, lovecraft, write
+from tests.readback import entry_digest, file_matches
 
 FORMATS = ["memmap", "hdf5", "parquet", "tfrecord"]
 
@@ -164,7 +164,7 @@ def test_shards_within_buckets_and_shuffle(corpus, tmp_path):
     assert lovecraft("bucket", src, "-o", again, *args, "--shuffle", "--seed", "5", "--workers", "1").exit_code == 0
     other = str(tmp_path / "other")
     assert lovecraft("bucket", src, "-o", other, *args, "--shuffle", "--seed", "6", "--workers", "2").exit_code == 0
-    digests = [{f["path"]: f["sha256"] for f in manifest(d)["files"]} for d in (out, again, other)]
+    digests = [{f["path"]: entry_digest(f)[1] for f in manifest(d)["files"]} for d in (out, again, other)]
     assert digests[0] == digests[1]
     assert digests[0] != digests[2]
     assert collections.Counter(read_all(other)[1]) == as_bytes(lines)
@@ -179,8 +179,8 @@ def test_workers_do_not_change_the_bytes(corpus, tmp_path):
         args = ["--to", "hdf5", "--boundaries", "8,32,64", "--num-shards", "2", "--workers", w, "-q"]
         assert lovecraft("bucket", src, "-o", out, *args, "--max-memory", "16MiB").exit_code == 0
         m = manifest(out)
-        digest = {f["path"]: f["sha256"] for f in m["files"]}
-        digest[m["hdf5_index"]["path"]] = m["hdf5_index"]["sha256"]
+        digest = {f["path"]: entry_digest(f)[1] for f in m["files"]}
+        digest[m["hdf5_index"]["path"]] = entry_digest(m["hdf5_index"])[1]
         outs.append(digest)
     assert outs[0] == outs[1]
     assert "buckets.h5" in outs[0]
@@ -203,8 +203,7 @@ def test_hdf5_index_has_a_group_per_bucket(corpus, tmp_path, monkeypatch, shards
     m, seqs = read_all(out)
     assert m["hdf5_index"]["path"] == "buckets.h5"
     assert m["hdf5_index"]["groups"] == [f"bucket-{i:05d}" for i in range(4)]
-    with open(os.path.join(out, "buckets.h5"), "rb") as f:
-        assert hashlib.sha256(f.read()).hexdigest() == m["hdf5_index"]["sha256"]
+    assert file_matches(os.path.join(out, "buckets.h5"), m["hdf5_index"])
     moved = str(tmp_path / "moved")
     os.rename(out, moved)  # the links are relative to the index: the directory can move
     monkeypatch.chdir(tmp_path)
@@ -575,11 +574,8 @@ def test_property_round_trip(tmp_path_factory, lines, k, layout, fmt, tokenizer)
         want = collections.Counter(tuple(ord(c) for c in line) for line in lines)
     assert collections.Counter(seqs) == want
     assert len(m["bucketing"]["boundaries"]) <= k
-    h = hashlib.sha256()
     for f in m["files"]:
-        with open(os.path.join(out, f["path"]), "rb") as fh:
-            assert hashlib.sha256(fh.read()).hexdigest() == f["sha256"]
-        h.update(f["sha256"].encode())
+        assert file_matches(os.path.join(out, f["path"]), f)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -588,7 +584,7 @@ def test_property_round_trip(tmp_path_factory, lines, k, layout, fmt, tokenizer)
 
 
 def _digest(out: str) -> dict[str, str]:
-    return {f["path"]: f["sha256"] for f in manifest(out)["files"]}
+    return {f["path"]: entry_digest(f)[1] for f in manifest(out)["files"]}
 
 
 @pytest.mark.parametrize("fmt, shuffle", [("memmap", False), ("tfrecord", True)])

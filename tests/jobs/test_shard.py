@@ -16,7 +16,7 @@ import pytest
 
 from lovecraft_convert import shard
 from tests.conftest import leftovers, lovecraft
-from tests.readback import manifest
+from tests.readback import file_matches, manifest
 
 
 def _digest(out: str) -> dict[str, str]:
@@ -100,8 +100,7 @@ def test_rows_per_shard_and_stats(tmp_path, csv_input):
     assert s1["id"]["min"] == 30_000 and s1["id"]["max"] == 59_999
     assert s1["name"]["length_min"] == 6 and s1["name"]["length_max"] == 6
     for f in m["files"]:
-        with open(os.path.join(out, f["path"]), "rb") as fh:
-            assert hashlib.sha256(fh.read()).hexdigest() == f["sha256"]
+        assert file_matches(os.path.join(out, f["path"]), f)
 
 
 def test_num_shards_even_split(tmp_path, npy_inputs):

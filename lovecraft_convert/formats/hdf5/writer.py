@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from ...engine.writer import sha256_fsynced
+from ...engine.writer import hash_fsynced
 from ...errors import SchemaError
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
@@ -158,10 +158,12 @@ class Hdf5Writer(Writer):
             # fails with every object still open, which a close does not leave (see abort()).
             self.f.flush()
             self.f.close()
-            digest = sha256_fsynced(self.path)
+            digest = hash_fsynced(self.path, self.options.hash)
         except (OSError, RuntimeError) as e:
             raise _disk_error(e, self.path) from None
-        return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest)]
+        return [
+            FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest, self.options.hash)
+        ]
 
     def abort(self) -> None:
         """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from ...engine.writer import HashingWriter, sha256_file
+from ...engine.writer import HashingWriter, hash_file
 from ...errors import SchemaError
 from ...schema import FIXED, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
@@ -49,8 +49,9 @@ def file_name_problem(name: str) -> str | None:
 
 
 class _NpyFile:
-    def __init__(self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None) -> None:
+    def __init__(self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None, hash: str) -> None:
         self.path = path
+        self.hash = hash
         self.dtype = dtype
         self.row_shape = row_shape
         self.known = rows
@@ -58,10 +59,10 @@ class _NpyFile:
         row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
         if rows is not None:
             header = npy_header(dtype, (rows, *row_shape))
-            self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes)
+            self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes, hash=hash)
         else:
             header = npy_header(dtype, (0, *row_shape), HEADER_RESERVE)
-            self.out = HashingWriter(path)
+            self.out = HashingWriter(path, hash=hash)
         self.out.write(header)
 
     def write(self, arr: np.ndarray) -> None:
@@ -78,7 +79,7 @@ class _NpyFile:
                 f.write(npy_header(self.dtype, (self.rows, *self.row_shape), HEADER_RESERVE))
                 f.flush()
                 os.fsync(f.fileno())
-            digest = sha256_file(self.path)
+            digest = hash_file(self.path, self.hash)
         return nbytes, digest
 
     def abort(self) -> None:
@@ -126,7 +127,8 @@ class MemmapWriter(Writer):
         return f"{self.stem}.{base}" if self.stem else base
 
     def _open(self, base: str, dtype, shape, rows) -> _NpyFile:
-        return _NpyFile(os.path.join(self.directory, self._name(base)), np.dtype(dtype), tuple(shape), rows)
+        path = os.path.join(self.directory, self._name(base))
+        return _NpyFile(path, np.dtype(dtype), tuple(shape), rows, self.options.hash)
 
     def write(self, batch: Batch) -> None:
         for name, entries in self.files.items():
@@ -144,7 +146,9 @@ class MemmapWriter(Writer):
         for name, entries in self.files.items():
             for role, nf in entries:
                 nbytes, digest = nf.close()
-                out.append(FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, column=name, role=role))
+                out.append(
+                    FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, nf.hash, column=name, role=role)
+                )
         return out
 
     def abort(self) -> None:

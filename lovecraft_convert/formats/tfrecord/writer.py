@@ -29,7 +29,7 @@ class TfrecordWriter(Writer):
         self.gzip = (options.compression or "").lower() == "gzip"
         name = f"{stem or 'data'}.tfrecord" + (".gz" if self.gzip else "")
         self.path = os.path.join(directory, name)
-        self.out = HashingWriter(self.path)
+        self.out = HashingWriter(self.path, hash=options.hash)
         if self.gzip:
             # A raw gzip member with mtime 0 and no name: the same input gives the same bytes.
             self.z = zlib.compressobj(6, zlib.DEFLATED, 31)
@@ -47,7 +47,7 @@ class TfrecordWriter(Writer):
         if self.z:
             self.out.write(self.z.flush())
         nbytes, digest = self.out.close()
-        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest)]
+        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest, self.options.hash)]
 
     def abort(self) -> None:
         self.out.abort()
