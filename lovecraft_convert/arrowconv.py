@@ -1,4 +1,9 @@
-"""Batches to and from Apache Arrow, without copying values where the layouts agree."""
+"""Batches to and from Apache Arrow, without copying values where the layouts agree.
+
+Primitive arrays are converted through their buffers (``np.frombuffer``/``pa.Array.from_buffers``),
+never with ``Array.to_numpy``/``pa.array``: besides copying less, those import pandas when it is
+installed (tens of MiB and a few tenths of a second in every process).
+"""
 
 from __future__ import annotations
 
@@ -48,13 +53,12 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
             else:
                 raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
             if f.kind == SEQUENCE:
-                values = pa.array(col.values)
+                values = numpy_to_arrow(col.values)
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
             else:
                 arrays.append(pa.Array.from_buffers(t, len(col), [None, offsets, pa.py_buffer(col.values)]))
         else:
-            flat = pa.array(col.reshape(-1)) if col.dtype != np.bool_ else pa.array(col.reshape(-1), type=pa.bool_())
-            arr = flat
+            arr = numpy_to_arrow(col.reshape(-1))
             sizes = list(f.shape)
             while sizes:
                 dim = sizes.pop()
@@ -63,18 +67,66 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(schema))
 
 
+def numpy_to_arrow(a: np.ndarray) -> pa.Array:
+    """A 1-d NumPy array as an Arrow array (zero-copy for numbers; bools are bit-packed)."""
+    if a.dtype == np.bool_:
+        bits = np.packbits(a.view(np.uint8), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(a), [None, pa.py_buffer(bits)])
+    if a.dtype.kind in "iuf" and a.dtype.isnative:
+        return pa.Array.from_buffers(
+            pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(np.ascontiguousarray(a))]
+        )
+    return pa.array(a)  # other dtypes (datetime, non-native byte order): pyarrow's own conversion
+
+
+_NUMPY_OF = {
+    pa.int8(): "i1", pa.int16(): "i2", pa.int32(): "i4", pa.int64(): "i8",
+    pa.uint8(): "u1", pa.uint16(): "u2", pa.uint32(): "u4", pa.uint64(): "u8",
+    pa.float16(): "f2", pa.float32(): "f4", pa.float64(): "f8", pa.bool_(): "?",
+}  # fmt: skip
+
+
+def numpy_dtype(t: pa.DataType) -> np.dtype:
+    """The NumPy dtype of an Arrow primitive type."""
+    code = _NUMPY_OF.get(t)
+    return np.dtype(code) if code is not None else np.dtype(t.to_pandas_dtype())
+
+
+def arrow_to_numpy(a: pa.Array) -> np.ndarray:
+    """A primitive Arrow array as NumPy, from its buffers (zero-copy unless it has nulls or is
+    boolean); nulls of a floating array become NaN (other arrays hold none here)."""
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks() if a.num_chunks != 1 else a.chunk(0)
+    t = a.type
+    if t not in _NUMPY_OF:
+        return a.to_numpy(zero_copy_only=False)
+    validity, data = a.buffers()[:2]
+    n, off = len(a), a.offset
+    if t == pa.bool_():
+        bits = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        out = np.unpackbits(bits, count=off + n, bitorder="little")[off:].astype(np.bool_)
+    else:
+        dt = numpy_dtype(t)
+        out = np.frombuffer(data, dtype=dt, count=off + n)[off:] if n else np.zeros(0, dt)
+    if a.null_count and t.bit_width and numpy_dtype(t).kind == "f":
+        valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=off + n, bitorder="little")[off:]
+        out = out.copy()
+        out[valid == 0] = np.nan
+    return out
+
+
 def field_from_arrow(name: str, t: pa.DataType) -> Field:
     if t in (pa.string(), pa.large_string()):
         return Field(name, STRING, "|u1")
     if t in (pa.binary(), pa.large_binary()):
         return Field(name, BINARY, "|u1")
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return Field(name, SEQUENCE, np.dtype(t.value_type.to_pandas_dtype()).str)
+        return Field(name, SEQUENCE, numpy_dtype(t.value_type).str)
     shape = []
     while pa.types.is_fixed_size_list(t):
         shape.append(t.list_size)
         t = t.value_type
-    return Field(name, FIXED, np.dtype(t.to_pandas_dtype()).str, tuple(shape))
+    return Field(name, FIXED, numpy_dtype(t).str, tuple(shape))
 
 
 def column_from_arrow(arr: pa.Array, f: Field):
@@ -93,13 +145,13 @@ def column_from_arrow(arr: pa.Array, f: Field):
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
         offs = np.asarray(arr.offsets, dtype=np.int64)
-        values = arr.values.to_numpy(zero_copy_only=False)
+        values = arrow_to_numpy(arr.values)
         base = offs[0]
         return VarColumn(values[base : offs[-1]], offs - base)
     a = arr
     while pa.types.is_fixed_size_list(a.type):
         a = a.flatten()
-    values = a.to_numpy(zero_copy_only=False)
+    values = arrow_to_numpy(a)
     return values.reshape((len(arr), *f.shape))
 
 

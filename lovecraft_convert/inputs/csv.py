@@ -276,7 +276,9 @@ class CsvReader(Reader):
                     fields.append(Field(f.name, FIXED, np.dtype(want if want != "bool" else "?").str))
                 continue
             if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-                fields.append(Field(f.name, FIXED, np.dtype(t.to_pandas_dtype()).str))
+                from ..arrowconv import numpy_dtype
+
+                fields.append(Field(f.name, FIXED, numpy_dtype(t).str))
             elif pa.types.is_string(t) or pa.types.is_large_string(t):
                 fields.append(Field(f.name, STRING, "|u1"))
             elif pa.types.is_binary(t):  # pyarrow infers binary for bytes that are not UTF-8
