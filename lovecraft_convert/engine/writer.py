@@ -84,11 +84,14 @@ class HashingWriter:
     SYNC_EVERY = 256 << 20
     STAGE = 1 << 20  # direct I/O: bytes per write (page-aligned buffer, a multiple of 4 KiB sectors)
 
-    def __init__(self, path: str, preallocate: int = 0, hash: str = DEFAULT_HASH) -> None:
+    def __init__(self, path: str, preallocate: int = 0, hash: str = DEFAULT_HASH, threaded: bool = True) -> None:
+        """``threaded`` False: hash and write in the caller's thread, buffered (for writers of many
+        small files, where a thread and a staging buffer per file cost more than they save)."""
         import queue
 
         self.path = path
-        self.f, self.direct = _open_write(path)
+        self.threaded = threaded
+        self.f, self.direct = _open_write(path, direct=threaded)
         self.h = new_hash(hash)
         self.bytes = 0  # written by the writer thread
         self._pos = 0  # accepted by write()
@@ -102,9 +105,12 @@ class HashingWriter:
             except BaseException:
                 self.f.close()
                 raise
-        self._q: queue.Queue = queue.Queue(maxsize=2)
-        self._t = threading.Thread(target=self._run, name="lovecraft-writer", daemon=True)
-        self._t.start()
+        self._q: queue.Queue | None = None
+        self._t: threading.Thread | None = None
+        if threaded:
+            self._q = queue.Queue(maxsize=2)
+            self._t = threading.Thread(target=self._run, name="lovecraft-writer", daemon=True)
+            self._t.start()
 
     def _run(self) -> None:
         try:
@@ -214,7 +220,15 @@ class HashingWriter:
     def write(self, data) -> int:
         self._check()
         mv = memoryview(data).cast("B")
-        if len(mv):
+        if len(mv) and not self.threaded:
+            try:
+                self.h.update(mv)
+                self._write_all(mv)
+            except OSError as e:
+                raise named(e, self.path) from None
+            self.bytes += len(mv)
+            self._pos += len(mv)
+        elif len(mv):
             put_while(self._q, mv, self._t.is_alive)  # the writer thread may have stopped
             self._pos += len(mv)
             self._check()
@@ -235,17 +249,20 @@ class HashingWriter:
         return True
 
     def _drain(self) -> None:
-        if self._t.is_alive():
+        if self._t is not None and self._t.is_alive():
             put_while(self._q, None, self._t.is_alive)
             self._t.join()
 
-    def close(self) -> tuple[int, str]:
+    def close(self, sync: bool = True) -> tuple[int, str]:
+        """Finish the file: (bytes, hex digest). ``sync`` False leaves the fsync to the caller
+        (:func:`fsync_all` of many files at once)."""
         if not self.f.closed:
             self._drain()
             self._check()
             try:
                 self.f.truncate(self.bytes)
-                os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
+                if sync:
+                    os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
             except OSError as e:
                 raise named(e, self.path) from None
             self.f.close()
@@ -273,14 +290,35 @@ def _staging(delta: int) -> bool:
         return True
 
 
-def _open_write(path: str):
-    """``path`` created for writing (unbuffered file object), with O_DIRECT where the file
-    system takes it and ``LOVECRAFT_DIRECT_IO`` is not ``0``; returns (file, direct)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-    direct = getattr(os, "O_DIRECT", 0)
-    if direct and os.environ.get("LOVECRAFT_DIRECT_IO", "1") != "0":
+def fsync_all(paths: list[str], threads: int = 8) -> None:
+    """fsync many files at once: the file system commits them together (measured here: 2,000 small
+    files in 0.3 s with 8 threads, 5 s one after another). Errors name the file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(path: str) -> None:
         try:
-            return open(os.open(path, flags | direct, 0o666), "wb", buffering=0), True  # noqa: SIM115
+            fsync_path(path)
+        except OSError as e:
+            raise named(e, path) from None
+
+    if len(paths) <= 1:
+        for p in paths:
+            one(p)
+        return
+    with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="lovecraft-fsync") as ex:
+        for f in [ex.submit(one, p) for p in paths]:
+            f.result()
+
+
+def _open_write(path: str, direct: bool = True):
+    """``path`` created for writing (unbuffered file object), with O_DIRECT where the file
+    system takes it, ``direct`` is asked and ``LOVECRAFT_DIRECT_IO`` is not ``0``; returns
+    (file, direct)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    odirect = getattr(os, "O_DIRECT", 0) if direct else 0
+    if odirect and os.environ.get("LOVECRAFT_DIRECT_IO", "1") != "0":
+        try:
+            return open(os.open(path, flags | odirect, 0o666), "wb", buffering=0), True  # noqa: SIM115
         except OSError as e:
             import errno
 

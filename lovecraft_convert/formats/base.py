@@ -60,6 +60,7 @@ class WriteOptions:
     hash: str = DEFAULT_HASH  # how every file is hashed (``HASHES``)
     row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
     expected_rows: int | None = None  # known up front (files can be preallocated), or None
+    memory: int = 64 << 20  # what the writer may hold: per-column costs are sized from it / columns
 
 
 class Writer:

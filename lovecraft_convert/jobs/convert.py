@@ -91,7 +91,11 @@ def output_schema(reader: Reader, o: ConvertOptions):
 
 def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
     return WriteOptions(
-        compression=o.compression, hash=o.hash, row_group_bytes=max(4 << 20, budget // 8), expected_rows=rows
+        compression=o.compression,
+        hash=o.hash,
+        row_group_bytes=max(1 << 20, budget // 8),
+        expected_rows=rows,
+        memory=budget // 4,
     )
 
 

@@ -18,16 +18,23 @@ from ...errors import SchemaError
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 20  # the chunk size of a narrow table
+MIN_CHUNK_BYTES = 4 << 10  # the smallest chunk a wide table gets (many columns, little memory)
 
 
 def chunk_rows(row_bytes: int, target: int = CHUNK_BYTES) -> int:
     return int(max(1, min(target // max(1, row_bytes), 1 << 20)))
 
 
+def chunk_target(columns: int, memory: int) -> int:
+    """Bytes per chunk: ~1 MiB, less when the writer's memory shared by every column's cached
+    chunk (twice over) would not hold that many."""
+    return int(max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, memory // max(1, 2 * columns))))
+
+
 def create_file(h5py, path: str, cache_bytes: int):
     """A new file whose bytes depend only on what is written: no object timestamps anywhere (the
-    root group's included), links in creation order, a chunk cache of ``cache_bytes``."""
+    root group's included), links in creation order, a chunk cache of ``cache_bytes`` per dataset."""
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     fcpl.set_obj_track_times(False)
     fcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
@@ -74,7 +81,10 @@ class Hdf5Writer(Writer):
 
         self.h5py = h5py
         self.path = os.path.join(directory, f"{stem or 'data'}.h5")
-        self.f = create_file(h5py, self.path, max(4 << 20, 2 * CHUNK_BYTES * len(schema)))
+        self.chunk_bytes = chunk_target(len(schema), options.memory)
+        # HDF5's chunk cache is per dataset: room for the chunk being filled and one more, so that
+        # all the columns together hold at most the writer's memory
+        self.f = create_file(h5py, self.path, 2 * self.chunk_bytes)
         self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
         rows = options.expected_rows
         comp = options.compression
@@ -91,7 +101,7 @@ class Hdf5Writer(Writer):
                 shape = (rows or 0, *fd.shape)
                 ds = self.f.create_dataset(
                     fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
-                    chunks=(max(1, min(chunk_rows(row_bytes), rows or 1 << 30)), *fd.shape), fletcher32=True, track_times=False, **kw,
+                    chunks=(max(1, min(chunk_rows(row_bytes, self.chunk_bytes), rows or 1 << 30)), *fd.shape), fletcher32=True, track_times=False, **kw,
                 )  # fmt: skip
             else:
                 if fd.kind == STRING or fd.np_dtype.kind == "U":

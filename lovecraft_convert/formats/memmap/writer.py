@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from ...engine.writer import HashingWriter, hash_file
+from ...engine.writer import HashingWriter, fsync_all, hash_file
 from ...errors import SchemaError
 from ...schema import FIXED, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
@@ -49,7 +49,9 @@ def file_name_problem(name: str) -> str | None:
 
 
 class _NpyFile:
-    def __init__(self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None, hash: str) -> None:
+    def __init__(
+        self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None, hash: str, threaded: bool
+    ) -> None:
         self.path = path
         self.hash = hash
         self.dtype = dtype
@@ -59,10 +61,10 @@ class _NpyFile:
         row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
         if rows is not None:
             header = npy_header(dtype, (rows, *row_shape))
-            self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes, hash=hash)
+            self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes, hash=hash, threaded=threaded)
         else:
             header = npy_header(dtype, (0, *row_shape), HEADER_RESERVE)
-            self.out = HashingWriter(path, hash=hash)
+            self.out = HashingWriter(path, hash=hash, threaded=threaded)
         self.out.write(header)
 
     def write(self, arr: np.ndarray) -> None:
@@ -70,15 +72,16 @@ class _NpyFile:
         self.out.write(arr.reshape(-1).view(np.uint8) if arr.size else b"")
         self.rows += len(arr)
 
-    def close(self) -> tuple[int, str]:
-        nbytes, digest = self.out.close()
+    def close(self, sync: bool = True) -> tuple[int, str]:
+        nbytes, digest = self.out.close(sync)
         if self.known is not None and self.known != self.rows:
             raise RuntimeError(f"{self.path}: wrote {self.rows} rows, expected {self.known}")
         if self.known is None:
             with open(self.path, "r+b") as f:
                 f.write(npy_header(self.dtype, (self.rows, *self.row_shape), HEADER_RESERVE))
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
             digest = hash_file(self.path, self.hash)
         return nbytes, digest
 
@@ -104,10 +107,13 @@ class MemmapWriter(Writer):
                     hint="give it a numeric --column-type, leave it out with --columns, or write parquet/hdf5/tfrecord",
                 )
 
+    MANY = 8  # above this many files, each is written in the caller's thread and all are fsynced at once
+
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
         self.files: dict[str, list[tuple[str, _NpyFile]]] = {}
         rows = options.expected_rows
+        self.many = sum(1 if f.kind == FIXED else 2 for f in schema) > self.MANY
         for f in schema:
             if f.kind == FIXED:
                 self.files[f.name] = [("data", self._open(f"{f.name}.npy", f.np_dtype, f.shape, rows))]
@@ -128,7 +134,7 @@ class MemmapWriter(Writer):
 
     def _open(self, base: str, dtype, shape, rows) -> _NpyFile:
         path = os.path.join(self.directory, self._name(base))
-        return _NpyFile(path, np.dtype(dtype), tuple(shape), rows, self.options.hash)
+        return _NpyFile(path, np.dtype(dtype), tuple(shape), rows, self.options.hash, threaded=not self.many)
 
     def write(self, batch: Batch) -> None:
         for name, entries in self.files.items():
@@ -145,10 +151,12 @@ class MemmapWriter(Writer):
         out = []
         for name, entries in self.files.items():
             for role, nf in entries:
-                nbytes, digest = nf.close()
+                nbytes, digest = nf.close(sync=not self.many)
                 out.append(
                     FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, nf.hash, column=name, role=role)
                 )
+        if self.many:  # one fsync per file costs a journal commit each: fsync them all at once
+            fsync_all([nf.path for entries in self.files.values() for _, nf in entries])
         return out
 
     def abort(self) -> None:

@@ -289,8 +289,8 @@ def _encode_rows(batch: Batch, schema: Schema) -> np.ndarray:
     return out
 
 
-def iter_encoded(batch: Batch, schema: Schema) -> Iterator[bytes | np.ndarray]:
-    """Framed ``tf.train.Example`` records, one per row, in pieces of about 8 MiB (bytes-like)."""
+def iter_encoded(batch: Batch, schema: Schema, piece_bytes: int = 8 << 20) -> Iterator[bytes | np.ndarray]:
+    """Framed ``tf.train.Example`` records, one per row, in pieces of about ``piece_bytes`` (bytes-like)."""
     if batch.num_rows == 0:
         return
     fixed = all(f.kind == FIXED for f in schema)
@@ -298,7 +298,7 @@ def iter_encoded(batch: Batch, schema: Schema) -> Iterator[bytes | np.ndarray]:
         per_row = 16 + sum(f.row_size * 10 + 32 for f in schema)
     else:  # bounded by bytes, not rows: the vectorised encoder's temporaries scale with the piece
         per_row = 64 + batch.nbytes // batch.num_rows + sum(len(f.name) + 16 for f in schema)
-    step = max(1, (8 << 20) // per_row)
+    step = max(1, piece_bytes // per_row)
     for i in range(0, batch.num_rows, step):
         part = batch.slice(i, i + step) if batch.num_rows > step else batch
         yield _encode_fixed(part, schema) if fixed else _encode_rows(part, schema)

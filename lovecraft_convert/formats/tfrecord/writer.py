@@ -39,7 +39,9 @@ class TfrecordWriter(Writer):
     def write(self, batch: Batch) -> None:
         from .example import iter_encoded
 
-        for data in iter_encoded(batch, self.schema):
+        # pieces sized from the writer's memory: the queue holds two, the encoder's temporaries two or three
+        piece = int(max(1 << 20, min(8 << 20, self.options.memory // 8)))
+        for data in iter_encoded(batch, self.schema, piece):
             self.out.write(self.z.compress(data) if self.z else data)
         self.rows += batch.num_rows
 
