@@ -17,7 +17,9 @@ FLOAT_TARGETS = ("float16", "float32")
 MIN_MEMORY = 16 << 20
 PART_BYTES = 64 << 20
 LAYOUTS = ("padded", "ragged")
-READ_KEYS = ("input_format", "errors", "header", "delimiter", "column_types", "max_expansion")
+READ_KEYS = (
+    "input_format", "errors", "header", "delimiter", "column_types", "skip_rows", "comment", "max_expansion",
+)  # fmt: skip
 
 
 @dataclass
@@ -35,6 +37,8 @@ class ConvertOptions:
     columns: list[str] | None = None
     delimiter: str | None = None
     header: bool = True
+    skip_rows: int = 0  # CSV: lines before the header (or, without one, the first row)
+    comment: str | None = None  # CSV: lines starting with this character are skipped
     errors: str = "strict"
     max_expansion: float = 1000.0
     progress: bool | None = None  # None: on when stderr is a terminal
@@ -76,6 +80,7 @@ class ConvertOptions:
             raise OptionsError(f"--on-overflow {self.on_overflow}: use error or clip")
         if self.errors not in ("strict", "replace"):
             raise OptionsError(f"--errors {self.errors}: use strict or replace")
+        self.validate_inputs()
         self.compression = fmt.check_compression(self.compression)
         try:
             budget = self.budget()
@@ -85,6 +90,20 @@ class ConvertOptions:
             raise OptionsError(f"--max-memory {self.max_memory} is too small", hint="give at least 16MiB")
         if self.max_expansion < 0:
             raise OptionsError(f"--max-expansion {self.max_expansion}: give a ratio (0: no limit)")
+
+    def validate_inputs(self) -> None:
+        """The CSV syntax options (inspect takes them too)."""
+        for flag, c in (("--delimiter", self.delimiter), ("--comment", self.comment)):
+            if c is None:
+                continue
+            if not isinstance(c, str) or len(c) != 1 or not c.isascii():
+                raise OptionsError(f"{flag} {c!r}: give one ASCII character")
+            if c in '"\r\n':
+                raise OptionsError(f"{flag} {c!r} cannot be a quote or a line end", hint="choose another character")
+        if self.comment is not None and self.comment == self.delimiter:
+            raise OptionsError(f"--comment {self.comment!r} is the delimiter too", hint="choose another character")
+        if not isinstance(self.skip_rows, int) or isinstance(self.skip_rows, bool) or self.skip_rows < 0:
+            raise OptionsError(f"--skip-rows {self.skip_rows!r}: give a number of lines, 0 or more")
 
     def read_kwargs(self) -> dict[str, Any]:
         """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give."""
