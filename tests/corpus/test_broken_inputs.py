@@ -215,7 +215,7 @@ CASES: dict[str, Case] = {
     "csv unterminated quote in the header": Case(_file("qh.csv", b'"a,b\n1,2\n'), "memmap", f"Error: {{d}}/qh.csv, line 1: {NOT_CLOSED}"),
     "csv unterminated quote after a stray quote": Case(_file("s1.csv", b'a,b\nx,y"z\n1,"open\n2,3\n'), "parquet", f"Error: {{d}}/s1.csv, line 3: {NOT_CLOSED}"),
     "csv unterminated quote after two stray quotes": Case(_file("s2.csv", b'a,b\n5\'10",y"z\n1,"open\n2,3\n'), "tfrecord", f"Error: {{d}}/s2.csv, line 3: {NOT_CLOSED}"),
-    "csv quoted newline after a stray quote": Case(_file("s3.csv", b'a,b\nx,y"z\n1,"open\n2,3"\n'), "parquet", None, check=_check_stray_then_quoted),
+    "csv quoted newline after a stray quote": Case(_file("s3.csv", b'a,b\nx,y"z\n1,"open\n2,3"\n'), "memmap", None, check=_check_stray_then_quoted),
     "csv --skip-rows past the end": Case(_file("sk.csv", b"meta\na,b\n"), "hdf5", "Error: {d}/sk.csv: --skip-rows 5 skips past the end of the input (it has 2 lines); check --skip-rows", input_opts=["--skip-rows", "5"]),
     "csv only comments": Case(_file("oc.csv", b'# "a\n# b\n'), "parquet", "Error: {d}/oc.csv: empty input (no header, no rows); check the file", input_opts=["--comment", "#"]),
     "csv stray quote inside a field is a literal": Case(_file("inch.csv", b'a,size\n1,5"\n2,7\n'), "parquet", None, input_opts=["--column-type", "size=string"], check=_check_inch),
