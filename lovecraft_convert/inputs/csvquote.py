@@ -34,6 +34,7 @@ BOM = b"\xef\xbb\xbf"
 # maps of the state: identity, negate, set to 0 (outside), set to 1 (inside)
 ID, NEG, SET0, SET1 = 0, 1, 2, 3
 LONG_LINE = 64 << 20  # the part split gives up on lines longer than this (the reader refuses them too)
+SCAN_WINDOW = 8 << 20  # bytes read at a time by the part split
 
 
 @dataclass(frozen=True)
@@ -397,10 +398,13 @@ def record_pieces(
 # -- splitting a file into parts ---------------------------------------------------------------
 
 
-def _lines_from(f, start: int, stop: int | None, window: int) -> Iterator[tuple[int, bytes | None]]:
+def _lines_from(
+    f, start: int, stop: int | None, window: int, needles: tuple[bytes, ...] = ()
+) -> Iterator[tuple[int, bytes | None]]:
     """Whole lines of file ``f`` from ``start`` (a line start), as (offset, bytes) windows of about
     ``window`` bytes that end at a newline (or the end of the file): the lines that start before
-    ``stop`` (the last one read to its end), or all of them. None for a line over LONG_LINE."""
+    ``stop`` (the last one read to its end), or all of them. Lines holding none of ``needles`` may
+    be left out (they cannot change the quote state). None for a line over LONG_LINE."""
     f.seek(start)
     pos = start  # file offset of carry[0]
     carry = b""
@@ -411,6 +415,19 @@ def _lines_from(f, start: int, stop: int | None, window: int) -> Iterator[tuple[
             if carry:
                 yield pos, carry
             return
+        if needles and not any(n in data or n in carry for n in needles):
+            i = data.rfind(b"\n")
+            if stop is not None and pos + len(carry) + i + 1 > stop:
+                i = data.find(b"\n", max(stop - pos - len(carry) - 1, 0))
+            if i >= 0:
+                pos += len(carry) + i + 1
+                carry = data[i + 1 :]
+            elif len(carry) + len(data) > LONG_LINE:
+                yield pos, None
+                return
+            else:
+                carry += data
+            continue
         buf = carry + data if carry else data
         cut = buf.rfind(b"\n") + 1
         if stop is not None and cut > stop - pos:  # end with the line that holds byte stop - 1
@@ -454,7 +471,8 @@ def block_map(path: str, start: int, end: int, origin: int, delimiter: int, comm
         start = first_line_start(f, start, origin, end)
         if start >= end:
             return ID
-        for _, buf in _lines_from(f, start, end, 8 << 20):
+        needles = (b'"',) if comment is None else (b'"', bytes((comment,)))
+        for _, buf in _lines_from(f, start, end, SCAN_WINDOW, needles):
             if buf is None:
                 return None
             kind = compose(kind, QuoteScan(buf, syntax).map())
@@ -465,7 +483,7 @@ def next_record_start(f, line: int, state: int, syntax: Syntax) -> int | None:
     """The first record start at or after line start ``line``, where the state is ``state``."""
     if state == 0:
         return line
-    for pos, buf in _lines_from(f, line, None, 1 << 20):
+    for pos, buf in _lines_from(f, line, None, min(SCAN_WINDOW, 1 << 20)):
         if buf is None:
             return None
         scan = QuoteScan(buf, syntax, state)
@@ -488,7 +506,7 @@ def data_origin(path: str, syntax: Syntax, skip_rows: int, header: bool) -> int 
             except SkippedPastEnd:
                 return None
         state = None  # None: before the header; then the quote state inside it
-        for off, buf in _lines_from(f, pos, None, 1 << 20):
+        for off, buf in _lines_from(f, pos, None, min(SCAN_WINDOW, 1 << 20)):
             if buf is None:
                 return None
             i = 0

@@ -185,6 +185,43 @@ def test_split_points_are_record_starts(tmp_path):
         assert set(cuts) <= starts, target
 
 
+def test_split_with_small_scan_windows(tmp_path, monkeypatch):
+    """The split reads the file in windows; runs of quote-free lines are skipped whole. With a
+    window of a few bytes, every cut is still a record (or comment line) start and the parts read
+    the rows the file holds."""
+    from lovecraft_convert.inputs import csvquote
+
+    rng = np.random.default_rng(9)
+    pieces, starts, want = ['pre "amble\n', "# c\n", "id,v\n"], set(), []
+    for i in range(1500):
+        off = sum(len(x.encode()) for x in pieces)
+        if i % 50 == 0:
+            starts.add(off)
+            pieces.append(f'# note {i} "\n')
+            off = sum(len(x.encode()) for x in pieces)
+        quoted = (i // 200) % 2 == 1  # stretches of quote-free rows and of quoted ones
+        v = f'"a\n# {i}, ""q"""' if quoted and rng.random() < 0.5 else (f'x"{i}' if quoted else f"p{i}")
+        starts.add(off)
+        pieces.append(f"{i},{v}\n")
+        want.append([str(i), v[1:-1].replace('""', '"') if v.startswith('"') else v])
+    data = "".join(pieces).encode()
+    path = tmp_path / "w.csv"
+    path.write_bytes(data)
+    monkeypatch.setattr(csvquote, "SCAN_WINDOW", 37)
+    for target in (100, 999, 5000):
+        points = split_points(str(path), len(data), target, True, None, Syntax.of(",", "#"), 1, True)
+        cuts = [p for p, _ in points[1:]]
+        assert len(cuts) > len(data) // target // 2 and set(cuts) <= starts, target
+    reader = open_reader([str(path)], budget=16 << 20, skip_rows=1, comment="#", column_types={"v": "string"})
+    parts = reader.partitions(999)
+    assert len(parts) > 10
+    got = []
+    for p in parts:
+        for b in reader.part_batches(p):
+            got += [[str(int(i)), r[0]] for i, r in zip(b.columns["id"], _strings([b], ["v"]), strict=True)]
+    assert got == want
+
+
 @pytest.mark.parametrize(
     "body, line",
     [
