@@ -368,9 +368,12 @@ def record_pieces(
     if skip_rows:
         data, dropped = skip_lines(read, data, skip_rows, chunk)
         base += dropped
-    carry = data
+    pending, carry = data, b""
     while True:
-        data = read(chunk)
+        if pending:
+            data, pending = pending, b""
+        else:
+            data = read(chunk)
         buf = carry + data if carry else data
         if not data:
             if buf:
