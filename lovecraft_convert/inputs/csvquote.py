@@ -35,6 +35,7 @@ BOM = b"\xef\xbb\xbf"
 ID, NEG, SET0, SET1 = 0, 1, 2, 3
 LONG_LINE = 64 << 20  # the part split gives up on lines longer than this (the reader refuses them too)
 SCAN_WINDOW = 8 << 20  # bytes read at a time by the part split
+LOCAL_LIMIT = 1 << 20  # QuoteScan looks this far back for an anchor before computing every map
 
 
 @dataclass(frozen=True)
@@ -190,9 +191,10 @@ class QuoteScan:
 
     def _tail(self, p: int) -> tuple[bool, int]:
         """(an anchor lies before ``p``, the parity of the field-opening runs after the last one, or
-        after the start of the buffer if none); ``buf`` has no comment lines, ``p`` ends no run."""
+        after the start of the buffer if none); ``buf`` has no comment lines, ``p`` ends no run.
+        Past LOCAL_LIMIT bytes without an anchor, the whole sequence is computed once instead."""
         width = 1 << 12
-        while True:
+        while self.pos is None and width <= LOCAL_LIMIT:
             lo = max(0, p - width)
             starts, at_field = _odd_runs(self.arr, lo, p, self.syntax.delimiter)
             anchors = np.flatnonzero(~at_field)
@@ -201,6 +203,12 @@ class QuoteScan:
             if lo == 0:
                 return False, int(np.count_nonzero(at_field)) & 1
             width *= 8
+        self._full()
+        kinds = self.kinds[: np.searchsorted(self.pos, p)]
+        anchors = np.flatnonzero(kinds == SET0)
+        if len(anchors):
+            return True, int(np.count_nonzero(kinds[anchors[-1] + 1 :] == NEG)) & 1
+        return False, int(np.count_nonzero(kinds == NEG)) & 1
 
     # -- queries ----------------------------------------------------------------------------------
     def state_at(self, p: int) -> int:
