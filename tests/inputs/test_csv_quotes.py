@@ -141,6 +141,60 @@ def test_generated_csv_matches_python_csv_across_pieces_and_parts(tmp_path, f, p
         assert len(parts) > 1
 
 
+def _machine(buf: bytes, comment: int | None, state0: int) -> tuple[list[int], list[int], bool]:
+    """A byte-by-byte CSV state machine (pyarrow's states): record ends, comment lines, open at
+    the end. The reference for the vectorised QuoteScan."""
+    state, line_start, ends, comments, i = ("Q" if state0 else "FS"), True, [], [], 0
+    while i < len(buf):
+        c = buf[i]
+        if state == "FS" and line_start and c == comment:
+            comments.append(i)
+            j = buf.find(b"\n", i)
+            if j < 0:
+                break
+            ends.append(j + 1)
+            i = j + 1
+            continue
+        if state in ("FS", "UNQ", "QQ") and c in (0x2C, 0x0D, 0x0A):
+            state = "FS"
+            if c == 0x0A:
+                ends.append(i + 1)
+        elif state == "FS":
+            state = "Q" if c == 0x22 else "UNQ"
+        elif state == "Q" and c == 0x22:
+            state = "QQ"
+        elif state == "QQ":
+            state = "Q" if c == 0x22 else "UNQ"
+        line_start = c == 0x0A
+        i += 1
+    return ends, comments, state == "Q"
+
+
+@given(
+    buf=st.lists(st.sampled_from(['"', '""', ",", "\n", "\r\n", "\r", "a", "#", '"a,"', 'y"', "\n#"]), max_size=300),
+    comment=st.sampled_from([None, "#"]),
+    state0=st.sampled_from([0, 1]),
+    local=st.sampled_from([64, 1 << 20]),
+)
+@settings(max_examples=300, deadline=None)
+def test_quote_scan_matches_a_byte_by_byte_state_machine(buf, comment, state0, local):
+    from lovecraft_convert.inputs import csvquote
+
+    data = "".join(buf).encode()
+    ends, comments, open_ = _machine(data, None if comment is None else ord(comment), state0)
+    old, csvquote.LOCAL_LIMIT = csvquote.LOCAL_LIMIT, local  # small: the whole-sequence path
+    try:
+        scan = QuoteScan(data, Syntax.of(",", comment), state0)
+        assert scan.record_end() == (ends[-1] if ends else 0)
+        assert scan.record_end(1) == (ends[0] if ends else 0)
+        assert scan.final == open_
+        other = QuoteScan(data, Syntax.of(",", comment), 1 - state0).final
+        assert [csvquote.apply(scan.map(), s) for s in (state0, 1 - state0)] == [open_, other]
+        assert scan.comments(len(data))[0].tolist() == comments
+    finally:
+        csvquote.LOCAL_LIMIT = old
+
+
 def _pieces(data: bytes, chunk: int, comment: str | None = None) -> list[bytes]:
     it = iter([data[i : i + chunk] for i in range(0, len(data), chunk)])
     return list(record_pieces(lambda n: next(it, b""), chunk, Syntax.of(",", comment)))
