@@ -36,6 +36,8 @@ def open_reader(
     header: bool = True,
     delimiter: str | None = None,
     column_types: dict[str, str] | None = None,
+    skip_rows: int = 0,
+    comment: str | None = None,
     max_expansion: float = 1000.0,
     threads: bool = True,
 ) -> Reader:
@@ -52,6 +54,8 @@ def open_reader(
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
         raise OptionsError("--column-type applies to CSV inputs only")
+    if (skip_rows or comment is not None) and not cls.takes_csv_syntax:
+        raise OptionsError(f"--{'skip-rows' if skip_rows else 'comment'} applies to CSV inputs only")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -59,6 +63,8 @@ def open_reader(
         delimiter=delimiter,
         # float16 columns are read as float32 and downcast with the float16 report
         column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
+        skip_rows=skip_rows,
+        comment=comment,
         max_ratio=max_expansion,
         threads=threads,
     )

@@ -32,8 +32,11 @@ class ReadOptions:
     header: bool = True
     delimiter: str | None = None
     column_types: dict[str, str] = field(default_factory=dict)
+    skip_rows: int = 0  # CSV: lines before the header (or the first row)
+    comment: str | None = None  # CSV: lines starting with it are skipped
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
+    piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Reader:
     schema: Schema
     rows: int | None = None  # known up front (npy), else None
     takes_column_types = False  # --column-type applies (CSV)
+    takes_csv_syntax = False  # --skip-rows and --comment apply (CSV)
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -87,14 +91,15 @@ class Reader:
     def widen(self, widened: dict[str, str]) -> None:
         """Read columns with the wider types another run of this reader settled on (CSV)."""
 
-    def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None) -> list[Part]:
-        """Byte ranges of plain files cut at record boundaries; other inputs whole."""
+    def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None, **split) -> list[Part]:
+        """Byte ranges of plain files cut at record boundaries; other inputs whole. ``split``: the
+        CSV keywords of :func:`~.split.split_points`."""
         parts: list[Part] = []
         for i, spec in enumerate(self.specs):
             if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
                 parts.append(Part(len(parts), i))
                 continue
-            points = split_points(spec.path, spec.size, target_bytes, quoted=quoted, mapper=mapper)
+            points = split_points(spec.path, spec.size, target_bytes, quoted=quoted, mapper=mapper, **split)
             ends = [p[0] for p in points[1:]] + [spec.size]
             for (start, line0), end in zip(points, ends, strict=True):
                 parts.append(Part(len(parts), i, start, end, line0))

@@ -19,7 +19,9 @@ FLOAT_TARGETS = ("float16", "float32")
 MIN_MEMORY = 16 << 20
 PART_BYTES = 64 << 20
 LAYOUTS = ("padded", "ragged")
-READ_KEYS = ("input_format", "errors", "header", "delimiter", "column_types", "max_expansion")
+READ_KEYS = (
+    "input_format", "errors", "header", "delimiter", "column_types", "skip_rows", "comment", "max_expansion",
+)  # fmt: skip
 
 
 @dataclass
@@ -37,6 +39,8 @@ class ConvertOptions:
     columns: list[str] | None = None
     delimiter: str | None = None
     header: bool = True
+    skip_rows: int = 0  # CSV: lines before the header (or, without one, the first row)
+    comment: str | None = None  # CSV: lines starting with this character are skipped
     errors: str = "strict"
     max_expansion: float = 1000.0
     hash: str = DEFAULT_HASH  # how every file is hashed in the manifest (blake3 | sha256)
@@ -81,6 +85,7 @@ class ConvertOptions:
             raise OptionsError(f"--hash {self.hash}: use one of {', '.join(HASHES)}")
         if self.errors not in ("strict", "replace"):
             raise OptionsError(f"--errors {self.errors}: use strict or replace")
+        self.validate_inputs()
         self.compression = fmt.check_compression(self.compression)
         try:
             budget = self.budget()
@@ -91,6 +96,20 @@ class ConvertOptions:
         self.max_memory = budget  # bytes from here on: what the manifest and the fingerprint record
         if self.max_expansion < 0:
             raise OptionsError(f"--max-expansion {self.max_expansion}: give a ratio (0: no limit)")
+
+    def validate_inputs(self) -> None:
+        """The CSV syntax options (inspect takes them too)."""
+        for flag, c in (("--delimiter", self.delimiter), ("--comment", self.comment)):
+            if c is None:
+                continue
+            if not isinstance(c, str) or len(c) != 1 or not c.isascii():
+                raise OptionsError(f"{flag} {c!r}: give one ASCII character")
+            if c in '"\r\n':
+                raise OptionsError(f"{flag} {c!r} cannot be a quote or a line end", hint="choose another character")
+        if self.comment is not None and self.comment == self.delimiter:
+            raise OptionsError(f"--comment {self.comment!r} is the delimiter too", hint="choose another character")
+        if not isinstance(self.skip_rows, int) or isinstance(self.skip_rows, bool) or self.skip_rows < 0:
+            raise OptionsError(f"--skip-rows {self.skip_rows!r}: give a number of lines, 0 or more")
 
     def read_kwargs(self) -> dict[str, Any]:
         """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give."""

@@ -86,8 +86,9 @@ class Sequences:
             return
         kw = o.read_kwargs()
         kw["column_types"] = {}
-        if o.ragged:  # rows of any length: read as lines, parsed here
+        if o.ragged:  # rows of any length: read as lines, parsed here (--skip-rows, --comment too)
             kw["input_format"] = "text"
+            kw["skip_rows"], kw["comment"] = 0, None
         probe = open_reader(inputs, budget=budget, threads=threads, **kw)
         fmt = probe.format
         self.specs = probe.specs
@@ -171,11 +172,12 @@ class Sequences:
                 row += batch.num_rows
             return
         first_part = part.start in (None, 0) and part.spec == 0
+        self._header_pending = first_part  # the first row kept may be a header (ragged)
         line = part.line0
         for batch in self.reader.part_batches(part):
             col = batch.columns[self.source_column]
             if self.kind == "ragged":
-                yield from self._ragged(col, line, first_part and line == part.line0, part)
+                yield from self._ragged(col, line, part)
                 line += batch.num_rows
                 continue
             where = "line" if self.kind == "text" else "row"
@@ -185,9 +187,10 @@ class Sequences:
     def o_budget(self) -> int:
         return parse_size(self.o.max_memory) // 4
 
-    def _ragged(self, lines: VarColumn, line0: int, first: bool, part: Part) -> Iterator[tuple[VarColumn, int, str]]:
-        """Rows of a CSV file as numeric sequences: every field a number; blank lines skipped;
-        a first line that is not numbers is a header (unless --no-header)."""
+    def _ragged(self, lines: VarColumn, line0: int, part: Part) -> Iterator[tuple[VarColumn, int, str]]:
+        """Rows of a CSV file as numeric sequences: every field a number; blank lines, the first
+        --skip-rows lines and --comment lines skipped; a first line that is not numbers is a
+        header (unless --no-header)."""
         raw = lines.values.view(np.uint8)
         offs = lines.offsets
         lens = np.diff(offs)
@@ -196,6 +199,13 @@ class Sequences:
         data = raw.tobytes()
         o = offs.tolist()
         keep = np.flatnonzero(lens > 0)
+        if self.o.comment is not None and len(keep):
+            keep = keep[raw[offs[keep]] != ord(self.o.comment)]
+        if self.o.skip_rows and part.start in (None, 0):
+            keep = keep[line0 + keep >= self.o.skip_rows]
+        first = self._header_pending and len(keep) > 0
+        if first:
+            self._header_pending = False
         if first and len(keep):
             head = data[o[keep[0]] : o[keep[0] + 1]]
             try:

@@ -462,6 +462,8 @@ _OPTION_TYPES = {
     "column_types": (dict,),
     "columns": (list, type(None)),
     "delimiter": (str, type(None)),
+    "skip_rows": (int,),
+    "comment": (str, type(None)),
     "header": (bool,),
     "errors": (str,),
     "max_expansion": (int, float),

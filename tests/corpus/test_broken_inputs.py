@@ -151,6 +151,10 @@ def _check_inch(out: str, cols: dict) -> None:
     assert list(cols["size"]) == ['5"', "7"]
 
 
+def _check_stray_then_quoted(out: str, cols: dict) -> None:
+    assert list(cols["a"]) == ["x", "1"] and list(cols["b"]) == ['y"z', "open\n2,3"]
+
+
 def _check_slash(out: str, cols: dict) -> None:
     assert list(np.asarray(cols["a/b"])) == [1]
 
@@ -209,6 +213,11 @@ CASES: dict[str, Case] = {
     "csv whitespace-only line": Case(_file("ws.csv", b"a,b\n1,2\n \n3,4\n"), "tfrecord", f"Error: {{d}}/ws.csv, row 2 (line 3): expected 2 fields, found 1; {RAGGED}"),
     "csv unterminated quote": Case(_file("q.csv", b'a,b\n1,2\n3,"x\n4,y\n5,z\n'), "hdf5", f"Error: {{d}}/q.csv, line 3: {NOT_CLOSED}"),
     "csv unterminated quote in the header": Case(_file("qh.csv", b'"a,b\n1,2\n'), "memmap", f"Error: {{d}}/qh.csv, line 1: {NOT_CLOSED}"),
+    "csv unterminated quote after a stray quote": Case(_file("s1.csv", b'a,b\nx,y"z\n1,"open\n2,3\n'), "parquet", f"Error: {{d}}/s1.csv, line 3: {NOT_CLOSED}"),
+    "csv unterminated quote after two stray quotes": Case(_file("s2.csv", b'a,b\n5\'10",y"z\n1,"open\n2,3\n'), "tfrecord", f"Error: {{d}}/s2.csv, line 3: {NOT_CLOSED}"),
+    "csv quoted newline after a stray quote": Case(_file("s3.csv", b'a,b\nx,y"z\n1,"open\n2,3"\n'), "memmap", None, check=_check_stray_then_quoted),
+    "csv --skip-rows past the end": Case(_file("sk.csv", b"meta\na,b\n"), "hdf5", "Error: {d}/sk.csv: --skip-rows 5 skips past the end of the input (it has 2 lines); check --skip-rows", input_opts=["--skip-rows", "5"]),
+    "csv only comments": Case(_file("oc.csv", b'# "a\n# b\n'), "parquet", "Error: {d}/oc.csv: empty input (no header, no rows); check the file", input_opts=["--comment", "#"]),
     "csv stray quote inside a field is a literal": Case(_file("inch.csv", b'a,size\n1,5"\n2,7\n'), "parquet", None, input_opts=["--column-type", "size=string"], check=_check_inch),
     "csv duplicate column name": Case(_file("dup.csv", b"a,b,a\n1,2,3\n"), "parquet", "Error: {d}/dup.csv: column name 'a' appears twice in the header; rename one of them"),
     "csv header only": Case(_file("h.csv", b"a,b,c\n"), "tfrecord", "Error: {d}/h.csv: no data rows (header only); check the file"),

@@ -3,8 +3,8 @@ cap (``../shared/tools/memcap``) convert to every format with ``--max-memory 256
 the same NPY whole with NumPy under the same cap is killed.
 
 Every input format converts to every output format here: text goes to memmap too, as the
-``<col>.values.npy``/``<col>.offsets.npy`` pair (only CSV string columns are refused by memmap,
-and these CSV columns are numeric). Slow (several minutes; ``make test-slow``); skipped with the
+``<col>.values.npy``/``<col>.offsets.npy`` pair (as CSV string columns would; these CSV columns
+are numeric). Slow (several minutes; ``make test-slow``); skipped with the
 reason when memcap is absent, cannot make a cgroup (exit 3: not root, no cgroup v1 memory
 controller), or when the disk has less than 12 GB free.
 """

@@ -1,7 +1,7 @@
 """NumPy .npy output that ``np.load(path, mmap_mode="r")`` maps.
 
-One .npy per fixed-shape column. Variable-length columns (text lines, sequences) become a flat
-``<col>.values.npy`` plus ``<col>.offsets.npy`` (int64, rows + 1) so row ``i`` is
+One .npy per fixed-shape column. Variable-length columns (text lines, CSV strings, sequences)
+become a flat ``<col>.values.npy`` plus ``<col>.offsets.npy`` (int64, rows + 1) so row ``i`` is
 ``values[offsets[i]:offsets[i+1]]``. Files are written sequentially with ``write()`` (not through
 a mapping, so a full disk is an exception, not SIGBUS), hashed as they are written, and
 preallocated when the row count is known. When it is not, the header reserves room for any shape
@@ -16,7 +16,7 @@ import numpy as np
 
 from ...engine.writer import HashingWriter, fsync_all, hash_file
 from ...errors import SchemaError
-from ...schema import FIXED, STRING, Batch, Schema, VarColumn
+from ...schema import FIXED, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
 
 HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known
@@ -100,11 +100,6 @@ class MemmapWriter(Writer):
                 raise SchemaError(
                     f"{source}, column {f.name!r}: cannot be the name of a memmap file ({bad})",
                     hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
-                )
-            if f.kind == STRING and input_format != "text":
-                raise SchemaError(
-                    f"{source}, column '{f.name}': a string column cannot be written to memmap (numeric .npy files)",
-                    hint="give it a numeric --column-type, leave it out with --columns, or write parquet/hdf5/tfrecord",
                 )
 
     MANY = 8  # above this many files, each is written in the caller's thread and all are fsynced at once
