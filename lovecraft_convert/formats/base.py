@@ -238,6 +238,7 @@ class OutputFormat:
     variable_as_objects: bool = False  # variable-length rows decode to Python objects (smaller steps)
     manifest_keys: tuple[str, ...] = ()  # the manifest sections this format adds (inspect shows them)
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
+    column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
 
     # -- options ------------------------------------------------------------------------------
 

@@ -7,17 +7,18 @@ memory depends on the budget and never on the input's size.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit
 from ..engine.driver import SigTerm
-from ..engine.pipeline import Progress, prefetch, select, write_step
+from ..engine.pipeline import Progress, prefetch, write_step
 from ..errors import InputError, Interrupted, OptionsError
 from ..formats import get as get_format
 from ..formats.base import FileRecord, WriteOptions
 from ..inputs import Reader, open_reader
-from ..schema import Schema
+from ..schema import Batch, Schema
 from ..stats import BatchStats
 from .options import ConvertOptions, takes_options
 
@@ -75,25 +76,68 @@ def select_columns(reader: Reader, columns: list[str] | None) -> Schema:
     return Schema(tuple(reader.schema[c] for c in columns))
 
 
-def output_schema(reader: Reader, o: ConvertOptions):
-    """The written schema (``--columns``, then ``--dtype``/float16 column types) and the downcast
-    transform that produces it (None when nothing is downcast)."""
+@dataclass
+class OutputPlan:
+    """What is written from a reader's batches: ``prepare`` keeps the ``--columns`` and stacks the
+    ``--stack-columns``; ``down`` (None when nothing is narrowed) then downcasts to ``schema``."""
+
+    schema: Schema
+    down: Any
+    source: Schema  # the reader's columns that are kept, before stacking
+    stack: Any = None
+
+    def prepare(self, batch: Batch) -> Batch:
+        names = self.source.names
+        if list(batch.columns) != names:
+            batch = Batch({n: batch.columns[n] for n in names}, batch.num_rows)
+        return self.stack(batch) if self.stack is not None else batch
+
+
+def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
+    """The written schema (``--columns``, ``--stack-columns``, then ``--dtype``/float16 column
+    types) and the transforms that produce it."""
     from ..transforms.downcast import Downcast
 
-    schema = select_columns(reader, o.columns)
+    source = select_columns(reader, o.columns)
+    schema = source
+    stack = None
+    where = ", ".join(s.name for s in reader.specs)
+    if o.stack_columns:
+        from ..transforms.stack import Stack
+
+        stack = Stack(source, list(o.stack_columns), where)
+        schema = stack.schema
     per_col = {k: v for k, v in o.column_types.items() if v == "float16"}
     down = Downcast.for_dtype(schema, o.dtype, per_col, o.on_overflow)
     if down is not None:
-        down.source = ", ".join(s.name for s in reader.specs)
+        down.source = where
         schema = down.schema
-    return schema, down
+    return OutputPlan(schema, down, source, stack)
+
+
+READ_COLUMN_FLOOR = 8 << 10  # what reading holds per column at least (the CSV parser's per-column state)
+FIXED_FLOOR = 8 << 20  # what a run holds whatever its columns (batches in flight, pools)
+
+
+def check_memory(schema: Schema, fmt, budget: int, source: str) -> None:
+    """Refuse (one line saying how much it needs) a table too wide for the memory budget: every
+    per-column cost is sized from the budget, down to a floor below which no progress is made."""
+    per = READ_COLUMN_FLOOR + fmt.column_floor
+    need = FIXED_FLOOR + len(schema) * per
+    if need > budget:
+        mib = -(-need // (1 << 20))
+        raise OptionsError(
+            f"{source}: {len(schema)} columns need at least {mib} MiB to be written as {fmt.name} "
+            f"({per >> 10} KiB per column), more than --max-memory {budget >> 20}MiB",
+            hint=f"raise --max-memory to {mib}MiB or more, or stack numeric columns with --stack-columns",
+        )
 
 
 def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
     return WriteOptions(
         compression=o.compression,
         hash=o.hash,
-        row_group_bytes=max(1 << 20, budget // 8),
+        row_group_bytes=max(1 << 20, budget // 12),  # a row group costs about three times its size to write
         expected_rows=rows,
         memory=budget // 4,
     )
@@ -119,15 +163,17 @@ def write_unit_files(
 
 
 def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int):
-    schema, down = output_schema(reader, o)
+    plan = output_schema(reader, o)
+    schema, down = plan.schema, plan.down
     source = ", ".join(s.name for s in reader.specs)
     fmt.check_schema(schema, source, getattr(reader, "format", None))
+    check_memory(schema, fmt, budget, source)
     writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
     stats = BatchStats(schema)
     progress = Progress(reader, o.progress)
     rows = 0
     try:
-        for batch in prefetch(select(reader.batches(), schema), depth=2):
+        for batch in prefetch(map(plan.prepare, reader.batches()), depth=2):
             rows += write_step(batch, down, stats, writer)
             progress.update()
         files: list[FileRecord] = writer.close()

@@ -37,6 +37,7 @@ class ConvertOptions:
     compression: str | None = None
     column_types: dict[str, str] = field(default_factory=dict)
     columns: list[str] | None = None
+    stack_columns: list[str] | None = None  # NAME=FIRST:LAST or NAME=PATTERN: one [rows, k] column
     delimiter: str | None = None
     header: bool = True
     skip_rows: int = 0  # CSV: lines before the header (or, without one, the first row)
@@ -81,6 +82,11 @@ class ConvertOptions:
             )
         if self.on_overflow not in ("error", "clip"):
             raise OptionsError(f"--on-overflow {self.on_overflow}: use error or clip")
+        if self.stack_columns:
+            from ..transforms.stack import parse
+
+            for spec in self.stack_columns:
+                parse(spec)
         if self.hash not in HASHES:
             raise OptionsError(f"--hash {self.hash}: use one of {', '.join(HASHES)}")
         if self.errors not in ("strict", "replace"):
@@ -226,6 +232,8 @@ class BucketOptions(ShardOptions):
             )
         if self.columns:
             raise OptionsError("--columns does not apply to bucket", hint="use --column NAME")
+        if self.stack_columns:
+            raise OptionsError("--stack-columns does not apply to bucket")
         if self.column_types:
             raise OptionsError("--column-type does not apply to bucket")
         super().validate(shards_required=shards_required)

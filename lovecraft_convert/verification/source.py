@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from .. import manifest as mf
-from ..engine.pipeline import prefetch, select
+from ..engine.pipeline import prefetch
 from ..errors import InputError, LovecraftError
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
-from ..jobs.convert import output_schema, select_columns
+from ..jobs.convert import output_schema
 from ..jobs.options import ConvertOptions
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 
@@ -198,7 +198,8 @@ class SourceComparer:
         self.name = ", ".join(s.name for s in reader.specs)
         try:
             self._force_types(reader)
-            src, self.down = output_schema(reader, self.o)  # the columns and downcast convert applies
+            self.plan = output_schema(reader, self.o)  # the columns, stacking and downcast convert applies
+            src, self.down = self.plan.schema, self.plan.down
         except (LovecraftError, TypeError, ValueError, AttributeError, KeyError, UnicodeError) as e:
             self._source_problem(f"cannot be read with the manifest's options ({_one_line(e)})")
             self.usable = False
@@ -249,7 +250,7 @@ class SourceComparer:
 
     def _source_batches(self):
         try:
-            for b in prefetch(select(self.reader.batches(), select_columns(self.reader, self.o.columns)), depth=2):
+            for b in prefetch(map(self.plan.prepare, self.reader.batches()), depth=2):
                 if self.down is not None:
                     b = self.down(b)
                 yield canonical(b, self.schema, self.storage)
@@ -461,6 +462,7 @@ _OPTION_TYPES = {
     "on_overflow": (str,),
     "column_types": (dict,),
     "columns": (list, type(None)),
+    "stack_columns": (list, type(None)),
     "delimiter": (str, type(None)),
     "skip_rows": (int,),
     "comment": (str, type(None)),
@@ -479,8 +481,9 @@ def _options(raw: Any, cls) -> dict[str, Any]:
     for k, v in out.items():
         if not isinstance(v, _OPTION_TYPES[k]) or (k == "max_expansion" and isinstance(v, bool)):
             raise TypeError(f"options.{k} is {v!r}")
-    if out.get("columns") is not None and not all(isinstance(c, str) for c in out["columns"]):
-        raise TypeError(f"options.columns is {out['columns']!r}")
+    for key in ("columns", "stack_columns"):
+        if out.get(key) is not None and not all(isinstance(c, str) for c in out[key]):
+            raise TypeError(f"options.{key} is {out[key]!r}")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in out.get("column_types", {}).items()):
         raise TypeError(f"options.column_types is {out['column_types']!r}")
     if out.get("errors", "strict") not in ("strict", "replace"):

@@ -132,6 +132,47 @@ def test_convert_under_memcap(tmp_path, inputs, kind, to):
     shutil.rmtree(out)
 
 
+WIDE_CAP_MIB = 256
+
+
+@pytest.fixture(scope="module")
+def wide_csv(memcap, tmp_path_factory) -> tuple[str, np.ndarray]:
+    """A feature table of 2,000 float columns and 3,000 rows (~55 MB), written with %.6g."""
+    d = tmp_path_factory.mktemp("wide")
+    x = np.random.default_rng(1).normal(size=(3000, 2000))
+    p = d / "wide.csv"
+    with open(p, "w") as f:
+        f.write(",".join(f"c{i}" for i in range(2000)) + "\n")
+        np.savetxt(f, x, fmt="%.6g", delimiter=",")
+    return str(p), np.loadtxt(p, delimiter=",", skiprows=1, max_rows=5)
+
+
+@pytest.mark.parametrize("stack", [False, True])
+@pytest.mark.parametrize("to", FORMATS)
+def test_a_wide_csv_converts_to_every_format_under_a_256_mib_cap(tmp_path, wide_csv, to, stack):
+    """Issue: 2,000 columns at --max-memory 64MiB peaked at 2.1 GiB for HDF5; every per-column cost
+    is now sized from the budget (and --stack-columns makes them one column)."""
+    src, head = wide_csv
+    out = str(tmp_path / "out")
+    extra = ["--stack-columns", "x=c0:c1999"] if stack else []
+    r = subprocess.run(
+        [MEMCAP, str(WIDE_CAP_MIB), LOVECRAFT, "convert", src, "-o", out, "--to", to, "--max-memory", "64MiB", "-q", *extra],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
+    TIMINGS.append((f"wide csv -> {to}{' stacked' if stack else ''}", 0.0, int(m.group(1)) if m else None))
+    assert r.returncode == 0, f"rc {r.returncode} (137: killed for memory): {r.stderr[-2000:]}"
+    from tests.readback import READERS
+
+    got = READERS[to](out)
+    if stack:
+        np.testing.assert_allclose(np.asarray(got["x"])[:5], head, rtol=1e-6)
+    else:
+        np.testing.assert_allclose(
+            np.column_stack([np.asarray(got[f"c{i}"])[:5] for i in range(2000)]), head, rtol=1e-6
+        )
+
+
 def test_numpy_load_of_the_same_npy_is_killed(inputs):
     src, _ = inputs["npy"]
     t0 = time.time()

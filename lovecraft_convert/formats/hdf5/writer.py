@@ -32,15 +32,16 @@ def chunk_target(columns: int, memory: int) -> int:
     return int(max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, memory // max(1, 2 * columns))))
 
 
-def create_file(h5py, path: str, cache_bytes: int):
+def create_file(h5py, path: str, cache_bytes: int, slots: int = 521):
     """A new file whose bytes depend only on what is written: no object timestamps anywhere (the
-    root group's included), links in creation order, a chunk cache of ``cache_bytes`` per dataset."""
+    root group's included), links in creation order, a chunk cache of ``cache_bytes`` (and
+    ``slots`` hash slots: few for wide tables, whose caches hold two chunks) per dataset."""
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     fcpl.set_obj_track_times(False)
     fcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
-    fapl.set_cache(0, 521, cache_bytes, 0.75)
+    fapl.set_cache(0, slots, cache_bytes, 0.75)
     fid = h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
     return h5py.File(fid)
 
@@ -84,7 +85,7 @@ class Hdf5Writer(Writer):
         self.chunk_bytes = chunk_target(len(schema), options.memory)
         # HDF5's chunk cache is per dataset: room for the chunk being filled and one more, so that
         # all the columns together hold at most the writer's memory
-        self.f = create_file(h5py, self.path, 2 * self.chunk_bytes)
+        self.f = create_file(h5py, self.path, 2 * self.chunk_bytes, slots=521 if len(schema) < 64 else 17)
         self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
         rows = options.expected_rows
         comp = options.compression
