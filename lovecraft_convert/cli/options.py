@@ -122,11 +122,23 @@ def shard_options(f: Callable) -> Callable:
         click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical files."),
         click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores)."),
         click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping what it committed."),
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Run the units in local processes or as Ray tasks on a cluster."),
+        click.option("--ray-address", metavar="ADDRESS", help="The Ray cluster (default: RAY_ADDRESS, else a local Ray started for the run)."),
     ]  # fmt: skip
     return _stack(f, opts)
 
 
-SHARD_FLAGS = ("shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume")
+SHARD_FLAGS = (
+    "shard_size",
+    "rows_per_shard",
+    "num_shards",
+    "shuffle",
+    "seed",
+    "workers",
+    "resume",
+    "engine",
+    "ray_address",
+)
 
 
 def library_kwargs(params: dict) -> dict:

@@ -119,7 +119,14 @@ def run_job(
             inputs = spool_stdin(inputs, work, stdin_spec)
         plan = load_plan(work, fingerprint, out.path)
         journal = Journal(work)
-        executor = make_executor(workers, plugins())
+        executor = make_executor(
+            workers,
+            plugins(),
+            engine=getattr(o, "engine", "local"),
+            address=getattr(o, "ray_address", None),
+            memory=o.budget() // 4,
+            work=work,
+        )
         run = Run(work, out.path, list(inputs), plan, journal, executor)
         try:
             manifest = body(run)

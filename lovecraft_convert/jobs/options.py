@@ -134,6 +134,8 @@ class ShardOptions(ConvertOptions):
     workers: int | None = None
     resume: bool = False
     part_bytes: int = PART_BYTES
+    engine: str = "local"  # local processes, or Ray tasks (--engine ray)
+    ray_address: str | None = None  # the Ray cluster (default RAY_ADDRESS, else a local Ray for the run)
 
     def fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its ``--resume``."""
@@ -162,6 +164,12 @@ class ShardOptions(ConvertOptions):
             self.shard_size = size
         if self.workers is not None and self.workers < 1:
             raise OptionsError("--workers must be at least 1")
+        from ..engine.executors import ENGINES
+
+        if self.engine not in ENGINES:
+            raise OptionsError(f"--engine {self.engine}: use one of {', '.join(ENGINES)}")
+        if self.ray_address and self.engine != "ray":
+            raise OptionsError("--ray-address applies to --engine ray")
 
     def check_inputs(self, inputs: list[str]) -> None:
         if "-" in inputs and self.resume:
