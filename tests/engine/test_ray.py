@@ -161,8 +161,10 @@ def test_resume_across_engines(cluster, csv_input, tmp_path, first, then):
     journal = os.path.join(str(tmp_path), ".out.partial", "journal.jsonl")
     t0 = time.time()
     while p.poll() is None and time.time() - t0 < 120:
-        if os.path.exists(journal) and sum(1 for line in open(journal) if '"phase": 2' in line) >= 2:
-            break
+        if os.path.exists(journal):
+            with open(journal) as f:
+                if sum('"phase": 2' in line for line in f) >= 2:
+                    break
         time.sleep(0.02)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
