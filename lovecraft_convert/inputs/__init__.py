@@ -38,9 +38,11 @@ def open_reader(
     column_types: dict[str, str] | None = None,
     max_expansion: float = 1000.0,
     threads: bool = True,
+    columns: list[str] | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
-    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers)."""
+    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
+    ``columns``: the columns that will be used (readers of columnar inputs read only those)."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)
@@ -61,6 +63,7 @@ def open_reader(
         column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
         max_ratio=max_expansion,
         threads=threads,
+        columns=list(columns) if columns else None,
     )
     reader = cls(specs, ropts)
     reader.format = kind

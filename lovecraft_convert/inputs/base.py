@@ -34,12 +34,16 @@ class ReadOptions:
     column_types: dict[str, str] = field(default_factory=dict)
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
+    columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow)
 
 
 @dataclass(frozen=True)
 class Part:
     """A unit of input that can be read on its own: a byte range of one file (``start``/``end``),
-    a whole (compressed or piped) input (both None), or a row range of NPY inputs (``rows``)."""
+    a whole (compressed or piped) input (both None), a row range of NPY inputs (``rows``), or
+    blocks ``[b0, b1)`` of file ``f`` of a columnar input (``blocks``: Parquet row groups, Arrow
+    record batches; ``rows`` is then the range of the whole input they hold, ``line0`` the rows of
+    the file before them)."""
 
     index: int
     spec: int = 0
@@ -47,6 +51,7 @@ class Part:
     end: int | None = None
     line0: int = 0  # lines before ``start`` (text), for error messages
     rows: tuple[int, int] | None = None
+    blocks: tuple[int, int, int] | None = None  # (file, b0, b1)
 
 
 class Reader:
@@ -107,3 +112,17 @@ class Reader:
 
     def progress_done(self) -> int:
         return 0
+
+    def memory_bytes(self) -> int | None:
+        """Estimated in-memory bytes of all the records (shuffle buckets are sized from it); None
+        when only the input's size is known."""
+        return None
+
+    def column_info(self) -> dict[str, dict]:
+        """What ``inspect`` shows of each column beyond its values: the input's own type, the
+        nulls met so far (inputs that have nulls), a type decision."""
+        return {}
+
+    def input_details(self, i: int) -> dict:
+        """What ``inspect`` shows of input ``i`` beyond its size (row groups, record batches...)."""
+        return {}

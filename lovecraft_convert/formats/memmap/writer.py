@@ -97,7 +97,7 @@ class MemmapWriter(Writer):
                     f"{source}, column {f.name!r}: cannot be the name of a memmap file ({bad})",
                     hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
                 )
-            if f.kind == STRING and input_format != "text":
+            if f.kind == STRING and input_format == "csv":
                 raise SchemaError(
                     f"{source}, column '{f.name}': a string column cannot be written to memmap (numeric .npy files)",
                     hint="give it a numeric --column-type, leave it out with --columns, or write parquet/hdf5/tfrecord",
