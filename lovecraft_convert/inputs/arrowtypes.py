@@ -18,8 +18,8 @@ IPC, Hugging Face ``save_to_disk`` directories), in one place.
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +60,9 @@ def _binary(t: pa.DataType) -> bool:
 
 
 def _listlike(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)
+    return (
+        pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)
+    )
 
 
 def _temporal(t: pa.DataType) -> bool:
@@ -174,7 +176,9 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
             return c
         if _stringy(v) or _binary(v):
             return _refuse(
-                c, f"holds {type_name(c.atype)} (lists of strings), which the output formats cannot hold yet", _leave_out()
+                c,
+                f"holds {type_name(c.atype)} (lists of strings), which the output formats cannot hold yet",
+                _leave_out(),
             )
         what = "lists of lists" if (_listlike(v) or pa.types.is_fixed_size_list(v)) else f"lists of {type_name(v, 40)}"
         return _refuse(c, f"holds {type_name(c.atype)} ({what}), which no output format can hold", _leave_out())
@@ -475,8 +479,7 @@ class Converter:
             out = arr.cast(c.target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise InputError(
-                f"{source}, column '{c.name}': a value cannot be read as {c.note.get('stored_as')} "
-                f"({_first_line(e)})",
+                f"{source}, column '{c.name}': a value cannot be read as {c.note.get('stored_as')} ({_first_line(e)})",
                 hint="choose another --column-type",
             ) from None
         if c.field.kind == STRING:

@@ -120,7 +120,10 @@ class ColumnarReader(Reader):
         early = {
             c.name: "float64"
             for c in cols
-            if c.how == "number" and not c.to_float and c.field.np_dtype.kind != "f" and any(c.name in f.nulls for f in self.files)
+            if c.how == "number"
+            and not c.to_float
+            and c.field.np_dtype.kind != "f"
+            and any(c.name in f.nulls for f in self.files)
         }
         if early:  # the files' statistics say these int/bool columns hold nulls
             self.widened.update(early)
@@ -211,14 +214,24 @@ class ColumnarReader(Reader):
             start, rows, size, b0 = 0, 0, 0, 0
             for bi, b in enumerate(f.blocks):
                 if rows and size + b.memory > target_bytes:
-                    parts.append(Part(len(parts), f.spec, line0=start, rows=(g + start, g + start + rows), blocks=(fi, b0, bi)))
+                    parts.append(
+                        Part(len(parts), f.spec, line0=start, rows=(g + start, g + start + rows), blocks=(fi, b0, bi))
+                    )
                     start, rows, size, b0 = start + rows, 0, 0, bi
                 if not rows:
                     b0 = bi
                 rows += b.rows
                 size += b.memory
             if rows:
-                parts.append(Part(len(parts), f.spec, line0=start, rows=(g + start, g + start + rows), blocks=(fi, b0, len(f.blocks))))
+                parts.append(
+                    Part(
+                        len(parts),
+                        f.spec,
+                        line0=start,
+                        rows=(g + start, g + start + rows),
+                        blocks=(fi, b0, len(f.blocks)),
+                    )
+                )
             g += f.rows
         return parts or [Part(0, 0, rows=(0, 0), blocks=(0, 0, 0))]
 

@@ -25,7 +25,9 @@ def _as_var(col, f: Field) -> VarColumn:
         return VarColumn(np.asarray(col.values).astype(dt, copy=False), np.asarray(col.offsets, dtype=np.int64))
     if f.kind in (STRING, BINARY):
         rows = [r.encode("utf-8") if isinstance(r, str) else bytes(r) for r in col]
-        return VarColumn.from_pylist(rows, np.uint8) if rows else VarColumn(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+        return (
+            VarColumn.from_pylist(rows, np.uint8) if rows else VarColumn(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+        )
     arrs = [np.asarray(r, dtype=f.np_dtype).reshape(-1) for r in col]
     offs = np.zeros(len(arrs) + 1, dtype=np.int64)
     np.cumsum([len(a) for a in arrs], out=offs[1:])

@@ -155,7 +155,9 @@ class ParquetReader(ColumnarReader):
             if want:
                 n = self._batch_rows(pf, f, g)
                 with reading(f.name, where):
-                    it = pf.iter_batches(batch_size=n, row_groups=[g], columns=columns, use_threads=self.options.threads)
+                    it = pf.iter_batches(
+                        batch_size=n, row_groups=[g], columns=columns, use_threads=self.options.threads
+                    )
                 for rb in guarded(it, f.name, where):
                     yield rb, row + got
                     got += rb.num_rows

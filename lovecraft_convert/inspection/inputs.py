@@ -219,6 +219,7 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[s
         "sample_rows": rows if not exact else None,
         "columns": [p.to_dict(num_buckets) for p in profiles],
     }
+    _add_input_figures(report, reader)
     if estimate and kept:
         report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows, reader.format)
         floating = [f for f in schema if f.np_dtype.kind == "f" and f.np_dtype.itemsize > 2]
@@ -228,6 +229,20 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[s
             )
         report["estimated_exact"] = False
     return report
+
+
+def _add_input_figures(report: dict[str, Any], reader) -> None:
+    """What the reader knows beyond the values: the input's own column types, nulls, type
+    decisions (Parquet, Arrow), row groups and record batches of each input."""
+    for i, entry in enumerate(report["inputs"]):
+        entry.update(reader.input_details(i))
+    info = reader.column_info()
+    for c in report["columns"]:
+        c.update(info.get(c["name"], {}))
+    shown = {c["name"] for c in report["columns"]}
+    left = [{"name": k, **v} for k, v in info.items() if k not in shown]
+    if left:
+        report["columns_not_read"] = left
 
 
 def _estimate_rows(reader, rows: int, done: int) -> int | None:

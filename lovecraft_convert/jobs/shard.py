@@ -350,6 +350,9 @@ def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict)
 
 def _estimate_bytes(reader) -> int:
     """Roughly how many bytes the records take in memory (for the number of shuffle buckets)."""
+    known = reader.memory_bytes()
+    if known is not None:
+        return known
     total = 0
     for s in reader.specs:
         size = s.size or (256 << 20)
