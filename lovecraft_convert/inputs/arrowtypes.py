@@ -95,7 +95,8 @@ class Column:
     note: dict = dataclasses.field(default_factory=dict)  # what the manifest's sources record of the type decision
     value: pa.DataType | None = None  # element type (number, fixed, hfarray, sequence)
     shape: tuple[int, ...] = ()
-    permutation: tuple[int, ...] | None = None  # fixed-shape tensors stored in another dimension order
+    permutation: tuple[int, ...] | None = None  # fixed-shape tensors stored in another dimension order:
+    physical: tuple[int, ...] = ()  # the stored shape; the row is its transpose by ``permutation``
     target: pa.DataType | None = None  # --column-type / temporal: the type it is cast to
     to_float: bool = False  # int/bool values with nulls: read as float64 (NaN)
 
@@ -135,17 +136,22 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
     if pa.types.is_dictionary(t):
         c.note["decoded"] = "dictionary"
         t = t.value_type
-    meta = f.metadata or {}
+    meta = f.metadata or {}  # an extension type no one registered in this process: its storage and these keys
     ext = (meta.get(b"ARROW:extension:name") or b"").decode("utf-8", "replace")
+    ext_meta = meta.get(b"ARROW:extension:metadata")
     if isinstance(t, pa.FixedShapeTensorType):
         return _tensor(c, t, to_float)
-    if isinstance(t, pa.BaseExtensionType):
-        c.note["extension"] = t.extension_name
+    if isinstance(t, pa.BaseExtensionType):  # registered (e.g. by an imported ``datasets``)
+        ext = c.note["extension"] = t.extension_name
+        try:
+            ext_meta = t.__arrow_ext_serialize__()
+        except (AttributeError, NotImplementedError, TypeError, ValueError):
+            ext_meta = None
         t = t.storage_type
     if want is not None:
         return _cast(c, t, want)
     if ext.startswith(HF_ARRAY):
-        return _hf_array(c, t, meta, to_float)
+        return _hf_array(c, t, ext_meta, to_float)
     if _numeric(t):
         dt = np.dtype(np.float64) if (to_float and not pa.types.is_floating(t)) else _np(t)
         c.how, c.value, c.to_float = "number", t, to_float
@@ -219,22 +225,23 @@ def _tensor(c: Column, t: pa.FixedShapeTensorType, to_float: bool) -> Column:
     v = t.value_type
     if not _numeric(v):
         return _refuse(c, f"holds {type_name(c.atype)} (tensors of {type_name(v, 40)})", _leave_out())
-    perm = tuple(t.permutation) if t.permutation else None
-    if perm == tuple(range(len(t.shape))):
+    physical = tuple(int(s) for s in t.shape)  # the row-major layout of the storage
+    perm = tuple(int(p) for p in t.permutation) if t.permutation else None
+    if perm == tuple(range(len(physical))):
         perm = None
-    _fixed(c, "fixed", v, tuple(int(s) for s in t.shape), to_float)
-    c.permutation = perm
+    _fixed(c, "fixed", v, tuple(physical[p] for p in perm) if perm else physical, to_float)
+    c.permutation, c.physical = perm, physical
     c.note["extension"] = t.extension_name
     return c
 
 
-def _hf_array(c: Column, t: pa.DataType, meta: dict, to_float: bool) -> Column:
-    """A Hugging Face ``Array2D``..``Array5D``: nested lists whose shape and dtype the field's
-    extension metadata gives (``[[2, 3], "float32"]``)."""
+def _hf_array(c: Column, t: pa.DataType, ext_meta: bytes | None, to_float: bool) -> Column:
+    """A Hugging Face ``Array2D``..``Array5D``: nested lists whose shape and dtype the extension's
+    metadata gives (``[[2, 3], "float32"]``)."""
     try:
-        shape, _dtype = json.loads(meta[b"ARROW:extension:metadata"])
+        shape, _dtype = json.loads(ext_meta)
         shape = tuple(shape)
-    except (KeyError, ValueError, TypeError):
+    except (ValueError, TypeError):
         return _refuse(c, "holds a Hugging Face array whose shape cannot be read", _leave_out())
     v = t
     while _listlike(v) or pa.types.is_fixed_size_list(v):
@@ -396,9 +403,9 @@ class Converter:
             v = a.to_numpy(zero_copy_only=False)
             if v.dtype != dt:
                 v = v.astype(dt)
-        if c.permutation is not None:  # stored in the permuted order of dimensions
-            phys = v.reshape((n, *[c.shape[p] for p in c.permutation]))
-            return np.ascontiguousarray(phys.transpose(0, *[1 + int(i) for i in np.argsort(c.permutation)]))
+        if c.permutation is not None:  # as pyarrow's to_numpy_ndarray: the stored rows transposed
+            phys = v.reshape((n, *c.physical))
+            return np.ascontiguousarray(phys.transpose(0, *[1 + p for p in c.permutation]))
         return v.reshape((n, *c.shape))
 
     def _sequence(self, arr: pa.Array, c: Column) -> VarColumn:
