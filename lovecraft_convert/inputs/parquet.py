@@ -43,6 +43,8 @@ class ParquetReader(ColumnarReader):
     def open_files(self) -> list[SourceFile]:
         files = []
         for i, spec in enumerate(self.specs):
+            if spec.size == 0:
+                raise InputError(f"{spec.name}: empty input (0 bytes, not a Parquet file)", hint="check the file")
             with reading(spec.name):
                 pf = self._open(spec.path)
                 md = pf.metadata
