@@ -442,8 +442,7 @@ class Converter:
             arr = arr.cast(pa.large_binary())
         if arr.null_count:
             self.nulls[c.name] += arr.null_count
-            text = c.field.kind == STRING
-            arr = pc.fill_null(arr, pa.scalar("" if text else b"", arr.type))
+            arr = pc.fill_null(arr, pa.scalar("" if c.field.kind == STRING else b"", arr.type))
         if c.field.kind == STRING:
             arr = self._utf8(arr, c, source, row0)
         return _var_bytes(arr)

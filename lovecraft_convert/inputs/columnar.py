@@ -190,19 +190,10 @@ class ColumnarReader(Reader):
     # -- reading ------------------------------------------------------------------------------
 
     def batches(self) -> Iterator[Batch]:
-        self._done = 0
-        base = 0
+        self._done = 0  # bytes of the blocks read (compressed row groups, record batches)
         for f in self.files:
             for rb, row0 in self.read_file(f, None):
                 yield self._convert(rb, f, row0)
-            base += self._file_bytes(f)
-            self._done = base
-
-    def _file_bytes(self, f: SourceFile) -> int:
-        spec = self.specs[f.spec]
-        if len([x for x in self.files if x.spec == f.spec]) == 1 and spec.size is not None:
-            return spec.size
-        return sum(b.bytes for b in f.blocks) if f.blocks is not None else 0
 
     def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
         """Whole blocks, gathered while they hold less than ``target_bytes`` (in memory); a block

@@ -64,6 +64,7 @@ class ParquetReader(ColumnarReader):
             if md.created_by:
                 info["created_by"] = md.created_by
             files.append(SourceFile(i, spec.path, spec.name, schema, info, blocks, nulls))
+        self.rows = sum(f.rows for f in files)  # exact: a row group that holds fewer is an error
         return files
 
     def load_blocks(self, mapper=None) -> None:
