@@ -53,7 +53,7 @@ def open_reader(
     column_types = dict(column_types or {})
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
-        raise OptionsError("--column-type applies to CSV inputs only")
+        raise OptionsError("--column-type applies to CSV, Parquet, Arrow and Hugging Face inputs only")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,

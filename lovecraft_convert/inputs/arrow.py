@@ -21,8 +21,9 @@ from .columnar import DAMAGED, Block, ColumnarReader, SourceFile, guarded, readi
 FEATHER_V1 = b"FEA1"
 
 
-def _open_ipc(path: str, name: str):
-    """An IPC file or stream reader over a memory map of ``path``: ``(reader, "file" | "stream")``."""
+def _open_ipc(path: str, name: str, fields: list[int] | None = None):
+    """An IPC file or stream reader over a memory map of ``path``: ``(reader, "file" | "stream")``;
+    ``fields``: the top-level fields to read (the others are neither decompressed nor touched)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
@@ -35,11 +36,12 @@ def _open_ipc(path: str, name: str):
         )
     if not head:
         raise InputError(f"{name}: empty input (0 bytes, not an Arrow file)", hint="check the file")
+    options = ipc.IpcReadOptions(included_fields=fields) if fields is not None else None
     with reading(name):
         source = pa.memory_map(path)
         if head.startswith(b"ARROW1"):
-            return ipc.open_file(source), "file"
-        return ipc.open_stream(source), "stream"
+            return ipc.open_file(source, options=options), "file"
+        return ipc.open_stream(source, options=options), "stream"
 
 
 def _batches(reader, kind: str, name: str, b0: int = 0, b1: int | None = None) -> Iterator:
@@ -131,8 +133,15 @@ class ArrowReader(ColumnarReader):
     def memory_bytes(self) -> int | None:
         return sum(os.path.getsize(f.path) for f in self.files)
 
+    def _fields(self, f: SourceFile) -> list[int] | None:
+        """The top-level fields of ``f`` holding the columns read (None: all of them)."""
+        tops = list(dict.fromkeys(c.path[0] for c in self.read_columns))
+        if len(tops) == len(f.schema.names):
+            return None
+        return [f.schema.get_field_index(t) for t in tops]
+
     def read_file(self, f: SourceFile, blocks: tuple[int, int] | None, row0: int = 0) -> Iterator[tuple[object, int]]:
-        reader, kind = _open_ipc(f.path, f.name)
+        reader, kind = _open_ipc(f.path, f.name, self._fields(f))
         b0, b1 = blocks or (0, None)
         row = row0
         for i, rb in enumerate(_batches(reader, kind, f.name, b0, b1), b0):

@@ -180,12 +180,19 @@ class ColumnarReader(Reader):
             self._plan()
 
     def _convert(self, rb, f: SourceFile, row0: int) -> Batch:
+        import pyarrow as pa
+
         try:
             return self.converter.batch(rb, f.name, row0)
         except NeedsFloat as e:  # met a null in an int/bool column: start over reading it as float64
             self.widened[e.name] = "float64"
             self._plan()
             raise SchemaChanged(dict(self.widened)) from None
+        except pa.ArrowException as e:  # whatever pyarrow refuses in these values: one line, no traceback
+            text = " ".join(str(e).split())[:240]
+            raise InputError(
+                f"{f.name}, rows {row0 + 1}-{row0 + rb.num_rows}: cannot be read ({text})", hint=DAMAGED
+            ) from None
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -132,7 +132,9 @@ class Sequences:
             self.source_column = o.column
         else:
             if o.column is not None:
-                raise SchemaError(f"--column applies to CSV and dataset inputs; {self.name} is {fmt}")
+                raise SchemaError(
+                    f"--column applies to CSV, Parquet, Arrow, Hugging Face and dataset inputs; {self.name} is {fmt}"
+                )
             self.kind = "text"
             self.source_column = "text"
         self.tokenizer = load_tokenizer(o.tokenizer)

@@ -220,3 +220,19 @@ def test_inspect_arrow_stream(tmp_path):
     assert cols["score"]["nulls"] == len(range(0, N, 7)) and cols["tag"]["decoded"] == "dictionary"
     assert cols["vec"]["input_type"] == "fixed_size_list<item: int16>[3]"
     assert rep["inputs"][0]["ipc"] == "stream" and plain(rep["columns"][0]["shape"]) == []
+
+
+def test_columns_of_a_compressed_file_read_only_those_fields(tmp_path):
+    """--columns on an lz4 Feather file: the reader asks Arrow for those fields only
+    (``IpcReadOptions.included_fields``), so the others are not decompressed."""
+    from lovecraft_convert.inputs import open_reader
+
+    src = _file(tmp_path, "lz4")
+    reader = open_reader([src], budget=64 << 20, columns=["text"])
+    batches = list(reader.batches())
+    assert all(list(b.columns) == ["text"] for b in batches)
+    assert sum(b.num_rows for b in batches) == N
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", src, "-o", out, "--to", "memmap", "-q", "--columns", "text")
+    assert (r.exit_code, r.stderr) == (0, "")
+    assert read_back(out, "memmap")["text"] == _table()[1]["text"]

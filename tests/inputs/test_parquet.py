@@ -80,6 +80,10 @@ def test_every_type_to_every_format(tmp_path, fmt):
     assert (r.exit_code, r.stderr) == (0, "")
     got = read_back(out, fmt)
     assert_columns(got, want, f32=fmt == "tfrecord")
+    if fmt == "parquet":  # and polars, another Parquet reader
+        from tests.readback import read_polars
+
+        assert_columns(read_polars(out), want)
     schema = {f["name"]: (f["kind"], f["dtype"], f["shape"]) for f in manifest(out)["schema"]}
     assert schema == {
         "i": ("fixed", "<f8", []),
