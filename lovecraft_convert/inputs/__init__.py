@@ -39,10 +39,12 @@ def open_reader(
     max_expansion: float = 1000.0,
     threads: bool = True,
     columns: list[str] | None = None,
+    lenient: bool = False,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
-    ``columns``: the columns that will be used (readers of columnar inputs read only those)."""
+    ``columns``: the columns that will be used (readers of columnar inputs read only those);
+    ``lenient``: leave out columns no output can hold instead of refusing them (``inspect``)."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)
@@ -64,6 +66,7 @@ def open_reader(
         max_ratio=max_expansion,
         threads=threads,
         columns=list(columns) if columns else None,
+        lenient=lenient,
     )
     reader = cls(specs, ropts)
     reader.format = kind

@@ -35,6 +35,7 @@ class ReadOptions:
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
     columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow)
+    lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def _num(v):
 
 def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[str, Any]:
     budget = parse_size(o.max_memory)
-    reader = open_reader(inputs, budget=budget, **o.read_kwargs())
+    reader = open_reader(inputs, budget=budget, lenient=True, **o.read_kwargs())
     while True:
         schema = select_columns(reader, o.columns)
         profiles = [Profile(f) for f in schema]

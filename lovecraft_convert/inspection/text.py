@@ -85,8 +85,8 @@ def format_text(r: dict[str, Any]) -> str:
             out.append(f"  efficiency by K: {table}")
         out.append("")
     for c in r.get("columns_not_read") or []:
-        why = f": {c['refused']}" if c.get("refused") else " (not selected)"
-        out.append(f"column '{c['name']}' ({c.get('input_type')}) not read{why}")
+        why = f": it {c['refused']}" if c.get("refused") else f" ({c.get('input_type')}): not selected"
+        out.append(f"column '{c['name']}' not read{why}")
     if r.get("columns_not_read"):
         out.append("")
     if r.get("estimated_bytes"):

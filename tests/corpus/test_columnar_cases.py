@@ -81,6 +81,17 @@ def _hf_state(files: list) -> Callable[[str], list[str]]:
     return make
 
 
+def _not_read(name: str, why: str) -> Callable[[dict], None]:
+    """inspect describes the other columns and lists this one as not read, with why."""
+
+    def check(report: dict) -> None:
+        left = {c["name"]: c for c in report["columns_not_read"]}
+        assert why in left[name]["refused"], left
+        assert name not in [c["name"] for c in report["columns"]] and report["columns"]
+
+    return check
+
+
 def _check_nulls(out: str, cols: dict) -> None:
     assert list(np.asarray(cols["n"])[[0, 2]]) == [1.0, 3.0] and np.isnan(np.asarray(cols["n"])[1])
     assert list(cols["s"]) == ["x", "", "z"]
@@ -101,9 +112,9 @@ CASES: dict[str, Case] = {
     "parquet truncated footer": Case(_file("t.parquet", CUT), "memmap", f"Error: {{d}}/t.parquet: {NO_MAGIC}; {DAMAGED}"),
     "parquet named so but text": Case(_file("x.parquet", b"id,name\n1,a\n" * 20), "hdf5", f"Error: {{d}}/x.parquet: {NO_MAGIC}; {DAMAGED}"),
     "parquet page checksum mismatch": Case(_file("c.parquet", _corrupt_page()), "tfrecord", f"Error: {{d}}/c.parquet, row group 0: cannot be read (could not verify page integrity, CRC checksum verification failed for page_ordinal 0); {DAMAGED}"),
-    "parquet map column": Case(_file("m.parquet", MAP), "parquet", "Error: {d}/m.parquet, column 'm': holds map<string, int64 ('m')>, which no output format can hold; leave it out with --columns, e.g. --columns x"),
+    "parquet map column": Case(_file("m.parquet", MAP), "parquet", "Error: {d}/m.parquet, column 'm': holds map<string, int64 ('m')>, which no output format can hold; leave it out with --columns, e.g. --columns x", inspect=_not_read("m", "holds map<string, int64")),
     "parquet map column left out": Case(_file("m.parquet", MAP), "hdf5", None, input_opts=["--columns", "x"]),
-    "parquet list of lists": Case(_file("l.parquet", NESTED), "memmap", "Error: {d}/l.parquet, column 'll': holds list<element: list<element: int32>> (lists of lists), which no output format can hold; leave it out with --columns, e.g. --columns x"),
+    "parquet list of lists": Case(_file("l.parquet", NESTED), "memmap", "Error: {d}/l.parquet, column 'll': holds list<element: list<element: int32>> (lists of lists), which no output format can hold; leave it out with --columns, e.g. --columns x", inspect=_not_read("ll", "lists of lists")),
     "parquet nulls by the rules": Case(_file("n.parquet", _pq(TABLE)), "hdf5", None, check=_check_nulls),
     "parquet int with nulls beyond 2**53": Case(_file("b.parquet", BIG), "parquet", "Error: {d}/b.parquet, row 2, column 'i': -1152921504606846976 is beyond +-2**53, so the column cannot be float64 (which holds its nulls as NaN) without changing it; read it as text with --column-type i=string, or leave it out with --columns"),
     "parquet --column-type of a column that is not there": Case(_file("n.parquet", _pq(TABLE)), "parquet", "Error: --column-type q=...: no column 'q' in {d}/n.parquet; columns are n, s", input_opts=["--column-type", "q=string"]),
