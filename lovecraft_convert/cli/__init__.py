@@ -35,7 +35,8 @@ def cli() -> None:
     """Stream datasets larger than RAM into training-ready files.
 
     \b
-    Inputs: text (one record per line), CSV, NPY; plain or .gz/.bz2/.xz/.zst.
+    Inputs: text (one record per line), CSV, NPY; plain or .gz/.bz2/.xz/.zst;
+    Parquet, Arrow IPC/Feather, Hugging Face save_to_disk directories, lovecraft datasets.
     Outputs: memmap (.npy), hdf5, parquet, tfrecord; every output is a directory
     with the data files and a _manifest.json that records what was written.
     """

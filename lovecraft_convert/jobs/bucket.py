@@ -302,6 +302,8 @@ def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
         est = sum((s.size or (256 << 20)) * (6 if s.compression else 1) for s in probe.specs) if probe.specs else 0
         if probe.dataset is not None:
             est = sum(f["bytes"] for f in probe.ds.manifest["files"])
+        elif probe.memory_bytes() is not None:
+            est = probe.memory_bytes()
         est *= 4 if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 else 1
         plan.setdefault("hash_buckets", max(1, math.ceil(est / max(1, ctx.budget() // 4))))
         save_plan(work, plan)

@@ -166,7 +166,7 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     plan = output_schema(reader, o)
     schema, down = plan.schema, plan.down
     source = ", ".join(s.name for s in reader.specs)
-    fmt.check_schema(schema, source, getattr(reader, "format", None))
+    fmt.check_schema(schema, source)
     check_memory(schema, fmt, budget, source)
     writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
     stats = BatchStats(schema)

@@ -276,7 +276,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
         reader = ctx.reader()
         schema = output_schema(reader, o).schema
         source = ", ".join(s.name for s in reader.specs)
-        fmt.check_schema(schema, source, getattr(reader, "format", None))
+        fmt.check_schema(schema, source)
         check_memory(schema, fmt, o.budget(), source)
         ctx.out_schema = schema.to_list()
         trace("planning parts")
@@ -345,6 +345,9 @@ def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict)
 
 def _estimate_bytes(reader) -> int:
     """Roughly how many bytes the records take in memory (for the number of shuffle buckets)."""
+    known = reader.memory_bytes()
+    if known is not None:
+        return known
     total = 0
     for s in reader.specs:
         size = s.size or (256 << 20)
