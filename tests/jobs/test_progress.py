@@ -1,8 +1,8 @@
 """Progress of ``shard`` and ``bucket`` as a person sees it: the real CLI in a subprocess with
 stderr on a pseudo-terminal shows the input bytes read (with a rate and an ETA) moving while the
-input is split, by worker processes or in-process, before the first shard file exists; then the
-shards written. With ``--quiet``, or with stderr not a terminal, nothing of the kind is printed,
-and ``--json`` keeps stdout clean.
+input is split, in-process, by worker processes or by Ray tasks (slow), before the first shard
+file exists; then the shards written. With ``--quiet``, or with stderr not a terminal, nothing of
+the kind is printed, and ``--json`` keeps stdout clean.
 
 Splitting a test-sized input takes well under a second, too quick to watch. The subprocess (and
 every worker it spawns) therefore starts with a ``sitecustomize`` that cuts the text input into
@@ -220,3 +220,15 @@ def test_stderr_not_a_terminal_gets_the_summary_alone(corpus, command):
     lines = (corpus / "corpus.txt").read_bytes().count(b"\n")
     assert err.startswith(f"wrote {lines} rows to {out} (parquet, "), err  # the summary ...
     assert "\r" not in err and "%|" not in err and "B/s" not in err, err  # ... and no bar
+
+
+@pytest.mark.slow
+def test_shard_on_ray_shows_input_bytes_moving(corpus):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'lovecraft-convert[ray]')")
+    size = os.path.getsize(corpus / "corpus.txt")
+    args = ["shard", "corpus.txt", "-o", "r1", "--to", "parquet", "--num-shards", "3", "--json"]
+    seen = _on_terminal(corpus, [*args, "--engine", "ray", "--workers", "2"], "r1")  # a Ray started for the run
+    assert seen.code == 0, seen.err[-2000:]
+    assert json.loads(seen.out)["rows"] > 0
+    assert seen.before is not None and seen.meters, seen.err[-2000:]
+    _moved(_reading(seen.before), size)
