@@ -228,20 +228,33 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, csv_input, fmt, shuffle
     shard([csv_input], ref, progress=False, part_bytes=1 << 20, max_memory="32MiB", workers=2, **kw)
     want = _digest(ref)
     rng = random.Random(f"{fmt}-{shuffle}")  # seeded: a failing trial can be replayed
+    # trial 0 is killed once a shard is journalled (surely mid-run); the others at seeded random moments
     for trial in range(3):
         d = tmp_path / f"t{trial}"
         d.mkdir()
         out = str(d / "out")
         p = subprocess.Popen([sys.executable, "-c", _runner_code(csv_input, out, **kw)])
-        time.sleep(rng.uniform(0.3, 2.5))
+        if trial == 0:
+            assert _wait_for(lambda d=d: _journal_lines(d) >= 1, p), "no shard was journalled"
+            why = "killed after the first journal line"
+        else:
+            delay = rng.uniform(0.3, 2.5)
+            time.sleep(delay)
+            why = f"trial {trial}, killed at {delay:.2f}s"
+        finished = p.poll() is not None
         p.send_signal(signal.SIGKILL)
         p.wait()
-        assert not _looks_complete(out) or _digest(out) == want
-        if not os.path.exists(out):
-            assert not os.path.exists(out)  # nothing at the output path before resuming
+        if os.path.exists(out):  # only a finished run may have put anything at the output path
+            assert _looks_complete(out), f"{why}: an incomplete output at {out}: {os.listdir(out)}"
+            assert manifest(out)["complete"] is True, why
+            assert _digest(out) == want, why
+        else:
+            assert not finished, f"{why}: the run exited before the kill without writing {out}"
+            if trial == 0:  # a run killed mid-way keeps its work directory for --resume
+                assert os.path.exists(d / ".out.partial" / "journal.jsonl"), f"{why}: {leftovers(d)}"
             code = _runner_code(csv_input, out, resume=True, **kw)
             subprocess.run([sys.executable, "-c", code], check=True)
-        assert _digest(out) == want
-        assert [n for n in leftovers(d) if n != ".out.lock"] == []
+        assert _digest(out) == want, why
+        assert [n for n in leftovers(d) if n != ".out.lock"] == [], why
         m = manifest(out)
-        assert m["rows"] == 200_000
+        assert (m["rows"], m["complete"]) == (200_000, True)
