@@ -20,6 +20,7 @@ from lovecraft_convert import bucket as run_bucket
 from lovecraft_convert.transforms.bucketing import padding_stats
 
 from .conftest import leftovers, lovecraft, write
+from .readback import assert_manifest_matches_disk, disk_digest
 
 FORMATS = ["memmap", "hdf5", "parquet", "tfrecord"]
 
@@ -165,8 +166,9 @@ def test_shards_within_buckets_and_shuffle(corpus, tmp_path):
     assert lovecraft("bucket", src, "-o", again, *args, "--shuffle", "--seed", "5", "--workers", "1").exit_code == 0
     other = str(tmp_path / "other")
     assert lovecraft("bucket", src, "-o", other, *args, "--shuffle", "--seed", "6", "--workers", "2").exit_code == 0
-    digests = [{f["path"]: f["sha256"] for f in manifest(d)["files"]} for d in (out, again, other)]
+    digests = [disk_digest(d) for d in (out, again, other)]  # hashed here, from the files
     assert digests[0] == digests[1]
+    assert assert_manifest_matches_disk(out) == digests[0]
     assert digests[0] != digests[2]
     assert collections.Counter(read_all(other)[1]) == as_bytes(lines)
     assert lovecraft("verify", out).exit_code == 0
@@ -179,12 +181,10 @@ def test_workers_do_not_change_the_bytes(corpus, tmp_path):
         out = str(tmp_path / f"w{w}")
         args = ["--to", "hdf5", "--boundaries", "8,32,64", "--num-shards", "2", "--workers", w, "-q"]
         assert lovecraft("bucket", src, "-o", out, *args, "--max-memory", "16MiB").exit_code == 0
-        m = manifest(out)
-        digest = {f["path"]: f["sha256"] for f in m["files"]}
-        digest[m["hdf5_index"]["path"]] = m["hdf5_index"]["sha256"]
-        outs.append(digest)
+        outs.append(disk_digest(out))  # every file of the directory, the index included, hashed here
+        assert assert_manifest_matches_disk(out) == outs[-1]
     assert outs[0] == outs[1]
-    assert "buckets.h5" in outs[0]
+    assert "buckets.h5" in outs[0] and len(outs[0]) > 4
 
 
 def _index_rows(group, col: str) -> list:
@@ -589,7 +589,7 @@ def test_property_round_trip(tmp_path_factory, lines, k, layout, fmt, tokenizer)
 
 
 def _digest(out: str) -> dict[str, str]:
-    return {f["path"]: f["sha256"] for f in manifest(out)["files"]}
+    return disk_digest(out)
 
 
 @pytest.mark.parametrize("fmt, shuffle", [("memmap", False), ("tfrecord", True)])
@@ -619,11 +619,13 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, fmt, shuffle):
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
         p.wait()
-        complete = os.path.exists(os.path.join(out, "_manifest.json"))
-        assert not complete or _digest(out) == want, f"trial {trial}, delay {delay:.2f}s"
-        if not os.path.exists(out):
+        if os.path.exists(out):  # only a finished run may have put anything at the output path
+            assert os.path.exists(os.path.join(out, "_manifest.json")), f"trial {trial}: an incomplete {out}"
+            assert _digest(out) == want, f"trial {trial}, delay {delay:.2f}s"
+        else:
             resume = f"from lovecraft_convert import bucket; bucket({src!r}, {out!r}, resume=True, **{kw!r})"
             subprocess.run([sys.executable, "-c", resume], check=True)
         assert _digest(out) == want, f"trial {trial}, delay {delay:.2f}s"
         assert [n for n in leftovers(d) if n != ".out.lock"] == []
         assert lovecraft("verify", out).exit_code == 0
+        assert assert_manifest_matches_disk(out) == want

@@ -16,7 +16,7 @@ import pytest
 
 from lovecraft_convert import shard
 from tests.conftest import leftovers, lovecraft
-from tests.readback import manifest
+from tests.readback import assert_manifest_matches_disk, manifest
 
 
 def _digest(out: str) -> dict[str, str]:
@@ -77,11 +77,14 @@ def _ids(out: str, fmt: str) -> np.ndarray:
 def test_shard_size_within_ten_percent(tmp_path, npy_inputs, fmt):
     out = str(tmp_path / "out")
     m = shard(npy_inputs, out, to=fmt, shard_size="1MiB", progress=False, workers=1)
-    sizes = [sum(f["bytes"] for f in m["files"] if f["shard"] == s["index"]) for s in m["shards"]]
+    # the sizes of the files on disk, not the manifest's "bytes"; every file belongs to one shard
+    sizes = [sum(os.path.getsize(os.path.join(out, p)) for p in s["files"]) for s in m["shards"]]
+    assert sorted(p for s in m["shards"] for p in s["files"]) == sorted(n for n in os.listdir(out) if n[0] != "_")
     assert len(sizes) >= 5
     for s in sizes[:-1]:
         assert abs(s - (1 << 20)) <= 0.1 * (1 << 20), sizes
     assert sum(s["rows"] for s in m["shards"]) == 100_000
+    assert_manifest_matches_disk(out)
     names = [s["name"] for s in m["shards"]]
     assert names == sorted(names) and names[0] == f"part-00000-of-{len(names):05d}"
     np.testing.assert_array_equal(_ids(out, fmt), np.arange(100_000))  # input order kept
