@@ -65,7 +65,65 @@ def test_sigterm_behaves_like_ctrl_c(tmp_path, big_csv):
     assert _wait_for_tmp(str(tmp_path), p)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 130 and not out.exists() and leftovers(tmp_path) == []
+    assert (p.returncode, err) == (130, f"Error: interrupted; nothing was written to {out}\n")
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def _journal(parent) -> list[dict]:
+    p = os.path.join(str(parent), ".out.partial", "journal.jsonl")
+    if not os.path.exists(p):
+        return []
+    with open(p) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "command, args",
+    [
+        ("shard", ["--to", "parquet", "--num-shards", "6", "--shuffle", "--seed", "3"]),
+        ("bucket", ["--to", "memmap", "--ragged", "--num-buckets", "2", "--num-shards", "3"]),
+    ],
+)
+def test_resumable_runs_with_workers_interrupted_say_one_line(tmp_path, big_csv, command, args, sig):
+    """Ctrl-C (SIGINT to the whole process group) or ``kill`` (SIGTERM to the main process) of a
+    ``shard``/``bucket`` run with two workers: exit 130 and exactly one line on stderr, whose count
+    of committed shards is the journal's; the work directory is kept for --resume, nothing is at
+    the output path and no process of the run is left."""
+    from tests.test_kill_trials import _group_alive
+
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "lovecraft_convert", command, big_csv, "-o", str(out), *args]
+    p = subprocess.Popen(
+        [*argv, "--workers", "2", "--max-memory", "32MiB", "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    t0 = time.time()
+    while not _journal(tmp_path) and p.poll() is None and time.time() - t0 < 60:
+        time.sleep(0.01)
+    assert p.poll() is None, "the run ended before its first journal line"
+    if sig == "SIGINT":
+        os.killpg(p.pid, signal.SIGINT)  # as Ctrl-C in a terminal: every process of the group
+    else:
+        p.send_signal(signal.SIGTERM)  # as `kill PID`: the main process only
+    stdout, err = p.communicate(timeout=60)
+    committed = sum(1 for e in _journal(tmp_path) if e.get("phase") == 2)
+    what = "bucket shard" if command == "bucket" else "shard"
+    assert (p.returncode, stdout, err) == (
+        130,
+        "",
+        f"Error: interrupted; {committed} {what}{'' if committed == 1 else 's'} committed in {tmp_path}/.out.partial; "
+        "run the same command with --resume to finish, or --overwrite to start over\n",
+    )
+    assert not out.exists()
+    assert leftovers(tmp_path) == [".out.partial"]
+    t0 = time.time()
+    while _group_alive(p.pid) and time.time() - t0 < 10:
+        time.sleep(0.05)
+    assert _group_alive(p.pid) == [], "workers outlived the interrupted run"
 
 
 def test_sigkill_leaves_no_output_and_next_run_cleans_up(tmp_path, big_csv):
