@@ -274,6 +274,22 @@ def test_truncate_drop_longer_and_min_length(corpus, tmp_path):
     assert m2["bucketing"]["boundaries"] == [16, 64]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="BUG: bucket --to hdf5 --layout ragged crashes (TypeError: Can't broadcast (2, 2) -> (2,)) when every "
+    "sequence written to a shard has the same length, e.g. a bucket holding one sequence",
+)
+@pytest.mark.parametrize("text", [b"ab\ncd\n", b"ab\n", b"ab\ncde\nfg\n"])
+def test_hdf5_ragged_bucket_of_equal_lengths(tmp_path, text):
+    src = write(tmp_path / "same.txt", text)
+    out = str(tmp_path / "b")
+    r = lovecraft("bucket", src, "-o", out, "--to", "hdf5", "--layout", "ragged", "--boundaries", "2,3", "-q")
+    assert (r.exit_code, r.stderr) == (0, "")
+    _, seqs = read_all(out)
+    assert collections.Counter(seqs) == as_bytes(text.decode().splitlines())
+
+
 def test_chars_tokenizer_and_token_dtype(tmp_path):
     lines = ["héllo", "wörld €", "", "plain", "emoji 🙂 here"]
     src = write(tmp_path / "u.txt", ("\n".join(lines) + "\n").encode())
@@ -419,18 +435,29 @@ def test_bucketed_tfrecord_feeds_padded_batches_and_bucket_by_sequence_length(co
     out = str(tmp_path / "tf")
     assert lovecraft("bucket", src, "-o", out, "--to", "tfrecord", "--num-buckets", "4", "-q").exit_code == 0
     m = manifest(out)
-    seen = collections.Counter()
+    seen, seen_unpadded = collections.Counter(), collections.Counter()
     for b in m["buckets"]:
         width = b["max_length"]
-        spec = {"tokens": tf.io.FixedLenFeature([width], tf.int64), "length": tf.io.FixedLenFeature([], tf.int64)}
         assert b["feature_spec"]["tokens"] == {"type": "FixedLenFeature", "shape": [width], "dtype": "int64"}
-        d = tf.data.TFRecordDataset([os.path.join(out, f) for f in b["files"]]).batch(64)
-        d = d.map(lambda r, spec=spec: tf.io.parse_example(r, spec))
-        for batch in d:
-            assert batch["tokens"].shape[1] == width  # every batch has the bucket's shape
-            for row, n in zip(batch["tokens"].numpy(), batch["length"].numpy(), strict=True):
+        spec = {"tokens": tf.io.FixedLenFeature([width], tf.int64), "length": tf.io.FixedLenFeature([], tf.int64)}
+
+        def cut(r, spec=spec):  # each row back to its own length: padded_batch pads it again
+            ex = tf.io.parse_single_example(r, spec)
+            return ex["tokens"][: ex["length"]], ex["length"]
+
+        rows = tf.data.TFRecordDataset([os.path.join(out, f) for f in b["files"]]).map(cut)
+        # to the bucket's width, whatever the batch holds: the shape every batch of the bucket has
+        for tokens, lengths in rows.padded_batch(64, padded_shapes=([width], [])):
+            assert tokens.shape[1] == width
+            for row, n in zip(tokens.numpy(), lengths.numpy(), strict=True):
+                assert (row[n:] == 0).all()
                 seen[tuple(row[:n].tolist())] += 1
-    assert seen == as_bytes(lines)
+        # to each batch's longest row
+        for tokens, lengths in rows.padded_batch(64):
+            assert tokens.shape[1] == int(lengths.numpy().max())
+            for row, n in zip(tokens.numpy(), lengths.numpy(), strict=True):
+                seen_unpadded[tuple(row[:n].tolist())] += 1
+    assert seen == seen_unpadded == as_bytes(lines)
 
     # the ragged layout straight into tf.data's own bucketing
     rag = str(tmp_path / "rag")
@@ -441,6 +468,11 @@ def test_bucketed_tfrecord_feeds_padded_batches_and_bucket_by_sequence_length(co
     spec = {"tokens": tf.io.VarLenFeature(tf.int64)}
     files = [os.path.join(rag, f["path"]) for f in m["files"]]
     d = tf.data.TFRecordDataset(files).map(lambda r: tf.sparse.to_dense(tf.io.parse_single_example(r, spec)["tokens"]))
+    got = collections.Counter()
+    for batch in d.padded_batch(32, padding_values=tf.constant(-1, tf.int64)):
+        assert batch.shape[1] == max(int((row != -1).sum()) for row in batch.numpy())
+        got.update(tuple(int(x) for x in row if x != -1) for row in batch.numpy())
+    assert got == as_bytes(lines)
     d = d.bucket_by_sequence_length(
         lambda t: tf.shape(t)[0], [b + 1 for b in bounds[:-1]], [32] * len(bounds), pad_to_bucket_boundary=False
     )
