@@ -31,7 +31,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import leftovers
+from tests.conftest import SUBPROCESS_ENV, leftovers
 from tests.test_shard import _digest
 
 pytestmark = pytest.mark.slow
@@ -133,7 +133,9 @@ def references(big_csv, tmp_path_factory):
         if i not in cache:
             out = str(base / f"ref{i}")
             t0 = time.time()
-            r = subprocess.run(_argv(CASES[i], big_csv, out), capture_output=True, text=True, timeout=600)
+            r = subprocess.run(
+                _argv(CASES[i], big_csv, out), capture_output=True, text=True, timeout=600, env=SUBPROCESS_ENV
+            )
             took = time.time() - t0
             assert r.returncode == 0, r.stderr
             cache[i] = (took, _digest(out), _manifest(out))
@@ -178,7 +180,12 @@ def _wait_group(pgid: int, why: str, timeout: float = 20.0) -> None:
 
 def _interrupt(case, src: str, out: str, delay: float, sig: int) -> subprocess.Popen:
     p = subprocess.Popen(
-        _argv(case, src, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        _argv(case, src, out),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=SUBPROCESS_ENV,
     )
     time.sleep(delay)
     if sig == signal.SIGKILL:
@@ -195,13 +202,13 @@ def _interrupt(case, src: str, out: str, delay: float, sig: int) -> subprocess.P
 def _check_invariant(d: str, out: str, ref_digest: dict, why: str) -> None:
     """The output is absent or complete and right; a leftover temporary never passes for a dataset."""
     if os.path.exists(out):
-        r = subprocess.run([LOVECRAFT, "verify", out, "-q"], capture_output=True, text=True)
+        r = subprocess.run([LOVECRAFT, "verify", out, "-q"], capture_output=True, text=True, env=SUBPROCESS_ENV)
         assert (r.returncode, r.stdout) == (0, ""), f"{why}: a dataset at the output that verify refuses: {r.stdout}"
         assert _digest(out) == ref_digest, f"{why}: a complete-looking output that differs from an uninterrupted run"
     for name in leftovers(d):
         p = os.path.join(d, name)
         if os.path.isdir(p):
-            r = subprocess.run([LOVECRAFT, "verify", p, "-q"], capture_output=True, text=True)
+            r = subprocess.run([LOVECRAFT, "verify", p, "-q"], capture_output=True, text=True, env=SUBPROCESS_ENV)
             assert r.returncode != 0, f"{why}: the leftover {name} passes verify as a dataset"
     assert sorted(n for n in os.listdir(d) if not n.startswith(".")) in ([], ["out"]), f"{why}: {os.listdir(d)}"
 
@@ -212,7 +219,9 @@ def _finish(case, src: str, d: str, out: str, ref, why: str) -> None:
     command = case[0]
     if not os.path.exists(out):
         extra = ["--resume"] if command in RESUMABLE else []
-        r = subprocess.run(_argv(case, src, out, *extra), capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            _argv(case, src, out, *extra), capture_output=True, text=True, timeout=600, env=SUBPROCESS_ENV
+        )
         assert r.returncode == 0, f"{why}: finishing with {extra or 'a new run'} failed: {r.stderr[-2000:]}"
     assert _digest(out) == ref_digest, f"{why}: files differ from an uninterrupted run"
     assert _manifest(out) == ref_manifest, f"{why}: manifest differs from an uninterrupted run"

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, SUBPROCESS_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,9 @@ COLUMNS = {"csv": [f"x{i}" for i in range(8)] + ["label"], "npy": ["x"], "text":
 
 
 def _capped(*cmd: str, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, int | None]:
-    r = subprocess.run([MEMCAP, str(CAP_MIB), *cmd], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [MEMCAP, str(CAP_MIB), *cmd], capture_output=True, text=True, timeout=timeout, env=SUBPROCESS_ENV
+    )
     m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
     return r, int(m.group(1)) if m else None
 
