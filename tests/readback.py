@@ -161,12 +161,10 @@ def read_tfrecord(out: str, spec: dict | None = None) -> dict[str, object]:
     assert len(gz) == 1
     comp = "GZIP" if gz.pop() else ""
     assert (m["tfrecord"]["compression"] or "") == comp
-    ds = (
-        tf.data.TFRecordDataset(files, compression_type=comp).batch(1 << 16).map(lambda x: tf.io.parse_example(x, spec))
-    )
     parts: dict[str, list] = {name: [] for name in spec}
     kinds = {f["name"]: f["kind"] for f in m["schema"]}
-    for batch in ds:
+    for records in tf.data.TFRecordDataset(files, compression_type=comp).batch(1 << 16):
+        batch = tf.io.parse_example(records, spec)  # eagerly: no function to trace for every dataset read
         for name in spec:
             v = batch[name]
             if isinstance(v, tf.sparse.SparseTensor):

@@ -78,9 +78,11 @@ def npy_columns(draw):
         shape = (rows, *draw(st.lists(st.integers(1, 3), max_size=2)))
         cols[f"c{i}"] = draw(hnp.arrays(dt, shape, elements=_elements(dt)))
     if draw(st.integers(0, 4)) == 0:  # now and then, repeat the rows past a 1 MiB batch
-        row_bytes = sum(a[0].nbytes for a in cols.values())
-        reps = BIG // (rows * row_bytes) + 1
+        reps = BIG // (rows * 128) + 1
         cols = {k: np.concatenate([a] * reps) for k, a in cols.items()}
+        # with a 128-byte column beside them, so that 1.5 MiB is some 12,000 rows, not millions
+        seed = draw(st.integers(0, 2**32 - 1))
+        cols["wide"] = np.random.default_rng(seed).standard_normal((rows * reps, 16))
     return cols
 
 
@@ -146,9 +148,17 @@ def _parse_csv(data: bytes) -> list[list[str]]:
     return list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))[1:]
 
 
-def _repeat_past(rows: list, nbytes: int, big: bool) -> list:
-    """The rows, repeated to ``BIG`` bytes (of CSV ``nbytes`` per copy) when ``big``."""
-    return rows * (BIG // max(1, nbytes) + 1) if big else rows
+def _repeat_past(rows: list, nbytes: int, big: bool, filler=None) -> list:
+    """The rows, repeated to ``BIG`` bytes (of CSV ``nbytes`` per copy) when ``big``; at most some
+    20,000 rows: when ``filler(k, n)`` gives a row with ``n`` bytes of text, each copy ends with one."""
+    if not big:
+        return rows
+    copies = BIG // max(1, nbytes) + 1
+    if filler is None or copies * len(rows) <= 20_000:
+        return rows * copies
+    copies = max(1, 20_000 // len(rows))
+    fill = max(0, BIG // copies - nbytes)
+    return [row for k in range(copies) for row in (*rows, filler(k, fill))]
 
 
 @pytest.mark.parametrize("fmt", ["hdf5", "parquet", "tfrecord"])
@@ -172,7 +182,9 @@ def test_csv_roundtrip_strings(tmp_path_factory, fmt, rows, big, newline):
     d = tmp_path_factory.mktemp("c")
     cells = [[str(i), repr(f), s] for i, f, s in rows]
     data = _csv_bytes(["i", "f", "s"], cells, newline)
-    data = _csv_bytes(["i", "f", "s"], _repeat_past(cells, len(data), big), newline)
+    data = _csv_bytes(
+        ["i", "f", "s"], _repeat_past(cells, len(data), big, lambda k, n: [str(k), "0.5", "f" * n]), newline
+    )
     (d / "d.csv").write_bytes(data)
     convert(
         [str(d / "d.csv")],
@@ -255,7 +267,9 @@ def test_csv_types_are_inferred_from_the_values(tmp_path_factory, fmt, table, bi
     names = [f"{k}{i}" for i, k in enumerate(kinds)]
     d = tmp_path_factory.mktemp("inf")
     data = _csv_bytes(names, rows, newline)
-    data = _csv_bytes(names, _repeat_past(rows, len(data), big), newline)
+    fillers = {"int": "7", "int_with_empty": "7", "float": "0.5", "bool": "true"}
+    filler = (lambda k, n: [fillers.get(kind) or "x" + "f" * n for kind in kinds]) if "str" in kinds else None
+    data = _csv_bytes(names, _repeat_past(rows, len(data), big, filler), newline)
     (d / "d.csv").write_bytes(data)
     src = _parse_csv(data)
     columns = None
@@ -310,8 +324,10 @@ def test_text_roundtrip(tmp_path_factory, fmt, lines, crlf, big):
         lines = [line.replace("\x00", "") for line in lines]
     d = tmp_path_factory.mktemp("t")
     nl = "\r\n" if crlf else "\n"
-    if big:
-        lines = lines * (BIG // max(1, len((nl.join(lines) + nl).encode())) + 1)
+    if big:  # ~20,000 lines of ~1.5 MiB: copies of the drawn lines, each followed by a long line
+        copies = max(1, 20_000 // len(lines))
+        fill = max(0, BIG // copies - len((nl.join(lines) + nl).encode()))
+        lines = [line for k in range(copies) for line in (*lines, f"{k}:" + "f" * fill)]
     data = (nl.join(lines) + nl).encode("utf-8")
     (d / "t.txt").write_bytes(data)
     # the lines as Python splits them (a BOM at the very start is not part of the text)
