@@ -42,7 +42,7 @@ class Sequences:
     (VarColumn of tokens or values, first line or row of the batch, 'line' | 'row')."""
 
     def __init__(self, inputs: list[str], o: BucketOptions, budget: int, threads: bool = False) -> None:
-        from ..transforms.tokenize import load_tokenizer
+        from ..transforms.tokenize import Tokens
 
         self.o = o
         self.tokenizer = None
@@ -77,9 +77,15 @@ class Sequences:
             self.field = fld
             self.kind = "dataset"
             if fld.kind == "string":
-                self.tokenizer = load_tokenizer(o.tokenizer)
+                self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
                 self.column = "tokens"
             else:
+                if o.eos is not None or o.bos is not None:
+                    raise SchemaError(
+                        f"{self.dataset}: column '{fld.name}' holds token ids already; --eos and --bos mark text "
+                        "as it is tokenized",
+                        hint="drop them",
+                    )
                 self.column = fld.name
             self.specs = []
             self.name = self.dataset
@@ -129,7 +135,7 @@ class Sequences:
                 raise SchemaError(f"--column applies to CSV and dataset inputs; {self.name} is {fmt}")
             self.kind = "text"
             self.source_column = "text"
-        self.tokenizer = load_tokenizer(o.tokenizer)
+        self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
         self.column = "tokens"
 
     # -- parts --------------------------------------------------------------------------------
