@@ -199,13 +199,20 @@ def marker_id(tokenizer: Tokenizer, spec: str | int | None, flag: str) -> int | 
     if not isinstance(spec, str) or not spec:
         raise OptionsError(f"{flag} {spec!r}: give a token of the vocabulary or an integer id")
     i = tokenizer.token_id(spec)
+    if i is None and isinstance(tokenizer, BytesTokenizer):
+        raise OptionsError(f"{flag} {spec!r}: the bytes tokenizer's tokens are single bytes", hint=BYTES_HINT)
+    if i is None and isinstance(tokenizer, CharsTokenizer):
+        raise OptionsError(f"{flag} {spec!r}: the chars tokenizer's tokens are single characters", hint=CHARS_HINT)
     if i is None:
-        what = "the tokenizer's vocabulary" if isinstance(tokenizer, HfTokenizer) else f"one {tokenizer.name} token"
         raise OptionsError(
-            f"{flag} {spec!r}: not in {what}",
-            hint="give a token the tokenizer has (e.g. '</s>', '<|endoftext|>') or an integer id",
+            f"{flag} {spec!r}: not in the vocabulary of {tokenizer.name}",
+            hint="give a token it has (e.g. '</s>', '<|endoftext|>') or an integer id",
         )
     return i
+
+
+BYTES_HINT = "give one ASCII character or an integer id (256 or more for a token beyond the bytes)"
+CHARS_HINT = "give one character or an integer id (a code point, or beyond them for a token of your own)"
 
 
 class Tokens:

@@ -22,7 +22,7 @@ class MegatronFormat(OutputFormat):
     title = "Megatron-LM indexed dataset (.bin + .idx per shard), read with megatron.core IndexedDataset"
     extensions = (".bin", ".idx")
     random_access = True
-    manifest_keys = ("megatron", "tokenizer")
+    manifest_keys = ("megatron",)
     kinds = ("sequence",)
 
     def writer_class(self):
