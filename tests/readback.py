@@ -218,7 +218,43 @@ def read_tfrecord(out: str, columns: dict | None = None) -> dict[str, object]:
     return cols
 
 
-READERS = {"memmap": read_memmap, "hdf5": read_hdf5, "parquet": read_parquet, "tfrecord": read_tfrecord}
+def megatron_core():
+    """megatron-core's ``IndexedDataset`` class, or a skip with the reason it cannot be imported here."""
+    import warnings
+
+    import pytest
+
+    try:
+        with warnings.catch_warnings():  # "Transformer Engine and Apex are not installed": not needed to read
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets.indexed_dataset import IndexedDataset
+    except Exception as e:  # noqa: BLE001 - megatron-core needs torch and more; any failure is a skip
+        pytest.skip(f"megatron-core cannot be imported here ({type(e).__name__}: {e})")
+    return IndexedDataset
+
+
+def read_megatron(out: str) -> dict[str, object]:
+    """megatron-core's own ``IndexedDataset`` reads each ``.bin``/``.idx`` pair, in the manifest's order;
+    one sequence per document (its document index is 0..N)."""
+    IndexedDataset = megatron_core()
+    m = manifest(out)
+    (f,) = m["schema"]
+    rows: list = []
+    for entry in m["files"]:
+        if entry["path"].endswith(".idx"):
+            ds = IndexedDataset(os.path.join(out, entry["path"][: -len(".idx")]))
+            assert list(ds.document_indices) == list(range(len(ds) + 1))
+            rows.extend(np.array(ds[i]) for i in range(len(ds)))
+    return {f["name"]: rows}
+
+
+READERS = {
+    "memmap": read_memmap,
+    "hdf5": read_hdf5,
+    "parquet": read_parquet,
+    "tfrecord": read_tfrecord,
+    "megatron": read_megatron,
+}
 
 
 def read_back(out: str, fmt: str, tf_columns: dict | None = None) -> dict[str, object]:
