@@ -152,6 +152,18 @@ def _format_dataset(r: dict[str, Any]) -> str:
             out.append(
                 f"  {b.get('index')}: lengths {b.get('min_length')}..{b.get('max_length')}, {number(b.get('rows'))} rows"
             )
+    tok = r.get("tokenizer") or (r.get("packing") or {}).get("tokenizer")
+    if tok:
+        marks = ", ".join(f"{k[:3]} {tok[k]}" for k in ("bos_id", "eos_id") if tok.get(k) is not None)
+        out.append(f"tokenizer: {tok.get('path') or tok.get('name')} (vocabulary {number(tok.get('vocab_size'))}"
+                   f"{', ' + marks if marks else ''}), {tok.get('dtype')} ids")  # fmt: skip
+    p = r.get("packing")
+    if p:
+        out.append(
+            f"packed: {number(p.get('documents'))} documents, {number(p.get('tokens'))} tokens in rows of "
+            f"{number(p.get('seq_len'))} ({p.get('order')} order); {number(p.get('dropped_tokens'))} tokens dropped, "
+            f"{number(p.get('padding_tokens'))} padding"
+        )
     for name, h in (r.get("float16") or {}).items():
         out.append(
             f"float16 {name}: {number(h.get('overflow'))} overflowed ({number(h.get('clipped'))} clipped), "

@@ -44,7 +44,7 @@ class Sequences:
     (VarColumn of tokens or values, first line or row of the batch, 'line' | 'row')."""
 
     def __init__(self, inputs: list[str], o: BucketOptions, budget: int, threads: bool = False) -> None:
-        from ..transforms.tokenize import load_tokenizer
+        from ..transforms.tokenize import Tokens
 
         self.o = o
         self.tokenizer = None
@@ -79,9 +79,15 @@ class Sequences:
             self.field = fld
             self.kind = "dataset"
             if fld.kind == "string":
-                self.tokenizer = load_tokenizer(o.tokenizer)
+                self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
                 self.column = "tokens"
             else:
+                if o.eos is not None or o.bos is not None:
+                    raise SchemaError(
+                        f"{self.dataset}: column '{fld.name}' holds token ids already; --eos and --bos mark text "
+                        "as it is tokenized",
+                        hint="drop them",
+                    )
                 self.column = fld.name
             self.specs = []
             self.name = self.dataset
@@ -140,7 +146,7 @@ class Sequences:
                 )
             self.kind = "text"
             self.source_column = "text"
-        self.tokenizer = load_tokenizer(o.tokenizer)
+        self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
         self.column = "tokens"
 
     def _columnar(self, inputs: list[str], probe, o: BucketOptions, budget: int, threads: bool, kw: dict) -> None:
