@@ -91,6 +91,8 @@ class Sequences:
                 self.column = fld.name
             self.specs = []
             self.name = self.dataset
+            self._done = 0
+            self._sizes: dict[str, int] | None = None
             return
         kw = o.read_kwargs()
         kw["column_types"] = {}
@@ -192,6 +194,21 @@ class Sequences:
             return parts
         return self.reader.partitions(target, mapper=mapper)
 
+    def progress_total(self) -> int | None:
+        """Input bytes, for the progress of reading it (a dataset input: its shards' files)."""
+        if self.kind == "dataset":
+            return sum(self._part_bytes(p) for g in self.ds.groups for p in g.parts)
+        return self.reader.progress_total()
+
+    def progress_done(self) -> int:
+        """Input bytes read so far by :meth:`sequences` (a dataset's shards by the rows read)."""
+        return self._done if self.kind == "dataset" else self.reader.progress_done()
+
+    def _part_bytes(self, p) -> int:
+        if self._sizes is None:
+            self._sizes = {f["path"]: int(f.get("bytes", 0)) for f in self.ds.manifest["files"]}
+        return sum(self._sizes.get(f, 0) for f in p.files)
+
     def memory_bytes(self) -> int | None:
         """Estimated in-memory bytes of the input (None: only its size is known)."""
         return self.reader.memory_bytes() if self.kind == "columnar" else None
@@ -219,10 +236,13 @@ class Sequences:
             reader = self.ds.reader(g, p)
             chunk = max(1024, (self.o_budget() // 16) // 256)
             row = 0
+            size, done = self._part_bytes(p), self._done
             for batch in reader.chunks(0, p.rows, chunk):
                 col = _as_var(batch.columns[self.field.name], self.field.kind)
-                yield (self.tokenizer.encode(col) if self.tokenizer else col), row, "row"
                 row += batch.num_rows
+                self._done = done + size * row // max(1, p.rows)
+                yield (self.tokenizer.encode(col) if self.tokenizer else col), row - batch.num_rows, "row"
+            self._done = done + size
             return
         first_part = part.start in (None, 0) and part.spec == 0
         self._header_pending = first_part  # the first row kept may be a header (ragged)
