@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import SchemaError
-from .schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
+from .schema import BINARY, FIXED, SEQUENCE, STRING, STRING_LIST, Batch, Field, Schema, VarColumn
 
 _STRING_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
@@ -17,6 +17,8 @@ def arrow_type(f: Field) -> pa.DataType:
         return pa.string()
     if f.kind == BINARY:
         return pa.binary()
+    if f.kind == STRING_LIST:
+        return pa.list_(pa.string())
     try:
         base = pa.from_numpy_dtype(f.np_dtype)
     except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
@@ -42,12 +44,14 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
         col = batch.columns[f.name]
         t = arrow_type(f)
         if isinstance(col, VarColumn):
-            offs = col.offsets
-            if offs[-1] < 2**31:
-                offsets = pa.py_buffer(offs.astype(np.int32))
-            else:
-                raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
-            if f.kind == SEQUENCE:
+            offsets = _offsets32(col.offsets, f)
+            if f.kind == STRING_LIST:
+                inner = col.values  # a VarColumn of strings
+                strings = pa.Array.from_buffers(
+                    pa.string(), len(inner), [None, _offsets32(inner.offsets, f), pa.py_buffer(inner.values)]
+                )
+                arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[strings]))
+            elif f.kind == SEQUENCE:
                 values = pa.array(col.values)
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
             else:
@@ -63,11 +67,19 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(schema))
 
 
+def _offsets32(offs: np.ndarray, f: Field) -> pa.Buffer:
+    if offs[-1] >= 2**31:
+        raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
+    return pa.py_buffer(offs.astype(np.int32))
+
+
 def field_from_arrow(name: str, t: pa.DataType) -> Field:
     if t in (pa.string(), pa.large_string()):
         return Field(name, STRING, "|u1")
     if t in (pa.binary(), pa.large_binary()):
         return Field(name, BINARY, "|u1")
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and t.value_type in _STRING_TYPES[:2]:
+        return Field(name, STRING_LIST, "|u1")
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return Field(name, SEQUENCE, np.dtype(t.value_type.to_pandas_dtype()).str)
     shape = []
@@ -89,6 +101,13 @@ def column_from_arrow(arr: pa.Array, f: Field):
         data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
         base = offs[0]
         return VarColumn(data[base : offs[-1]], offs - base)
+    if f.kind == STRING_LIST:
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        offs = np.asarray(arr.offsets, dtype=np.int64)
+        base = offs[0]
+        inner = arr.values.slice(base, offs[-1] - base)
+        return VarColumn(column_from_arrow(inner, Field(f.name, STRING, "|u1")), offs - base)
     if f.kind == SEQUENCE:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()

@@ -32,7 +32,7 @@ from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
 from ..jobs.convert import output_schema, select_columns
 from ..jobs.options import ConvertOptions
-from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
+from ..schema import FIXED, SEQUENCE, STRING_LIST, Batch, Field, Schema, VarColumn
 
 MANIFEST = mf.MANIFEST_NAME
 MAX_REPORTED_ROWS = 5
@@ -115,6 +115,9 @@ def canonical(batch: Batch, schema: Schema, storage: Callable[[Field], np.dtype]
     with np.errstate(over="ignore", invalid="ignore"):
         for f in schema:
             c = batch.columns[f.name]
+            if f.kind == STRING_LIST:
+                cols[f.name] = string_lists_as_bytes(c)
+                continue
             if f.kind in (FIXED, SEQUENCE):
                 dt = storage(f)
                 dt = dt.newbyteorder("=") if not dt.isnative else dt
@@ -125,6 +128,36 @@ def canonical(batch: Batch, schema: Schema, storage: Callable[[Field], np.dtype]
             else:
                 cols[f.name] = np.asarray(c).astype(dt, copy=False)
     return Batch(cols, batch.num_rows)
+
+
+def string_lists_as_bytes(c: VarColumn) -> VarColumn:
+    """Lists of strings as one byte string per row (each string: its length as 8 bytes, then its
+    bytes), so that they compare and hash as text columns do."""
+    inner = c.values
+    offs = np.asarray(inner.offsets, dtype=np.int64)
+    slen = np.diff(offs)
+    sizes = 8 + slen
+    out = np.empty(int(sizes.sum()), np.uint8)
+    starts = np.zeros(len(slen) + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    if len(slen):
+        heads = (starts[:-1, None] + np.arange(8)).reshape(-1)
+        out[heads] = slen.astype("<u8").view(np.uint8)
+        total = int(offs[-1] - offs[0])
+        pos = np.repeat(starts[:-1] + 8 - (offs[:-1] - offs[0]), slen) + np.arange(total, dtype=np.int64)
+        out[pos] = np.asarray(inner.values)[offs[0] : offs[-1]]
+    rows = starts[np.asarray(c.offsets, dtype=np.int64) - int(c.offsets[0])]
+    return VarColumn(out, rows)
+
+
+def _string_list_text(raw: bytes) -> list[str]:
+    """The strings of one row of :func:`string_lists_as_bytes`."""
+    out, pos = [], 0
+    while pos + 8 <= len(raw):
+        n = int.from_bytes(raw[pos : pos + 8], "little")
+        out.append(raw[pos + 8 : pos + 8 + n].decode("utf-8", "replace"))
+        pos += 8 + n
+    return out
 
 
 def _differing_rows(a, b, n: int) -> np.ndarray:
@@ -153,6 +186,9 @@ def _differing_rows(a, b, n: int) -> np.ndarray:
 
 
 def _show(col, i: int, kind: str) -> str:
+    if isinstance(col, VarColumn) and kind == STRING_LIST:
+        text = repr(_string_list_text(bytes(np.asarray(col.row(i), dtype=np.uint8))))
+        return text if len(text) <= 60 else text[:57] + "..."
     if isinstance(col, VarColumn):
         v = col.row(i)
         if kind in ("string", "binary"):
