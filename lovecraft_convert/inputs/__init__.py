@@ -1,4 +1,4 @@
-"""Inputs: one module per input kind (text, CSV, NPY), each a :class:`~.base.Reader` of bounded
+"""Inputs: one module per input kind (text, CSV, JSON Lines, NPY), each a :class:`~.base.Reader` of bounded
 batches that can also split itself into parts for parallel workers.
 
 :func:`open_reader` resolves what the user named (paths, globs, ``-``), detects compression and
@@ -38,9 +38,11 @@ def open_reader(
     column_types: dict[str, str] | None = None,
     max_expansion: float = 1000.0,
     threads: bool = True,
+    columns: list[str] | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
-    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers)."""
+    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers);
+    ``columns`` (``--columns``) lets a reader skip the others (JSON Lines parses only those keys)."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)
@@ -51,7 +53,7 @@ def open_reader(
     column_types = dict(column_types or {})
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
-        raise OptionsError("--column-type applies to CSV inputs only")
+        raise OptionsError("--column-type applies to CSV and JSON Lines inputs only")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -61,6 +63,7 @@ def open_reader(
         column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
         max_ratio=max_expansion,
         threads=threads,
+        columns=list(columns) if columns else None,
     )
     reader = cls(specs, ropts)
     reader.format = kind

@@ -32,6 +32,7 @@ class ReadOptions:
     header: bool = True
     delimiter: str | None = None
     column_types: dict[str, str] = field(default_factory=dict)
+    columns: list[str] | None = None  # the columns kept (--columns): a reader may read only these
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
 
@@ -54,7 +55,8 @@ class Reader:
 
     schema: Schema
     rows: int | None = None  # known up front (npy), else None
-    takes_column_types = False  # --column-type applies (CSV)
+    takes_column_types = False  # --column-type applies (CSV, JSON Lines)
+    late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -85,7 +87,7 @@ class Reader:
         return ", ".join(s.name for s in self.specs)
 
     def widen(self, widened: dict[str, str]) -> None:
-        """Read columns with the wider types another run of this reader settled on (CSV)."""
+        """Read columns with the wider types another run of this reader settled on (CSV, JSON Lines)."""
 
     def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None) -> list[Part]:
         """Byte ranges of plain files cut at record boundaries; other inputs whole."""

@@ -10,10 +10,20 @@ from __future__ import annotations
 READERS = {
     "text": "lovecraft_convert.inputs.text:TextReader",
     "csv": "lovecraft_convert.inputs.csv:CsvReader",
+    "jsonl": "lovecraft_convert.inputs.jsonl:JsonlReader",
     "npy": "lovecraft_convert.inputs.npy:NpyReader",
 }
-EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".txt": "text", ".text": "text", ".jsonl": "text", ".npy": "npy"}
-MAGICS = [(b"\x93NUMPY", "npy")]
+EXTENSIONS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".txt": "text",
+    ".text": "text",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".npy": "npy",
+}
+# JSON Lines by content: a first line that opens an object with a key (or an empty object)
+MAGICS = [(b"\x93NUMPY", "npy"), (b'{"', "jsonl"), (b'{ "', "jsonl"), (b"{}", "jsonl"), (b'\xef\xbb\xbf{"', "jsonl")]
 
 
 def names() -> tuple[str, ...]:

@@ -17,7 +17,7 @@ FLOAT_TARGETS = ("float16", "float32")
 MIN_MEMORY = 16 << 20
 PART_BYTES = 64 << 20
 LAYOUTS = ("padded", "ragged")
-READ_KEYS = ("input_format", "errors", "header", "delimiter", "column_types", "max_expansion")
+READ_KEYS = ("input_format", "errors", "header", "delimiter", "column_types", "max_expansion", "columns")
 
 
 @dataclass
