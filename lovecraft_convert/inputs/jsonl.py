@@ -81,6 +81,8 @@ class JsonlReader(Reader):
         self.widened: dict[str, str] = {}  # column -> state, for readers in other processes
         self.null_counts: dict[str, int] = {}
         self._collect = False  # a type widened: read on only to learn every widening
+        self._changed = False  # a column's state changed since the schema was settled
+        self._every_change = False  # in a worker's part: every change of state starts the job over
         self._stream = None
         self._base = 0
         self._probe()
@@ -150,6 +152,7 @@ class JsonlReader(Reader):
         self.pending = [c.name for c in self.cols.values() if c.path is None]
         self.arrow_schema = _arrow_schema(self.cols.values()) if not self.pending else None
         self.parser.refresh()
+        self._changed = False
 
     def widen(self, widened: dict[str, str]) -> None:
         changed = False
@@ -182,13 +185,21 @@ class JsonlReader(Reader):
         return ", ".join(s.name for s in self.specs)
 
     def _apply(self, name: str, state: str, path: tuple[str, ...] | None = None) -> None:
-        """A column met a new kind of value (or was met for the first time): widen it."""
+        """A column met a new kind of value (or was met for the first time). A new column, or one
+        whose type changes, makes this pass a collecting one (the job starts over at its end); so
+        does any change in a part read by a worker, since other workers learn of it only then (see
+        :mod:`.jsontypes`: the kinds met decide refusals too). Otherwise the column's state grows
+        and reading goes on."""
         col = self.cols[name]
         if path is not None and col.path is None:
             col.path = path
-        if state != col.flags or path is not None:
-            col.flags = state
-            self.widened[name] = state_name(col)
+        if state == col.flags and path is None:
+            return
+        before = field_of(col)
+        col.flags = state
+        self.widened[name] = state_name(col)
+        self._changed = True
+        if name not in self.order or self._every_change or field_of(col) != before:
             self._collect = True
 
     # -- reading ------------------------------------------------------------------------------
@@ -216,6 +227,7 @@ class JsonlReader(Reader):
         return self._byte_partitions(target_bytes, quoted=False, mapper=mapper)
 
     def part_batches(self, part: Part) -> Iterator[Batch]:
+        self._every_change = True
         spec = self.specs[part.spec]
         stream = None if part.start is None else open_range(spec.path, part.start, part.end)
         self.null_counts = {n: 0 for n in self.order}
@@ -367,8 +379,9 @@ class JsonlReader(Reader):
             self._apply(name, union(col.flags, parsed.states.get(name, "")) or col.flags, path)
         for name, state in parsed.states.items():
             self._apply(name, state)
-        if self._collect:
+        if self._changed:
             self._settle()
+        if self._collect:
             return [], parsed.lines_read
         nulls: dict[str, int] = {}
         arrays = self.parser.arrays(parsed, self.order)
@@ -405,7 +418,7 @@ class JsonlReader(Reader):
                     changed.append((name, new))
         for name, new in changed:
             self._apply(name, new)
-        if changed:
+        if self._changed:
             self._settle()
         if self._collect:
             return None

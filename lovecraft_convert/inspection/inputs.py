@@ -219,6 +219,10 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[s
         "sample_rows": rows if not exact else None,
         "columns": [p.to_dict(num_buckets) for p in profiles],
     }
+    nulls = getattr(reader, "null_counts", None)  # inputs that can hold nulls (JSON Lines)
+    if nulls is not None and exact:
+        for c in report["columns"]:
+            c["nulls"] = nulls.get(c["name"], 0)
     if estimate and kept:
         report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows, reader.format)
         floating = [f for f in schema if f.np_dtype.kind == "f" and f.np_dtype.itemsize > 2]

@@ -49,7 +49,8 @@ def format_text(r: dict[str, Any]) -> str:
     out.append("")
     for c in r["columns"]:
         shape = f" shape per row {tuple(c['shape'])}" if c["shape"] else ""
-        out.append(f"column '{c['name']}': {c['type']}{shape}")
+        nulls = f", {number(c['nulls'])} null or missing" if c.get("nulls") else ""
+        out.append(f"column '{c['name']}': {c['type']}{shape}{nulls}")
         if "min" in c:
             out.append(
                 f"  min {number(c['min'])}  max {number(c['max'])}  mean {number(c['mean'])}  NaN {number(c['nan'])}"

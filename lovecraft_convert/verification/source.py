@@ -271,6 +271,8 @@ class SourceComparer:
                 forced[f.name] = "string"
             elif want.kind == FIXED and want.np_dtype.kind == "f" and f.np_dtype.kind in "iub":
                 forced[f.name] = "float64"
+        if reader.late_columns:  # JSON Lines: keys met late in the input, sequences widened
+            forced = {f.name: f.describe() for f in self.schema}
         reader.widen(forced)
 
     def _column_source(self, column: str | None) -> str:

@@ -128,9 +128,11 @@ class Hdf5Writer(Writer):
                     data = col.values.tobytes()
                     o = col.offsets
                     obj[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
-                else:
-                    obj[:] = np.split(col.values, col.offsets[1:-1]) if n else []
-                self._strings(ds, start, stop, obj, fd.name)
+                    self._strings(ds, start, stop, obj, fd.name)
+                elif n:  # one by one, and written directly: rows of equal length would become a 2-D array
+                    for i, row in enumerate(np.split(col.values, col.offsets[1:-1])):
+                        obj[i] = row
+                    ds.write_direct(obj, dest_sel=np.s_[start:stop])
             elif fd.np_dtype.kind == "U":
                 obj = np.empty(n, dtype=object)
                 obj[:] = col.tolist()
