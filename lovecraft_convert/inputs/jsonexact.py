@@ -98,8 +98,9 @@ class ExactParser:
     def refresh(self) -> None:
         """Recompute what is derived from the columns (after the reader added or widened some)."""
         known = [c for c in self.cols.values() if c.path is not None]
-        self.leaf = {c.path: c.name for c in known}
+        self.leaf = {c.path: c.name for c in known if c.flags != "O"}
         self.objects = {c.path[:i] for c in known for i in range(1, len(c.path))}
+        self.objects.update(c.path for c in known if c.flags == "O")
         if self.selected is not None:
             # keys are matched by name, so a selected "a.b" is a top-level key "a.b" or b inside a
             self.into = {s[:i] for s in self.selected for i, ch in enumerate(s) if ch == "."}
@@ -142,7 +143,7 @@ class ExactParser:
             out.lines.append(line)
         n = len(out.rows)
         for name, col in self.cols.items():  # a missing key is a null
-            if col.fixed is None and out.present.get(name, 0) < n:
+            if col.fixed is None and out.present.get(name, 0) < n and states.get(name, col.flags) != "O":
                 before = states.get(name, col.flags)
                 state = union(before, "N")
                 if state != before and state is not None:
@@ -171,7 +172,8 @@ class ExactParser:
             hint = "fix the line"
             if first and text.strip() in ("[", "{"):
                 hint = "this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')"
-            raise LineError(line, None, f"not valid JSON ({e.msg} at character {e.colno})", hint) from None
+            at = "" if e.msg.endswith(" at") else " at"  # ("Unterminated string starting at")
+            raise LineError(line, None, f"not valid JSON ({e.msg}{at} character {e.colno})", hint) from None
         except RecursionError:
             raise LineError(line, None, "not readable JSON (nested too deeply)", "flatten the record") from None
 
@@ -190,10 +192,18 @@ class ExactParser:
             if type(value) is dict:
                 if p in self.leaf:
                     col = self.cols[self.leaf[p]]
+                    flags = states.get(col.name, col.flags)
+                    if flags in ("", "N") and col.fixed is None:  # only nulls so far: the key is an object
+                        states[col.name] = "O"
+                        out.present[col.name] = len(out.rows) + 1  # (no null to add for it)
+                        del self.leaf[p]
+                        self.objects.add(p)
+                        self._walk(value, p, row, states, out, line)
+                        continue
                     raise LineError(
                         line,
                         name,
-                        f"an object, where earlier lines hold {describe_flags(col.flags) if col.flags else 'values'}",
+                        f"an object, where earlier lines hold {describe_flags(flags) if flags else 'values'}",
                         "give the key one shape, or leave it out with --columns",
                     )
                 if sel is not None and name in sel and name not in self.into:
@@ -263,12 +273,12 @@ class ExactParser:
             n = int(value)
             return "I" if -EXACT <= n <= EXACT else "J" if INT64_MIN <= n <= INT64_MAX else "K"
         if t is JFloat:
-            if math.isinf(float(value)):
+            if fixed != "string" and math.isinf(float(value)):
                 raise LineError(
                     line,
                     name,
                     f"{value[:40]} is beyond the float64 range",
-                    f"pass --column-type {name}=string to keep its text" if fixed != "string" else "fix the value",
+                    f"pass --column-type {name}=string to keep its text",
                 )
             return "F"
         if t is JConst:
@@ -302,7 +312,7 @@ class ExactParser:
         ok = (
             want == "string"
             or (want == "bool" and kind == "B")
-            or (want.startswith("float") and kind in "IJKF")
+            or (want.startswith("float") and kind in "IJKFB")  # (true/false: 1/0)
             or (want.startswith(("int", "uint")) and kind in "IJK")
         )
         if ok and want.startswith(("int", "uint")):
@@ -376,6 +386,8 @@ def _plain(v):
 
 
 def _kind_name(value) -> str:
+    if type(value) in (JInt, JFloat):
+        return "a number"
     for name, t in _KINDS.items():
         if isinstance(value, t):
             return "an array" if name == "array" else f"a {name}" if name != "null" else "null"

@@ -53,7 +53,7 @@ from .streams import open_range, open_stream, spool_stdin
 
 BOM = b"\xef\xbb\xbf"
 PROBE_BYTES = 1 << 20  # the first records (at most this many bytes, and PROBE_RECORDS records),
-PROBE_RECORDS = 5000  # read by the exact parser, settle the first types
+PROBE_RECORDS = 1000  # read by the exact parser (in every worker), settle the first types
 EXACT_BYTES = 1 << 20  # the exact parser takes pieces in steps of this many bytes
 _DIGITS = re.compile(rb"[0-9]{16}")
 
@@ -145,16 +145,21 @@ class JsonlReader(Reader):
 
     def _settle(self) -> None:
         """The schema and the fast parser's Arrow schema from the columns' current states."""
-        early = [c for c in self.cols.values() if not c.late]
-        late = sorted((c for c in self.cols.values() if c.late), key=lambda c: c.name)
+        cols = [c for c in self.cols.values() if c.flags != "O"]  # ("O": an object, its keys are columns)
+        early = [c for c in cols if not c.late]
+        late = sorted((c for c in cols if c.late), key=lambda c: c.name)
         self.order = [c.name for c in early + late]
         self.schema = Schema(tuple(field_of(self.cols[n]) for n in self.order))
-        self.pending = [c.name for c in self.cols.values() if c.path is None]
-        self.arrow_schema = _arrow_schema(self.cols.values()) if not self.pending else None
+        self.pending = [c.name for c in cols if c.path is None]
+        self.arrow_schema = _arrow_schema(cols) if not self.pending else None
         self.parser.refresh()
         self._changed = False
 
     def widen(self, widened: dict[str, str]) -> None:
+        """Join states other readers met (``~`` names, from SchemaChanged), or read columns as the
+        types a dataset holds (``verify --against``: the type names of its schema; a scalar column
+        is then read as that type, as ``--column-type`` would, so that the kinds that made it, say
+        booleans and nulls for float64, read back as they were written)."""
         changed = False
         for name, tname in widened.items():
             col = self.cols.get(name)
@@ -170,6 +175,10 @@ class JsonlReader(Reader):
             elif col.path is None:
                 col.path = path or tuple(name.split("."))
             if col.fixed is not None:
+                continue
+            if state.startswith("="):  # a dataset's scalar type
+                col.fixed = state[1:]
+                changed = True
                 continue
             new = union(col.flags, state)
             if new is None:
@@ -199,7 +208,7 @@ class JsonlReader(Reader):
         col.flags = state
         self.widened[name] = state_name(col)
         self._changed = True
-        if name not in self.order or self._every_change or field_of(col) != before:
+        if name not in self.order or self._every_change or state == "O" or field_of(col) != before:
             self._collect = True
 
     # -- reading ------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ final type are the same. Scalar flags::
     K  integer beyond int64         F  number with a fraction or an exponent
 
 A list column's state is ``[`` followed by the flags of its elements (``[`` alone: only empty lists
-so far). The column a state becomes (:func:`field_of`):
+so far). ``O`` marks a key that held only nulls and then an object: not a column, its keys are.
+The column a state becomes (:func:`field_of`):
 
 * any ``S``, or ``B`` with numbers: string (numbers and booleans as their JSON text);
 * ``B``: bool, or float64 (1/0/NaN) with ``N``;
@@ -100,6 +101,8 @@ def norm(flags: set[str], is_list: bool) -> str:
 @functools.lru_cache(maxsize=4096)
 def union(a: str, b: str) -> str | None:
     """The state of a column that was ``a`` and meets ``b`` (None: a list and a scalar)."""
+    if a == "O" or b == "O":  # an object where only nulls were (or the reverse): the key is an object
+        return "O" if (b if a == "O" else a) in ("", "N", "O") else None
     if not b:
         return a
     if not a or a == "N":
@@ -133,6 +136,8 @@ def problem(flags: str) -> tuple[str, str] | None:
 
 def describe_flags(flags: str) -> str:
     """What a state holds, for messages ("numbers", "lists of strings", ...)."""
+    if flags == "O":
+        return "objects"
     if flags.startswith("["):
         s = set(flags[1:]) - {"N"}
         if not s:
@@ -276,18 +281,18 @@ def state_from_name(name: str, current: Col | None) -> tuple[str, tuple[str, ...
 
 
 def _described(name: str, current: Col | None) -> str | None:
-    if current is not None and field_of(current).describe() == name:
+    """A dataset schema's type name as a state: ``=TYPE`` for scalars (read as that type)."""
+    if current is not None and current.flags and field_of(current).describe() == name:
         return None
-    scalar = {"float64": "F", "float32": "F", "float16": "F", "string": "S", "bool": "B", "int64": "I"}
-    if name in scalar:
-        return scalar[name]
+    if name in ("float64", "float32", "float16"):
+        return "=float64"  # (float16 and float32 are float64 narrowed by --dtype)
+    if name in FIXED_TYPES:
+        return "=" + name
     if name == "list<string>":
         return "[S"
     if name.startswith("sequence<"):
         inner = name[9:-1]
         return "[" + ("B" if inner == "bool" else "F" if inner.startswith("float") else "I")
-    if name.startswith(("int", "uint")):
-        return "I"
     return None
 
 
@@ -373,13 +378,25 @@ def _numbers(arr, dtype: np.dtype, col: Col) -> np.ndarray:
 
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan, dtype=dtype)
-    if dtype.kind == "f":
-        if pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type):
-            arr = arr.cast(pa.float64())
-        return arr.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-    if dtype.kind == "b":
-        return arr.to_numpy(zero_copy_only=False)
-    return arr.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    if dtype.kind == "f" and (pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type)):
+        arr = arr.cast(pa.float64())
+    return to_numpy(arr).astype(dtype, copy=False)
+
+
+def to_numpy(arr) -> np.ndarray:
+    """A numeric or boolean Arrow array as NumPy (nulls NaN for floats), read from its buffer where
+    it can be (``Array.to_numpy`` goes through pandas' conversion, and imports pandas)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if arr.null_count:
+        if not pa.types.is_floating(arr.type):
+            raise ValueError("nulls in a column that cannot hold them")  # pragma: no cover (checked before)
+        arr = pc.fill_null(arr, float("nan"))
+    if pa.types.is_boolean(arr.type):
+        return to_numpy(arr.cast(pa.uint8())).view(np.bool_)
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
 
 
 def _fixed(arr, col: Col) -> np.ndarray:
@@ -391,7 +408,7 @@ def _fixed(arr, col: Col) -> np.ndarray:
         raise Bad(row, col.name, f"null (or a missing key) where --column-type says {col.fixed}", null_hint(col))
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan, dtype=want)
-    values = arr.to_numpy(zero_copy_only=False)
+    values = to_numpy(arr)
     if want.kind in "iu":
         info = np.iinfo(want)
         out = (values < info.min) | (values > info.max)
@@ -420,7 +437,7 @@ def null_hint(col: Col) -> str:
 
 
 def _valid(arr) -> np.ndarray:
-    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    return to_numpy(arr.is_valid())
 
 
 def _empty_nulls(arr, empty):
