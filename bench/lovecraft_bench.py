@@ -6,7 +6,9 @@ round). Peak memory is peak *anonymous* memory (RssAnon from /proc/PID/status, s
 process and its children, sampled every few ms), reported above the baseline of an interpreter
 that has imported the same libraries: a memmap's page cache inflates RSS without costing anything.
 
-    python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR]
+    python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR] [--save FILE]
+
+``--only`` picks rows (default all): csv, npy, shard, bucket, verify, jsonl, memory, jsonl_memory, help.
 
 Inputs are generated once (fixed seed) and cached in the work directory.
 """
@@ -27,6 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import jsonl_inputs  # noqa: E402
+
 PY = sys.executable
 LOVECRAFT = [PY, "-m", "lovecraft_convert"]
 GB = 1000**3
@@ -75,9 +80,10 @@ def _tree_anon(pid: int) -> int:
 class Result:
     seconds: float
     peak_mib: float
+    stderr: str = ""
 
 
-def run(cmd: list[str], env: dict | None = None, every: float = 0.004) -> Result:
+def run(cmd: list[str], env: dict | None = None, every: float = 0.004, expect: int = 0) -> Result:
     """Run ``cmd``; wall time and peak anonymous memory of its process tree, sampled from /proc
     every ``every`` seconds (a sample of a tree of threads costs ~0.3 ms of CPU: at 250 Hz that is
     several percent of this 2-core machine, so timed rounds sample at 20 Hz and the memory table's
@@ -104,10 +110,10 @@ def run(cmd: list[str], env: dict | None = None, every: float = 0.004) -> Result
     dt = time.perf_counter() - t0
     stop.set()
     t.join()
-    if p.returncode != 0:
+    if p.returncode != expect:
         sys.stderr.write(err.decode(errors="replace")[-3000:])
-        raise SystemExit(f"bench: command failed ({p.returncode}): {' '.join(cmd)}")
-    return Result(dt, peak / 1024)
+        raise SystemExit(f"bench: command exited with {p.returncode}, not {expect}: {' '.join(cmd)}")
+    return Result(dt, peak / 1024, err.decode(errors="replace"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,6 +277,9 @@ def make_tokenizer(path: str, text: str) -> str:
     return path
 
 
+PEERS.update(jsonl_inputs.PEERS)
+
+
 def peer(name: str, *args: str) -> list[str]:
     return [PY, "-c", PEERS[name], *args]
 
@@ -300,6 +309,7 @@ class Bench:
     work: str
     rows: list[Row] = field(default_factory=list)
     mem: list[tuple] = field(default_factory=list)
+    mem_jsonl: list[tuple] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     baseline: float = 0.0
 
@@ -566,6 +576,68 @@ def bench_bucket(b: Bench, size: int) -> None:
     )
 
 
+def bench_jsonl(b: Bench, size: int) -> None:
+    """JSON Lines -> Parquet (zstd) against polars' streaming scan_ndjson().sink_parquet() and
+    pyarrow's read_json + write_table, on C4-like records at ~185 MB and ~1 GB; and the LLM case,
+    keeping only ``text``, against polars selecting it."""
+    for target in (size * 185 // 1000, size):
+        src = jsonl_inputs.make_jsonl(os.path.join(b.work, f"jsonl_{target // 10**6}MB.jsonl"), target)
+        n = os.path.getsize(src)
+        mb = f"{n / 1e6:.0f} MB"
+        res = b.rounds(
+            {
+                "ours": lambda src=src: [*LOVECRAFT, "convert", src, "-o", b.out("jl"), "--to", "parquet", "-q"],
+                "polars": lambda src=src: peer("polars_ndjson", src, b.fresh_dir("jl_pl")),
+                "pyarrow": lambda src=src: peer("pyarrow_json", src, b.fresh_dir("jl_pa")),
+                "ours_text": lambda src=src: [
+                    *LOVECRAFT, "convert", src, "-o", b.out("jlt"), "--to", "parquet", "--columns", "text", "-q"],
+                "polars_text": lambda src=src: peer("polars_ndjson_text", src, b.fresh_dir("jlt_pl")),
+            }
+        )  # fmt: skip
+        ours = mbps(n, res["ours"])
+        b.rows.append(
+            Row(f"JSONL -> Parquet (zstd), {mb}", ours, "polars scan_ndjson.sink_parquet", mbps(n, res["polars"]), 1.0)
+        )
+        b.rows.append(
+            Row(
+                f"JSONL -> Parquet (zstd), {mb}",
+                ours,
+                "pyarrow.json.read_json + write_table(zstd)",
+                mbps(n, res["pyarrow"]),
+                0.0,
+                "no target; reads the whole file into memory",
+            )
+        )
+        b.rows.append(Row(f"JSONL -> Parquet --columns text, {mb}", mbps(n, res["ours_text"]),
+                          "polars scan_ndjson.select('text').sink_parquet", mbps(n, res["polars_text"]), 0.0, "context"))  # fmt: skip
+
+
+def bench_jsonl_memory(b: Bench) -> None:
+    """Peak anonymous memory of JSON Lines -> Parquet at two sizes (1 GB, 4 GB: the 1 GB input four
+    times over) under --max-memory 256MiB, and a single 100 MB JSON line refused within it."""
+    one = jsonl_inputs.make_jsonl(os.path.join(b.work, "jsonl_1000MB.jsonl"), GB if not b.args.quick else GB // 16)
+    four = jsonl_inputs.make_repeated(os.path.join(b.work, "jsonl_x4.jsonl"), one, 4)
+    cases = {
+        "convert JSONL -> parquet": lambda src: [*LOVECRAFT, "convert", src, "-o", b.out("m"), "--to", "parquet",
+                                                 "--max-memory", "256MiB", "-q"],
+        "shard JSONL -> parquet 128MiB --workers 2": lambda src: [*LOVECRAFT, "shard", src, "-o", b.out("m"), "--to",
+                                                  "parquet", "--shard-size", "128MiB", "--workers", "2", "--max-memory", "256MiB", "-q"],
+    }  # fmt: skip
+    for name, make in cases.items():
+        peaks = [run(make(src)) for src in (one, four)]
+        sizes = [os.path.getsize(one) / GB, os.path.getsize(four) / GB]
+        b.mem_jsonl.append((name, *sizes, *(p.peak_mib - b.baseline for p in peaks), *(p.seconds for p in peaks)))
+    long = jsonl_inputs.make_long_line(os.path.join(b.work, "jsonl_line_100MB.jsonl"), 100 << 20)
+    r = run([*LOVECRAFT, "convert", long, "-o", b.out("m"), "--to", "parquet", "--max-memory", "256MiB"], expect=1)
+    message = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    peak = r.peak_mib - b.baseline
+    met = "yes" if peak < 256 and "longer than" in message else "NO"
+    b.extra.append(
+        f"A single 100 MB JSON line under --max-memory 256MiB: refused in {r.seconds:.1f}s, exit 1, peak {peak:.0f} MiB "
+        f"above the baseline (target < 256 MiB: {met}): `{message}`"
+    )
+
+
 def help_time(b: Bench) -> None:
     times = []
     for _ in range(5):
@@ -583,6 +655,7 @@ BENCHES = {
     "shard": bench_shard,
     "bucket": bench_bucket,
     "verify": bench_verify,
+    "jsonl": bench_jsonl,
 }
 
 
@@ -590,8 +663,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="inputs 1/16 the size, one run: a smoke test")
-    ap.add_argument("--only", default="csv,npy,shard,bucket,verify,memory,help")
+    ap.add_argument("--only", default="csv,npy,shard,bucket,verify,jsonl,memory,jsonl_memory,help")
     ap.add_argument("--workdir", default="/tmp/lovecraft-bench")
+    ap.add_argument("--save", default=os.path.join(HERE, "results.md"), help="where the table is written")
     args = ap.parse_args()
     if args.quick:
         args.runs = 1
@@ -608,11 +682,14 @@ def main() -> None:
     if "memory" in only:
         print("bench: memory ...", file=sys.stderr, flush=True)
         bench_memory(b)
+    if "jsonl_memory" in only:
+        print("bench: jsonl_memory ...", file=sys.stderr, flush=True)
+        bench_jsonl_memory(b)
     if "help" in only:
         help_time(b)
     report = render(b, size, time.time() - t0)
     print(report)
-    with open(os.path.join(HERE, "results.md"), "w") as f:
+    with open(args.save, "w") as f:
         f.write(report + "\n")
     shutil.rmtree(os.path.join(b.work, "out"), ignore_errors=True)
 
@@ -651,6 +728,25 @@ def render(b: Bench, size: int, elapsed: float) -> str:
         lines.append(
             "Time at the two sizes (linear growth): "
             + "; ".join(f"{n}: {ta:.1f}s / {tc:.1f}s" for n, _, _, ta, tc in b.mem)
+        )
+    if b.mem_jsonl:
+        _, s1, s2, *_ = b.mem_jsonl[0]
+        lines += [
+            "",
+            f"JSON Lines, peak anonymous memory above the baseline ({b.baseline:.0f} MiB), --max-memory 256MiB, one run each:",
+            "",
+            f"| command | @{s1:.2g} GB | @{s2:.2g} GB | difference | target | met |",
+            "|---|---:|---:|---:|---|:---:|",
+        ]
+        for name, _s1, _s2, a, c, _ta, _tc in b.mem_jsonl:
+            diff = (c - a) / a * 100 if a else 0.0
+            met = "yes" if max(a, c) < 256 and (abs(diff) <= 10 or abs(c - a) < 16) else "NO"
+            lines.append(
+                f"| {name} | {a:.0f} MiB | {c:.0f} MiB | {diff:+.1f}% ({c - a:+.0f} MiB) | < 256 MiB, within 10% | {met} |"
+            )
+        lines.append("")
+        lines.append(
+            "Time at the two sizes: " + "; ".join(f"{n}: {ta:.1f}s / {tc:.1f}s" for n, *_, ta, tc in b.mem_jsonl)
         )
     if b.extra:
         lines += [""] + b.extra
