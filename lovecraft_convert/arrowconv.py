@@ -52,19 +52,67 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
                 )
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[strings]))
             elif f.kind == SEQUENCE:
-                values = pa.array(col.values)
+                values = from_numpy(col.values)
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
             else:
                 arrays.append(pa.Array.from_buffers(t, len(col), [None, offsets, pa.py_buffer(col.values)]))
         else:
-            flat = pa.array(col.reshape(-1)) if col.dtype != np.bool_ else pa.array(col.reshape(-1), type=pa.bool_())
-            arr = flat
+            arr = from_numpy(col.reshape(-1))
             sizes = list(f.shape)
             while sizes:
                 dim = sizes.pop()
                 arr = pa.FixedSizeListArray.from_arrays(arr, dim)
             arrays.append(arr)
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(schema))
+
+
+def from_numpy(a: np.ndarray) -> pa.Array:
+    """A 1-D NumPy array as Arrow, numbers without a copy (``pa.array`` would also import pandas,
+    half a second of start-up, to ask whether the array is a pandas one)."""
+    if a.dtype.kind not in "biuf":
+        return pa.array(a)
+    a = np.ascontiguousarray(a)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if a.dtype == np.bool_:
+        return pa.Array.from_buffers(pa.bool_(), len(a), [None, pa.py_buffer(np.packbits(a, bitorder="little"))])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+
+
+def numpy_of(arr: pa.Array) -> np.ndarray:
+    """A numeric or boolean Arrow array as NumPy, read from its buffers (nulls NaN in floats):
+    ``Array.to_numpy`` goes through pandas' conversion code and imports pandas."""
+    t = arr.type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        return arr.to_numpy(zero_copy_only=False)
+    if pa.types.is_boolean(t):
+        bits = np.unpackbits(np.frombuffer(arr.buffers()[1], dtype=np.uint8), bitorder="little")
+        values = bits[arr.offset : arr.offset + len(arr)].view(np.bool_)
+    else:
+        dtype = np.dtype(t.to_pandas_dtype())
+        values = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+    if arr.null_count:
+        if not pa.types.is_floating(t):
+            raise ValueError(f"{t} values with nulls have no NumPy form")
+        values = values.copy()
+        values[~valid_of(arr)] = np.nan
+    return values
+
+
+def valid_of(arr: pa.Array) -> np.ndarray:
+    """Which rows of an Arrow array are not null (from its validity bitmap)."""
+    bitmap = arr.buffers()[0]
+    if bitmap is None:
+        return np.ones(len(arr), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[arr.offset : arr.offset + len(arr)].astype(bool)
+
+
+def offsets_of(arr: pa.Array) -> np.ndarray:
+    """The int64 offsets of a (large) list or string array (``len + 1`` of them)."""
+    large = pa.types.is_large_list(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int64 if large else np.int32)
+    return offs[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
 
 def _offsets32(offs: np.ndarray, f: Field) -> pa.Buffer:
@@ -104,21 +152,21 @@ def column_from_arrow(arr: pa.Array, f: Field):
     if f.kind == STRING_LIST:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
-        offs = np.asarray(arr.offsets, dtype=np.int64)
+        offs = offsets_of(arr)
         base = offs[0]
         inner = arr.values.slice(base, offs[-1] - base)
         return VarColumn(column_from_arrow(inner, Field(f.name, STRING, "|u1")), offs - base)
     if f.kind == SEQUENCE:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
-        offs = np.asarray(arr.offsets, dtype=np.int64)
-        values = arr.values.to_numpy(zero_copy_only=False)
+        offs = offsets_of(arr)
+        values = numpy_of(arr.values)
         base = offs[0]
         return VarColumn(values[base : offs[-1]], offs - base)
     a = arr
     while pa.types.is_fixed_size_list(a.type):
         a = a.flatten()
-    values = a.to_numpy(zero_copy_only=False)
+    values = numpy_of(a)
     return values.reshape((len(arr), *f.shape))
 
 

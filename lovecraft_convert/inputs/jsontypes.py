@@ -346,7 +346,7 @@ def build(arr, col: Col):
     empty list); raises Bad for a value a fixed type cannot take."""
     import pyarrow as pa
 
-    from ..arrowconv import column_from_arrow
+    from ..arrowconv import column_from_arrow, offsets_of, valid_of
     from ..schema import VarColumn
 
     f = field_of(col)
@@ -356,16 +356,16 @@ def build(arr, col: Col):
     if f.kind == STRING:
         if not pa.types.is_string(arr.type):  # only nulls so far
             arr = pa.nulls(n, pa.string())
-        return column_from_arrow(_empty_nulls(arr, pa.scalar("", pa.string())), f)
+        return column_from_arrow(_empty_nulls(arr, ""), f)
     if f.kind in (SEQUENCE, STRING_LIST):
-        offs = np.asarray(arr.offsets, dtype=np.int64)
-        if arr.null_count and np.any(np.diff(offs)[~_valid(arr)]):
-            arr = _empty_nulls(arr, pa.scalar([], arr.type))
-            offs = np.asarray(arr.offsets, dtype=np.int64)
+        offs = offsets_of(arr)
+        if arr.null_count and np.any(np.diff(offs)[~valid_of(arr)]):
+            arr = _empty_nulls(arr, [])
+            offs = offsets_of(arr)
         base = int(offs[0])
         values = arr.values.slice(base, int(offs[-1]) - base)
         if f.kind == STRING_LIST:
-            inner = column_from_arrow(_empty_nulls(values, pa.scalar("", pa.string())), Field(f.name, STRING, "|u1"))
+            inner = column_from_arrow(_empty_nulls(values, ""), Field(f.name, STRING, "|u1"))
             return VarColumn(inner, offs - base)
         return VarColumn(_numbers(values, f.np_dtype, col), offs - base)
     if col.fixed is not None:
@@ -376,39 +376,27 @@ def build(arr, col: Col):
 def _numbers(arr, dtype: np.dtype, col: Col) -> np.ndarray:
     import pyarrow as pa
 
+    from ..arrowconv import numpy_of
+
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan, dtype=dtype)
     if dtype.kind == "f" and (pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type)):
         arr = arr.cast(pa.float64())
-    return to_numpy(arr).astype(dtype, copy=False)
-
-
-def to_numpy(arr) -> np.ndarray:
-    """A numeric or boolean Arrow array as NumPy (nulls NaN for floats), read from its buffer where
-    it can be (``Array.to_numpy`` goes through pandas' conversion, and imports pandas)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if arr.null_count:
-        if not pa.types.is_floating(arr.type):
-            raise ValueError("nulls in a column that cannot hold them")  # pragma: no cover (checked before)
-        arr = pc.fill_null(arr, float("nan"))
-    if pa.types.is_boolean(arr.type):
-        return to_numpy(arr.cast(pa.uint8())).view(np.bool_)
-    dtype = np.dtype(arr.type.to_pandas_dtype())
-    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+    return numpy_of(arr).astype(dtype, copy=False)
 
 
 def _fixed(arr, col: Col) -> np.ndarray:
     import pyarrow as pa
 
+    from ..arrowconv import numpy_of, valid_of
+
     want = np.dtype(col.fixed if col.fixed != "bool" else "?")
     if arr.null_count and want.kind != "f":
-        row = int(np.flatnonzero(~_valid(arr))[0])
+        row = int(np.flatnonzero(~valid_of(arr))[0])
         raise Bad(row, col.name, f"null (or a missing key) where --column-type says {col.fixed}", null_hint(col))
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan, dtype=want)
-    values = to_numpy(arr)
+    values = numpy_of(arr)
     if want.kind in "iu":
         info = np.iinfo(want)
         out = (values < info.min) | (values > info.max)
@@ -436,23 +424,21 @@ def null_hint(col: Col) -> str:
     return f"give it a value, or pass --column-type {col.name}=float64 to read nulls as NaN"
 
 
-def _valid(arr) -> np.ndarray:
-    return to_numpy(arr.is_valid())
-
-
 def _empty_nulls(arr, empty):
     """``arr`` with its null rows empty (Arrow leaves their bytes unspecified)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from ..arrowconv import valid_of
+
     if not arr.null_count:
         return arr
     if pa.types.is_string(arr.type):
         offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
-        if not np.any(np.diff(offs)[~_valid(arr)]):
+        if not np.any(np.diff(offs)[~valid_of(arr)]):
             return arr
     try:
-        return pc.fill_null(arr, empty)
+        return pc.fill_null(arr, pa.scalar(empty, arr.type))
     except pa.ArrowNotImplementedError:  # lists: rebuilt (never met: parsers leave null lists empty)
         return pa.array([[] if v is None else v for v in arr.to_pylist()], arr.type)
 
