@@ -83,9 +83,9 @@ def input_options(f: Callable) -> Callable:
         click.option("--input-format", type=RegistryChoice("input"), help="Override format detection."),
         click.option("--no-header", "no_header", is_flag=True, help="CSV: the first line is data; columns are f0, f1, ..."),
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
-        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV: fix a column's type, e.g. zip=string (repeatable)."),
-        click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order."),
-        click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text and CSV: invalid UTF-8 is an error, or replaced with U+FFFD."),
+        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines: fix a column's type, e.g. zip=string (repeatable)."),
+        click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order (JSON Lines: parse only these keys, e.g. text,meta.lang)."),
+        click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text, CSV, JSON Lines: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
     ]  # fmt: skip
     return _stack(f, opts)
