@@ -85,6 +85,7 @@ class JsonlReader(Reader):
         self._every_change = False  # in a worker's part: every change of state starts the job over
         self._stream = None
         self._base = 0
+        self._is_nl = np.empty(0, dtype=bool)
         self._probe()
         self._settle()
 
@@ -289,27 +290,27 @@ class JsonlReader(Reader):
         return int(max(1 << 20, self.options.batch_bytes // 2))
 
     def _chunks(self, spec: InputSpec, stream, strip_bom: bool, chunk: int) -> Iterator[memoryview]:
-        """The decompressed input in pieces of whole lines (views of a fresh buffer each: only the
-        unfinished last line is copied); a line longer than the limit is refused as its bytes
-        arrive."""
+        """The decompressed input in pieces of whole lines, each a view of one buffer that is
+        reused for the next piece (only the unfinished last line is copied to its front; fresh
+        buffers would cost the kernel a page-clearing pass each). A line longer than the limit is
+        refused as its bytes arrive."""
         max_line = self._max_line()
-        carry = b""
+        buf = bytearray(chunk + max_line)
+        view = memoryview(buf)
+        carry = 0  # bytes of an unfinished line at the front of buf
         first = strip_bom
         if stream is None:
             stream = open_stream(spec, max_ratio=self.options.max_ratio)
         with stream:
             self._stream = stream
             while True:
-                buf = bytearray(len(carry) + chunk)
-                buf[: len(carry)] = carry
-                view = memoryview(buf)
-                n = len(carry)
-                while n < len(buf):  # fill the buffer (a stream may return less than asked)
-                    got = stream.readinto(view[n:])
+                n = carry
+                while n < carry + chunk:  # fill (a stream may return less than asked)
+                    got = stream.readinto(view[n : carry + chunk])
                     if not got:
                         break
                     n += got
-                eof = n < len(buf)
+                eof = n < carry + chunk
                 start = 0
                 if first:
                     first = False
@@ -318,21 +319,22 @@ class JsonlReader(Reader):
                 if eof:
                     if n > start:
                         if buf[n - 1] != 10:
-                            buf[n : n + 1] = b"\n"
+                            buf[n] = 10
                             n += 1
-                            view = memoryview(buf)
                         yield view[start:n]
                     break
                 cut = buf.rfind(b"\n", start, n) + 1
                 if cut == 0:
                     if n - start > max_line:
                         raise _LongLine(max_line)
-                    carry = bytes(view[start:n])
+                    view[: n - start] = view[start:n]
+                    carry = n - start
                     continue
-                carry = bytes(view[cut:n])
-                yield view[start:cut]
-                if len(carry) > max_line:
+                yield view[start:cut]  # (used up before the next piece is read into buf)
+                carry = n - cut
+                if carry > max_line:
                     raise _LongLine(max_line)
+                view[:carry] = view[cut:n]
             self._base += stream.raw_count()
             self._stream = None
 
@@ -456,7 +458,9 @@ class JsonlReader(Reader):
                 return None  # the exact parser names the line
             piece = bytes(piece).decode("utf-8", "replace").encode("utf-8")
         arr = np.frombuffer(piece, dtype=np.uint8)
-        nl = np.flatnonzero(arr == 10)
+        if len(self._is_nl) < len(arr):
+            self._is_nl = np.empty(len(arr), dtype=bool)  # (reused: no fresh pages per piece)
+        nl = np.flatnonzero(np.equal(arr, 10, out=self._is_nl[: len(arr)]))
         starts = np.empty(len(nl), dtype=np.int64)
         starts[0] = 0
         starts[1:] = nl[:-1] + 1
@@ -482,12 +486,13 @@ class JsonlReader(Reader):
                 return None
             data = b'{"value":' + bytes(piece[:-1]).replace(b"\n", b'}\n{"value":') + b"}\n"
         expected = len(nl) if row_lines is None else len(row_lines)
-        longest = int((nl - starts).max()) + 16 if len(nl) else 0
         behaviour = "error" if self.mode == "values" else "ignore" if self.selected is not None else "infer"
         try:
+            # one block: one chunk per column (no copy to combine), parsed on one core while the
+            # writer compresses on the other
             table = pj.read_json(
                 pa.py_buffer(data),
-                read_options=pj.ReadOptions(block_size=max(1 << 20, longest), use_threads=self.options.threads),
+                read_options=pj.ReadOptions(block_size=len(data) + 64, use_threads=False),
                 parse_options=pj.ParseOptions(
                     explicit_schema=self.arrow_schema,
                     unexpected_field_behavior=behaviour,
@@ -507,8 +512,7 @@ class JsonlReader(Reader):
                 found.append(_DIGITS.search(piece) is not None)
             return found[0]
 
-        # one batch per piece: the read-ahead queue then holds pieces, not the parser's blocks
-        return table.combine_chunks().to_batches(), row_lines, len(nl), digits
+        return table.to_batches(), row_lines, len(nl), digits
 
     # -- keys named but not met in the first records --------------------------------------------
 
