@@ -209,7 +209,9 @@ class ExactParser:
                 if sel is not None and name in sel and name not in self.into:
                     raise LineError(line, name, "holds an object", f"select the keys inside it ({name}.KEY)")
                 if name in self.fixed:
-                    raise LineError(line, name, "holds an object", f"--column-type takes the keys inside it ({name}.KEY)")
+                    raise LineError(
+                        line, name, "holds an object", f"--column-type takes the keys inside it ({name}.KEY)"
+                    )
                 self._walk(value, p, row, states, out, line)
             elif p in self.objects:
                 if value is not None:

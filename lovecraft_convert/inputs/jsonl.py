@@ -459,7 +459,7 @@ class JsonlReader(Reader):
             piece = bytes(piece).decode("utf-8", "replace").encode("utf-8")
         arr = np.frombuffer(piece, dtype=np.uint8)
         if len(self._is_nl) < len(arr):
-            self._is_nl = np.empty(len(arr), dtype=bool)  # (reused: no fresh pages per piece)
+            self._is_nl = np.empty(len(arr) + len(arr) // 4, dtype=bool)  # (reused: no fresh pages per piece)
         nl = np.flatnonzero(np.equal(arr, 10, out=self._is_nl[: len(arr)]))
         starts = np.empty(len(nl), dtype=np.int64)
         starts[0] = 0
