@@ -572,14 +572,15 @@ def _mode_of(piece: bytes) -> str:
     return "records"
 
 
-def _utf8(piece: bytes) -> bool:
+def _utf8(piece) -> bool:
+    """Is the piece valid UTF-8 (Arrow's vectorised check, as it validates a string array)?"""
     import pyarrow as pa
 
     data = pa.Array.from_buffers(
-        pa.large_binary(), 1, [None, pa.py_buffer(np.array([0, len(piece)], dtype=np.int64)), pa.py_buffer(piece)]
+        pa.large_string(), 1, [None, pa.py_buffer(np.array([0, len(piece)], dtype=np.int64)), pa.py_buffer(piece)]
     )
     try:
-        data.cast(pa.large_string())
+        data.validate(full=True)
     except pa.ArrowInvalid:
         return False
     return True

@@ -306,12 +306,12 @@ def observe(arr, col: Col, fast: bool, digits) -> set[str]:
     integers beyond 2**53 in integer columns). Raises Fallback where the fast parser's reading
     may hide what the exact parser would see: NaN/Infinity literals, and large numbers in a float
     column when the piece holds a long run of digits (``digits()``: an integer literal beyond
-    2**53 has 16 digits or more)."""
+    2**53 has 16 digits or more). Computed with NumPy on the buffers (``pyarrow.compute`` costs a
+    tenth of a second to import)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if col.fixed is not None:
-        if fast and pa.types.is_floating(arr.type) and _nonfinite(arr):
+        if fast and pa.types.is_floating(arr.type) and not np.isfinite(_present(arr)).all():
             raise Fallback
         return set()
     seen: set[str] = set()
@@ -323,22 +323,30 @@ def observe(arr, col: Col, fast: bool, digits) -> set[str]:
     if values.null_count:
         seen.add("N")
     if pa.types.is_integer(values.type) and len(values) - values.null_count:
-        lo, hi = pc.min_max(values).values()
-        if max(abs(lo.as_py()), abs(hi.as_py())) > EXACT:
+        v = _present(values)
+        if max(-int(v.min()), int(v.max())) > EXACT:
             seen.add("J")
     if fast and pa.types.is_floating(values.type) and len(values) - values.null_count:
-        if _nonfinite(values):
+        v = _present(values)
+        if not np.isfinite(v).all():
             raise Fallback
-        lo, hi = pc.min_max(values).values()
-        if max(abs(lo.as_py()), abs(hi.as_py())) >= EXACT and digits():
+        if max(-float(v.min()), float(v.max())) >= EXACT and digits():
             raise Fallback
     return seen
 
 
-def _nonfinite(arr) -> bool:
-    import pyarrow.compute as pc
+def _raw(arr) -> np.ndarray:
+    """A numeric Arrow array's values as NumPy, nulls holding whatever the buffer holds."""
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
 
-    return arr.null_count < len(arr) and not pc.all(pc.is_finite(arr)).as_py()
+
+def _present(arr) -> np.ndarray:
+    """The values of a numeric Arrow array that are not null."""
+    from ..arrowconv import valid_of
+
+    v = _raw(arr)
+    return v[valid_of(arr)] if arr.null_count else v
 
 
 def build(arr, col: Col):
@@ -376,13 +384,28 @@ def build(arr, col: Col):
 def _numbers(arr, dtype: np.dtype, col: Col) -> np.ndarray:
     import pyarrow as pa
 
-    from ..arrowconv import numpy_of
+    from ..arrowconv import numpy_of, valid_of
 
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan, dtype=dtype)
-    if dtype.kind == "f" and (pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type)):
-        arr = arr.cast(pa.float64())
+    if dtype.kind == "f" and pa.types.is_integer(arr.type):  # integers with nulls: float64, NaN
+        out = _raw(arr).astype(dtype)
+        if arr.null_count:
+            out[~valid_of(arr)] = np.nan
+        return out
+    if dtype.kind == "f" and pa.types.is_boolean(arr.type):  # booleans with nulls: 1/0/NaN
+        out = np.asarray(numpy_of(_nulls_false(arr)), dtype=dtype)
+        if arr.null_count:
+            out[~valid_of(arr)] = np.nan
+        return out
     return numpy_of(arr).astype(dtype, copy=False)
+
+
+def _nulls_false(arr):
+    """A boolean array with its validity bitmap dropped (its null rows are set to NaN after)."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.bool_(), len(arr), [None, arr.buffers()[1]], offset=arr.offset)
 
 
 def _fixed(arr, col: Col) -> np.ndarray:
@@ -427,7 +450,6 @@ def null_hint(col: Col) -> str:
 def _empty_nulls(arr, empty):
     """``arr`` with its null rows empty (Arrow leaves their bytes unspecified)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from ..arrowconv import valid_of
 
@@ -437,6 +459,8 @@ def _empty_nulls(arr, empty):
         offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
         if not np.any(np.diff(offs)[~valid_of(arr)]):
             return arr
+    import pyarrow.compute as pc
+
     try:
         return pc.fill_null(arr, pa.scalar(empty, arr.type))
     except pa.ArrowNotImplementedError:  # lists: rebuilt (never met: parsers leave null lists empty)
