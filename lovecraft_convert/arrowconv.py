@@ -1,4 +1,9 @@
-"""Batches to and from Apache Arrow, without copying values where the layouts agree."""
+"""Batches to and from Apache Arrow, without copying values where the layouts agree.
+
+Primitive arrays are converted through their buffers (``np.frombuffer``/``pa.Array.from_buffers``),
+never with ``Array.to_numpy``/``pa.array``: besides copying less, those import pandas when it is
+installed (tens of MiB and a few tenths of a second in every process).
+"""
 
 from __future__ import annotations
 
@@ -52,12 +57,12 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
                 )
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[strings]))
             elif f.kind == SEQUENCE:
-                values = from_numpy(col.values)
+                values = numpy_to_arrow(col.values)
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
             else:
                 arrays.append(pa.Array.from_buffers(t, len(col), [None, offsets, pa.py_buffer(col.values)]))
         else:
-            arr = from_numpy(col.reshape(-1))
+            arr = numpy_to_arrow(col.reshape(-1))
             sizes = list(f.shape)
             while sizes:
                 dim = sizes.pop()
@@ -66,37 +71,51 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(schema))
 
 
-def from_numpy(a: np.ndarray) -> pa.Array:
-    """A 1-D NumPy array as Arrow, numbers without a copy (``pa.array`` would also import pandas,
-    half a second of start-up, to ask whether the array is a pandas one)."""
-    if a.dtype.kind not in "biuf":
-        return pa.array(a)
-    a = np.ascontiguousarray(a)
-    if not a.dtype.isnative:
-        a = a.astype(a.dtype.newbyteorder("="))
+def numpy_to_arrow(a: np.ndarray) -> pa.Array:
+    """A 1-d NumPy array as an Arrow array (zero-copy for native numbers; bools are bit-packed)."""
     if a.dtype == np.bool_:
-        return pa.Array.from_buffers(pa.bool_(), len(a), [None, pa.py_buffer(np.packbits(a, bitorder="little"))])
-    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+        bits = np.packbits(a.view(np.uint8), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(a), [None, pa.py_buffer(bits)])
+    if a.dtype.kind in "iuf":
+        a = np.ascontiguousarray(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")))
+        return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+    return pa.array(a)  # other dtypes (datetime, objects): pyarrow's own conversion
 
 
-def numpy_of(arr: pa.Array) -> np.ndarray:
-    """A numeric or boolean Arrow array as NumPy, read from its buffers (nulls NaN in floats):
-    ``Array.to_numpy`` goes through pandas' conversion code and imports pandas."""
-    t = arr.type
-    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
-        return arr.to_numpy(zero_copy_only=False)
-    if pa.types.is_boolean(t):
-        bits = np.unpackbits(np.frombuffer(arr.buffers()[1], dtype=np.uint8), bitorder="little")
-        values = bits[arr.offset : arr.offset + len(arr)].view(np.bool_)
+_NUMPY_OF = {
+    pa.int8(): "i1", pa.int16(): "i2", pa.int32(): "i4", pa.int64(): "i8",
+    pa.uint8(): "u1", pa.uint16(): "u2", pa.uint32(): "u4", pa.uint64(): "u8",
+    pa.float16(): "f2", pa.float32(): "f4", pa.float64(): "f8", pa.bool_(): "?",
+}  # fmt: skip
+
+
+def numpy_dtype(t: pa.DataType) -> np.dtype:
+    """The NumPy dtype of an Arrow primitive type."""
+    code = _NUMPY_OF.get(t)
+    return np.dtype(code) if code is not None else np.dtype(t.to_pandas_dtype())
+
+
+def arrow_to_numpy(a: pa.Array) -> np.ndarray:
+    """A primitive Arrow array as NumPy, from its buffers (zero-copy unless it has nulls or is
+    boolean); nulls of a floating array become NaN, those of others keep whatever the buffer holds
+    (callers that meet them mask them with ``valid_of``)."""
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks() if a.num_chunks != 1 else a.chunk(0)
+    t = a.type
+    if t not in _NUMPY_OF:
+        return a.to_numpy(zero_copy_only=False)
+    data = a.buffers()[1]
+    n, off = len(a), a.offset
+    if t == pa.bool_():
+        bits = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        out = np.unpackbits(bits, count=off + n, bitorder="little")[off:].astype(np.bool_)
     else:
-        dtype = np.dtype(t.to_pandas_dtype())
-        values = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
-    if arr.null_count:
-        if not pa.types.is_floating(t):
-            raise ValueError(f"{t} values with nulls have no NumPy form")
-        values = values.copy()
-        values[~valid_of(arr)] = np.nan
-    return values
+        dt = numpy_dtype(t)
+        out = np.frombuffer(data, dtype=dt, count=off + n)[off:] if n else np.zeros(0, dt)
+    if a.null_count and numpy_dtype(t).kind == "f":
+        out = out.copy()
+        out[~valid_of(a)] = np.nan
+    return out
 
 
 def valid_of(arr: pa.Array) -> np.ndarray:
@@ -104,13 +123,14 @@ def valid_of(arr: pa.Array) -> np.ndarray:
     bitmap = arr.buffers()[0]
     if bitmap is None:
         return np.ones(len(arr), dtype=bool)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    return bits[arr.offset : arr.offset + len(arr)].astype(bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), count=arr.offset + len(arr), bitorder="little")
+    return bits[arr.offset :].astype(bool)
 
 
 def offsets_of(arr: pa.Array) -> np.ndarray:
-    """The int64 offsets of a (large) list or string array (``len + 1`` of them)."""
-    large = pa.types.is_large_list(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    """The int64 offsets of a (large) list, string or binary array (``len + 1`` of them)."""
+    t = arr.type
+    large = pa.types.is_large_list(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
     offs = np.frombuffer(arr.buffers()[1], dtype=np.int64 if large else np.int32)
     return offs[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
@@ -129,12 +149,12 @@ def field_from_arrow(name: str, t: pa.DataType) -> Field:
     if (pa.types.is_list(t) or pa.types.is_large_list(t)) and t.value_type in _STRING_TYPES[:2]:
         return Field(name, STRING_LIST, "|u1")
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return Field(name, SEQUENCE, np.dtype(t.value_type.to_pandas_dtype()).str)
+        return Field(name, SEQUENCE, numpy_dtype(t.value_type).str)
     shape = []
     while pa.types.is_fixed_size_list(t):
         shape.append(t.list_size)
         t = t.value_type
-    return Field(name, FIXED, np.dtype(t.to_pandas_dtype()).str, tuple(shape))
+    return Field(name, FIXED, numpy_dtype(t).str, tuple(shape))
 
 
 def column_from_arrow(arr: pa.Array, f: Field):
@@ -142,11 +162,9 @@ def column_from_arrow(arr: pa.Array, f: Field):
     if f.kind in (STRING, BINARY):
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
-        large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
-        bufs = arr.buffers()
-        odt = np.int64 if large else np.int32
-        offs = np.frombuffer(bufs[1], dtype=odt)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
-        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        offs = offsets_of(arr)
+        data = arr.buffers()[2]
+        data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         base = offs[0]
         return VarColumn(data[base : offs[-1]], offs - base)
     if f.kind == STRING_LIST:
@@ -160,13 +178,13 @@ def column_from_arrow(arr: pa.Array, f: Field):
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
         offs = offsets_of(arr)
-        values = numpy_of(arr.values)
+        values = arrow_to_numpy(arr.values)
         base = offs[0]
         return VarColumn(values[base : offs[-1]], offs - base)
     a = arr
     while pa.types.is_fixed_size_list(a.type):
         a = a.flatten()
-    values = numpy_of(a)
+    values = arrow_to_numpy(a)
     return values.reshape((len(arr), *f.shape))
 
 

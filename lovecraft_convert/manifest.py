@@ -24,6 +24,8 @@ FORMAT_TAG = "lovecraft-dataset"
 VERSION = 1
 READABLE_VERSIONS = (1,)
 MAX_MANIFEST_BYTES = 1 << 30
+HASHES = ("blake3", "sha256")  # a file's entry holds its digest under the algorithm's name
+DEFAULT_HASH = "blake3"
 MAX_ROW_BYTES = 1 << 30  # a schema claiming larger rows is refused (nothing that size is allocated)
 
 
@@ -61,6 +63,14 @@ def build(
     m.update({"files": files, "stats": stats, "float16": float16 or {}, "sources": sources})
     m.update(extra)
     return m
+
+
+def file_digest(entry: dict) -> tuple[str, str] | tuple[None, None]:
+    """(algorithm, hex digest) of a file entry: the first of ``HASHES`` it holds, or (None, None)."""
+    for name in HASHES:
+        if name in entry:
+            return name, entry[name]
+    return None, None
 
 
 def path_of(directory: str) -> str:

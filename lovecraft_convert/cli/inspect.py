@@ -56,6 +56,8 @@ def inspect(**params) -> None:
         header=not params["no_header"],
         delimiter=parse_delimiter(params["delimiter"]),
         column_types=dict(params["column_types"]),
+        skip_rows=params["skip_rows"],
+        comment=params["comment"],
         columns=[c for c in params["columns"].split(",") if c] if params["columns"] else None,
         errors=params["errors"],
         max_expansion=params["max_expansion"],

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import click
 
+from ..manifest import HASHES
+
 COLUMN_TYPES = (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "bool", "string",
@@ -83,7 +85,9 @@ def input_options(f: Callable) -> Callable:
         click.option("--input-format", type=RegistryChoice("input"), help="Override format detection."),
         click.option("--no-header", "no_header", is_flag=True, help="CSV: the first line is data; columns are f0, f1, ..."),
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
-        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines: fix a column's type, e.g. zip=string (repeatable)."),
+        click.option("--skip-rows", type=click.IntRange(min=0), default=0, metavar="N", help="CSV: skip N lines before the header (or, with --no-header, the first row)."),
+        click.option("--comment", metavar="CHAR", help="CSV: skip lines starting with CHAR (e.g. #)."),
+        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64 (repeatable)."),
         click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order (JSON Lines: parse only these keys, e.g. text,meta.lang)."),
         click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text, CSV, JSON Lines: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
@@ -96,9 +100,11 @@ def output_options(f: Callable) -> Callable:
         click.option("-o", "--output", required=True, metavar="DIR", help="Output dataset directory (must not exist unless --overwrite)."),
         click.option("--to", "to", type=RegistryChoice("output"), required=True, help="Output format (the formats a package registers are offered too)."),
         click.option("--dtype", type=click.Choice(["float16", "float32"]), help="Downcast floating columns."),
+        click.option("--stack-columns", "stack_columns", multiple=True, metavar="NAME=FIRST:LAST|PATTERN", help="Stack numeric columns into one [rows, k] column NAME (repeatable), e.g. x=c0:c1999 or x='c*'."),
         click.option("--on-overflow", type=click.Choice(["error", "clip"]), default="error", show_default=True, help="A value beyond the --dtype range: fail, or clip to the largest finite value."),
         click.option("--compression", metavar="NAME", help="Compress the output files; each format takes its own (e.g. zstd, snappy, gzip, lzf) or none."),
         click.option("--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."),
+        click.option("--hash", type=click.Choice(HASHES), default=HASHES[0], show_default=True, help="How the manifest hashes every file (blake3 is several times faster; sha256 for tools that want it)."),
         click.option("--overwrite", is_flag=True, help="Replace an existing output (atomically, once the new one is complete)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
         click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout."),
@@ -116,11 +122,44 @@ def shard_options(f: Callable) -> Callable:
         click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical files."),
         click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores)."),
         click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping what it committed."),
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Run the units in local processes or as Ray tasks on a cluster."),
+        click.option("--ray-address", metavar="ADDRESS", help="The Ray cluster (default: RAY_ADDRESS, else a local Ray started for the run)."),
     ]  # fmt: skip
     return _stack(f, opts)
 
 
-SHARD_FLAGS = ("shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume")
+def marker_options(f: Callable) -> Callable:
+    """--eos and --bos: the document markers of tokenized text (convert, shard, bucket)."""
+    opts = [
+        click.option("--eos", metavar="TOKEN|ID", help="Append this token after every document: a token of the tokenizer's vocabulary (e.g. '</s>') or an integer id."),
+        click.option("--bos", metavar="TOKEN|ID", help="Put this token before every document (a token or an integer id)."),
+    ]  # fmt: skip
+    return _stack(f, opts)
+
+
+def token_options(f: Callable) -> Callable:
+    """--tokenizer and --column (convert and shard; bucket has its own), then the markers."""
+    opts = [
+        click.option("--tokenizer", metavar="bytes|chars|PATH", help="Tokenize a text column into token ids ('tokens'): UTF-8 bytes, code points, or a Hugging Face tokenizer.json. The output holds the tokens and the columns --columns names."),
+        click.option("--column", metavar="NAME", help="With --tokenizer: the text column (default: text)."),
+    ]  # fmt: skip
+    return _stack(marker_options(f), opts)
+
+
+TOKEN_FLAGS = ("tokenizer", "column", "eos", "bos")
+
+
+SHARD_FLAGS = (
+    "shard_size",
+    "rows_per_shard",
+    "num_shards",
+    "shuffle",
+    "seed",
+    "workers",
+    "resume",
+    "engine",
+    "ray_address",
+)
 
 
 def library_kwargs(params: dict) -> dict:
@@ -130,7 +169,10 @@ def library_kwargs(params: dict) -> dict:
         "header": not params["no_header"],
         "delimiter": parse_delimiter(params["delimiter"]),
         "column_types": dict(params["column_types"]),
+        "skip_rows": params["skip_rows"],
+        "comment": params["comment"],
         "columns": [c for c in params["columns"].split(",") if c] if params["columns"] else None,
+        "stack_columns": list(params["stack_columns"]) or None,
         "errors": params["errors"],
         "max_expansion": params["max_expansion"],
         "to": params["to"],
@@ -138,6 +180,7 @@ def library_kwargs(params: dict) -> dict:
         "on_overflow": params["on_overflow"],
         "compression": params["compression"],
         "max_memory": params["max_memory"],
+        "hash": params["hash"],
         "overwrite": params["overwrite"],
         "progress": False if params["quiet"] else None,
     }
@@ -157,7 +200,7 @@ def summary(manifest: dict, output: str) -> dict:
         "output": output,
         "format": manifest["output_format"],
         "rows": manifest["rows"],
-        "files": [{k: f[k] for k in ("path", "rows", "bytes", "sha256")} for f in manifest["files"]],
+        "files": [{k: f[k] for k in ("path", "rows", "bytes", *HASHES) if k in f} for f in manifest["files"]],
         "bytes": sum(f["bytes"] for f in manifest["files"]),
         "schema": manifest["schema"],
         "float16": manifest.get("float16") or {},
@@ -167,10 +210,15 @@ def summary(manifest: dict, output: str) -> dict:
 
 def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> None:
     s = summary(manifest, output)
+    if manifest.get("nothing_to_do"):
+        s["nothing_to_do"] = True
     if as_json:
         click.echo(json.dumps(s, indent=1))
         return
     if quiet:
+        return
+    if manifest.get("nothing_to_do"):
+        click.echo(f"{output}: already complete, made by the same command and inputs; nothing to do", err=True)
         return
     from ..util import format_size
 

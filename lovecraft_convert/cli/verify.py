@@ -25,7 +25,7 @@ def verify(paths: tuple[str, ...], against: bool, max_memory: int, quiet: bool, 
     """Check that DATASET holds exactly what its manifest says.
 
     \b
-    Every listed file exists, nothing else is there, sizes and sha256 match, each file decodes
+    Every listed file exists, nothing else is there, sizes and digests match, each file decodes
     completely with its format's reader (checksums included), and rows, schema, statistics and
     bucket lengths match the manifest. With --against, the INPUTS are re-read as they were
     converted and compared with the dataset (row by row, or as a multiset when shuffled).

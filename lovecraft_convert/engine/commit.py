@@ -3,7 +3,7 @@
 1. Lock ``.<name>.lock`` beside the output (``fcntl.flock``); refuse an existing output unless
    overwriting; remove stale temporaries of earlier runs (we hold the lock, so they are stale).
 2. Write everything into the temporary sibling ``.<name>.tmp-<pid>``.
-3. Writers close and fsync each file and record its size and sha256.
+3. Writers close and fsync each file and record its size and digest.
 4. The manifest is written last (temporary name, fsync, rename), the temporary directory is
    fsynced and renamed into place, and the parent is fsynced.
 On any error or interrupt the temporary directory is removed; the output path is never touched.

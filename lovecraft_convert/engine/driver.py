@@ -30,6 +30,12 @@ class SigTerm:
 
     def __enter__(self):
         self.old = None
+        try:  # pyarrow would otherwise catch SIGINT/SIGTERM during its reads and re-send them later
+            import pyarrow as pa
+
+            pa.enable_signal_handlers(False)
+        except ImportError:
+            pass
         try:
             self.old = signal.signal(signal.SIGTERM, self._raise)
         except ValueError:  # not the main thread
@@ -106,6 +112,10 @@ def run_job(
         fingerprint["command"] = command
     stdin_spec = next((s for s in specs if s.is_stdin), None)
     overwrite, resume = o.overwrite, o.resume
+    if resume and not overwrite:
+        done = finished_run(output, fingerprint)
+        if done is not None:
+            return done
 
     started = time.time()
     with SigTerm(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:
@@ -115,7 +125,14 @@ def run_job(
             inputs = spool_stdin(inputs, work, stdin_spec)
         plan = load_plan(work, fingerprint, out.path)
         journal = Journal(work)
-        executor = make_executor(workers, plugins())
+        executor = make_executor(
+            workers,
+            plugins(),
+            engine=getattr(o, "engine", "local"),
+            address=getattr(o, "ray_address", None),
+            memory=o.budget() // 4,
+            work=work,
+        )
         run = Run(work, out.path, list(inputs), plan, journal, executor)
         try:
             manifest = body(run)
@@ -145,6 +162,47 @@ def run_job(
                 os.unlink(p)
         out.commit(manifest)
     return manifest
+
+
+def finished_run(output: str, fingerprint: dict) -> dict | None:
+    """``--resume`` on an output that is already a complete dataset: its manifest (with
+    ``nothing_to_do: True`` added, not written) when it was made by the same command, options and
+    inputs and its files are all there at their sizes; an error saying what differs otherwise.
+    None when there is no complete dataset at ``output`` (the run goes ahead)."""
+    from .. import manifest as mf
+    from ..errors import OptionsError, OutputError
+    from .journal import VOLATILE_OPTIONS, difference
+
+    path = os.path.abspath(output.rstrip("/") or output)
+    if not mf.is_dataset(path):
+        return None
+    m, problem = mf.load(path)
+    if problem is not None or mf.problems(m):
+        raise OutputError(
+            f"{path}: already exists and is not a complete dataset", hint="pass --overwrite to replace it"
+        )
+    made = {
+        "options": {k: v for k, v in (m.get("options") or {}).items() if k not in VOLATILE_OPTIONS},
+        "sources": m.get("sources"),
+        "version": m.get("version"),
+    }
+    if m.get("command") not in (None, "shard"):
+        made["command"] = m.get("command")
+    diff = difference(made, fingerprint)
+    if diff is not None:
+        cls = OptionsError if diff[0] == "option" else OutputError
+        raise cls(
+            f"{path}: a finished dataset is there, but {diff[1]}",
+            hint="run the same command as before, or pass --overwrite to replace it",
+        )
+    for f in m.get("files") or []:
+        full = os.path.join(path, str(f.get("path")))
+        if not os.path.isfile(full) or os.path.getsize(full) != f.get("bytes"):
+            raise OutputError(
+                f"{full}: the finished dataset's file is missing or of another size",
+                hint="run `lovecraft verify` on it, or pass --overwrite to write it again",
+            )
+    return {**m, "nothing_to_do": True}
 
 
 def spool_stdin(inputs: list[str], work: str, spec) -> list[str]:

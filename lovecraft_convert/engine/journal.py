@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 
-from ..errors import OutputError
+from ..errors import OptionsError, OutputError
 
 JOURNAL = "journal.jsonl"
 PLAN = "plan.json"
 SPILL = "spill"
+# may change between a run and its --resume (a run started locally can be finished on Ray)
+VOLATILE_OPTIONS = ("workers", "resume", "overwrite", "progress", "engine", "ray_address")
 
 
 class Journal:
@@ -49,14 +51,54 @@ class Journal:
         self.f.close()
 
 
+def difference(old: dict, new: dict) -> tuple[str, str] | None:
+    """How the job fingerprint ``new`` differs from ``old`` (both JSON-able): ``("option", text)``
+    naming the first option that differs, ``("input", text)`` naming an input that differs (or
+    changed on disk since), ``("version", text)``; None when they agree."""
+    old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+    if old == new:
+        return None
+    if old.get("command") != new.get("command"):
+        return (
+            "option",
+            f"it was made by `lovecraft {old.get('command') or 'shard'}`, not `{new.get('command') or 'shard'}`",
+        )
+    o_opts, n_opts = old.get("options") or {}, new.get("options") or {}
+    for k in sorted(set(o_opts) | set(n_opts)):
+        if o_opts.get(k) != n_opts.get(k):
+            flag = "--" + k.replace("_", "-")
+            return "option", f"it was made with {flag} {_shown(o_opts.get(k))}, this run has {_shown(n_opts.get(k))}"
+    o_src, n_src = old.get("sources") or [], new.get("sources") or []
+    if [s.get("name") for s in o_src] != [s.get("name") for s in n_src]:
+        names = ", ".join(str(s.get("name")) for s in o_src) or "none"
+        return "input", f"it was made from other inputs ({names})"
+    for a, b in zip(o_src, n_src, strict=True):
+        if a != b:
+            what = [k for k in ("size", "mtime", "manifest_sha256", "compression", "format") if a.get(k) != b.get(k)]
+            return "input", f"{b.get('name')} changed since it was made ({', '.join(what) or 'its description'} differ)"
+    return "version", "it was made by another version of the manifest"
+
+
+def _shown(v) -> str:
+    if v is None or v is False:
+        return "unset" if v is None else "off"
+    if v is True:
+        return "on"
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v)
+
+
 def load_plan(work: str, fingerprint: dict, out_path: str) -> dict:
     path = os.path.join(work, PLAN)
     if os.path.exists(path):
         with open(path) as f:
             plan = json.load(f)
-        if plan.get("fingerprint") != json.loads(json.dumps(fingerprint)):
-            raise OutputError(
-                f"{out_path}: the unfinished run in {work} was made with other inputs or options",
+        diff = difference(plan.get("fingerprint") or {}, fingerprint)
+        if diff is not None:
+            cls = OptionsError if diff[0] == "option" else OutputError
+            raise cls(
+                f"{out_path}: the unfinished run in {work} cannot be resumed: {diff[1]}",
                 hint="run it with the same command and --resume, or pass --overwrite to start over",
             )
         return plan

@@ -1,5 +1,13 @@
 """The hashing writer: every data file is hashed as it is written, with direct I/O where the file
-system takes it, and fsynced before it counts as written."""
+system takes it, and fsynced before it counts as written.
+
+Files are hashed with BLAKE3 by default, SHA-256 on request (``--hash sha256``); the manifest
+records the algorithm of each file (the key of its digest). BLAKE3 is a cryptographic hash like
+SHA-256 (a manifest still proves what was written, against accidents and tampering alike), and
+measured on the reference machine it hashes about 3.8 GB/s per core where SHA-256 does 1.2 to
+1.7 GB/s: on a 2-core machine writing at disk speed, hashing every output byte with SHA-256 costs
+a large share of a core.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +15,37 @@ import hashlib
 import os
 import threading
 
+from ..manifest import DEFAULT_HASH, HASHES
 from ..util import fsync_path, put_while
 
 
-def sha256_file(path: str, bufsize: int = 4 << 20) -> str:
-    h = hashlib.sha256()
+def new_hash(name: str = DEFAULT_HASH):
+    """A hash object (``update``, ``hexdigest``) of algorithm ``name`` (one of ``HASHES``)."""
+    if name == "blake3":
+        import blake3
+
+        return blake3.blake3()
+    if name == "sha256":
+        return hashlib.sha256()
+    raise ValueError(f"unknown hash {name!r} (known: {', '.join(HASHES)})")
+
+
+def hash_file(path: str, name: str = DEFAULT_HASH, stop: threading.Event | None = None, bufsize: int = 8 << 20):
+    """The hex digest of a file, read in large blocks (the hashes release the GIL); None when
+    ``stop`` is set while it runs."""
+    h = new_hash(name)
     buf = bytearray(bufsize)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buf):
+            if stop is not None and stop.is_set():
+                return None
             h.update(view[:n])
     return h.hexdigest()
 
 
-def sha256_fsynced(path: str) -> str:
-    """The sha256 of a file just written, computed while another thread fsyncs it: one waits on
+def hash_fsynced(path: str, name: str = DEFAULT_HASH) -> str:
+    """The digest of a file just written, computed while another thread fsyncs it: one waits on
     the disk, the other hashes the page cache, so together they take the longer of the two."""
     errors: list[OSError] = []
 
@@ -34,7 +58,7 @@ def sha256_fsynced(path: str) -> str:
     t = threading.Thread(target=sync, name="lovecraft-fsync", daemon=True)
     t.start()
     try:
-        digest = sha256_file(path)
+        digest = hash_file(path, name)
     finally:
         t.join()
     if errors:
@@ -60,12 +84,15 @@ class HashingWriter:
     SYNC_EVERY = 256 << 20
     STAGE = 1 << 20  # direct I/O: bytes per write (page-aligned buffer, a multiple of 4 KiB sectors)
 
-    def __init__(self, path: str, preallocate: int = 0) -> None:
+    def __init__(self, path: str, preallocate: int = 0, hash: str = DEFAULT_HASH, threaded: bool = True) -> None:
+        """``threaded`` False: hash and write in the caller's thread, buffered (for writers of many
+        small files, where a thread and a staging buffer per file cost more than they save)."""
         import queue
 
         self.path = path
-        self.f, self.direct = _open_write(path)
-        self.h = hashlib.sha256()
+        self.threaded = threaded
+        self.f, self.direct = _open_write(path, direct=threaded)
+        self.h = new_hash(hash)
         self.bytes = 0  # written by the writer thread
         self._pos = 0  # accepted by write()
         self._unsynced = 0
@@ -78,9 +105,12 @@ class HashingWriter:
             except BaseException:
                 self.f.close()
                 raise
-        self._q: queue.Queue = queue.Queue(maxsize=2)
-        self._t = threading.Thread(target=self._run, name="lovecraft-writer", daemon=True)
-        self._t.start()
+        self._q: queue.Queue | None = None
+        self._t: threading.Thread | None = None
+        if threaded:
+            self._q = queue.Queue(maxsize=2)
+            self._t = threading.Thread(target=self._run, name="lovecraft-writer", daemon=True)
+            self._t.start()
 
     def _run(self) -> None:
         try:
@@ -190,7 +220,15 @@ class HashingWriter:
     def write(self, data) -> int:
         self._check()
         mv = memoryview(data).cast("B")
-        if len(mv):
+        if len(mv) and not self.threaded:
+            try:
+                self.h.update(mv)
+                self._write_all(mv)
+            except OSError as e:
+                raise named(e, self.path) from None
+            self.bytes += len(mv)
+            self._pos += len(mv)
+        elif len(mv):
             put_while(self._q, mv, self._t.is_alive)  # the writer thread may have stopped
             self._pos += len(mv)
             self._check()
@@ -211,17 +249,20 @@ class HashingWriter:
         return True
 
     def _drain(self) -> None:
-        if self._t.is_alive():
+        if self._t is not None and self._t.is_alive():
             put_while(self._q, None, self._t.is_alive)
             self._t.join()
 
-    def close(self) -> tuple[int, str]:
+    def close(self, sync: bool = True) -> tuple[int, str]:
+        """Finish the file: (bytes, hex digest). ``sync`` False leaves the fsync to the caller
+        (:func:`fsync_all` of many files at once)."""
         if not self.f.closed:
             self._drain()
             self._check()
             try:
                 self.f.truncate(self.bytes)
-                os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
+                if sync:
+                    os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
             except OSError as e:
                 raise named(e, self.path) from None
             self.f.close()
@@ -249,14 +290,35 @@ def _staging(delta: int) -> bool:
         return True
 
 
-def _open_write(path: str):
-    """``path`` created for writing (unbuffered file object), with O_DIRECT where the file
-    system takes it and ``LOVECRAFT_DIRECT_IO`` is not ``0``; returns (file, direct)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-    direct = getattr(os, "O_DIRECT", 0)
-    if direct and os.environ.get("LOVECRAFT_DIRECT_IO", "1") != "0":
+def fsync_all(paths: list[str], threads: int = 8) -> None:
+    """fsync many files at once: the file system commits them together (measured here: 2,000 small
+    files in 0.3 s with 8 threads, 5 s one after another). Errors name the file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(path: str) -> None:
         try:
-            return open(os.open(path, flags | direct, 0o666), "wb", buffering=0), True  # noqa: SIM115
+            fsync_path(path)
+        except OSError as e:
+            raise named(e, path) from None
+
+    if len(paths) <= 1:
+        for p in paths:
+            one(p)
+        return
+    with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="lovecraft-fsync") as ex:
+        for f in [ex.submit(one, p) for p in paths]:
+            f.result()
+
+
+def _open_write(path: str, direct: bool = True):
+    """``path`` created for writing (unbuffered file object), with O_DIRECT where the file
+    system takes it, ``direct`` is asked and ``LOVECRAFT_DIRECT_IO`` is not ``0``; returns
+    (file, direct)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    odirect = getattr(os, "O_DIRECT", 0) if direct else 0
+    if odirect and os.environ.get("LOVECRAFT_DIRECT_IO", "1") != "0":
+        try:
+            return open(os.open(path, flags | odirect, 0o666), "wb", buffering=0), True  # noqa: SIM115
         except OSError as e:
             import errno
 

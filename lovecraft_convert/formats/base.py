@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LovecraftError, OptionsError
-from ..manifest import MANIFEST_NAME
+from ..manifest import DEFAULT_HASH, MANIFEST_NAME
 from ..schema import Batch, Field, Schema
 
 # --------------------------------------------------------------------------------------------
@@ -40,12 +40,13 @@ class FileRecord:
     path: str
     rows: int
     bytes: int
-    sha256: str
+    digest: str
+    hash: str = DEFAULT_HASH  # the algorithm of ``digest``
     column: str | None = None
     role: str | None = None  # which part of a column the file holds (memmap: data | values | offsets)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256}
+        d = {"path": self.path, "rows": self.rows, "bytes": self.bytes, self.hash: self.digest}
         if self.column is not None:
             d["column"] = self.column
         if self.role is not None:
@@ -56,8 +57,10 @@ class FileRecord:
 @dataclass
 class WriteOptions:
     compression: str | None = None  # one of the format's ``compressions`` (None: its default)
+    hash: str = DEFAULT_HASH  # how every file is hashed (``HASHES``)
     row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
     expected_rows: int | None = None  # known up front (files can be preallocated), or None
+    memory: int = 64 << 20  # what the writer may hold: per-column costs are sized from it / columns
 
 
 class Writer:
@@ -75,7 +78,7 @@ class Writer:
         self.rows = 0
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         """Raise SchemaError if this format cannot hold the schema."""
 
     def write(self, batch: Batch) -> None:
@@ -235,6 +238,7 @@ class OutputFormat:
     variable_as_objects: bool = False  # variable-length rows decode to Python objects (smaller steps)
     manifest_keys: tuple[str, ...] = ()  # the manifest sections this format adds (inspect shows them)
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
+    column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
 
     # -- options ------------------------------------------------------------------------------
 
@@ -255,7 +259,7 @@ class OutputFormat:
     def writer_class(self) -> type[Writer]:
         raise NotImplementedError
 
-    def check_schema(self, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(self, schema: Schema, source: str) -> None:
         """Refuse (SchemaError, one line naming the column) a schema this format cannot hold."""
         from ..errors import SchemaError
 
@@ -265,7 +269,7 @@ class OutputFormat:
                     f"{source}, column '{f.name}': {self.name} cannot hold {f.describe()} columns",
                     hint="leave the column out with --columns, or write a format that holds it",
                 )
-        self.writer_class().check_schema(schema, source, input_format)
+        self.writer_class().check_schema(schema, source)
 
     def size_linear(self, compression: str | None) -> bool:
         """Do a unit's bytes grow exactly linearly with its rows (so a sample fixes --shard-size)?"""

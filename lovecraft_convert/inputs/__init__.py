@@ -36,13 +36,18 @@ def open_reader(
     header: bool = True,
     delimiter: str | None = None,
     column_types: dict[str, str] | None = None,
+    skip_rows: int = 0,
+    comment: str | None = None,
     max_expansion: float = 1000.0,
     threads: bool = True,
     columns: list[str] | None = None,
+    lenient: bool = False,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
-    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers);
-    ``columns`` (``--columns``) lets a reader skip the others (JSON Lines parses only those keys)."""
+    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
+    ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
+    those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
+    instead of refusing them (``inspect``)."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)
@@ -53,7 +58,9 @@ def open_reader(
     column_types = dict(column_types or {})
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
-        raise OptionsError("--column-type applies to CSV and JSON Lines inputs only")
+        raise OptionsError("--column-type applies to CSV, JSON Lines, Parquet, Arrow and Hugging Face inputs only")
+    if (skip_rows or comment is not None) and not cls.takes_csv_syntax:
+        raise OptionsError(f"--{'skip-rows' if skip_rows else 'comment'} applies to CSV inputs only")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -61,9 +68,12 @@ def open_reader(
         delimiter=delimiter,
         # float16 columns are read as float32 and downcast with the float16 report
         column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
+        skip_rows=skip_rows,
+        comment=comment,
         max_ratio=max_expansion,
         threads=threads,
         columns=list(columns) if columns else None,
+        lenient=lenient,
     )
     reader = cls(specs, ropts)
     reader.format = kind

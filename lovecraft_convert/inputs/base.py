@@ -32,15 +32,22 @@ class ReadOptions:
     header: bool = True
     delimiter: str | None = None
     column_types: dict[str, str] = field(default_factory=dict)
-    columns: list[str] | None = None  # the columns kept (--columns): a reader may read only these
+    skip_rows: int = 0  # CSV: lines before the header (or the first row)
+    comment: str | None = None  # CSV: lines starting with it are skipped
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
+    piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)
+    columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow, JSON Lines)
+    lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
 
 
 @dataclass(frozen=True)
 class Part:
     """A unit of input that can be read on its own: a byte range of one file (``start``/``end``),
-    a whole (compressed or piped) input (both None), or a row range of NPY inputs (``rows``)."""
+    a whole (compressed or piped) input (both None), a row range of NPY inputs (``rows``), or
+    blocks ``[b0, b1)`` of file ``f`` of a columnar input (``blocks``: Parquet row groups, Arrow
+    record batches; ``rows`` is then the range of the whole input they hold, ``line0`` the rows of
+    the file before them)."""
 
     index: int
     spec: int = 0
@@ -48,6 +55,7 @@ class Part:
     end: int | None = None
     line0: int = 0  # lines before ``start`` (text), for error messages
     rows: tuple[int, int] | None = None
+    blocks: tuple[int, int, int] | None = None  # (file, b0, b1)
 
 
 class Reader:
@@ -55,7 +63,8 @@ class Reader:
 
     schema: Schema
     rows: int | None = None  # known up front (npy), else None
-    takes_column_types = False  # --column-type applies (CSV, JSON Lines)
+    takes_column_types = False  # --column-type applies (CSV, JSON Lines, columnar inputs)
+    takes_csv_syntax = False  # --skip-rows and --comment apply (CSV)
     late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
 
@@ -89,14 +98,15 @@ class Reader:
     def widen(self, widened: dict[str, str]) -> None:
         """Read columns with the wider types another run of this reader settled on (CSV, JSON Lines)."""
 
-    def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None) -> list[Part]:
-        """Byte ranges of plain files cut at record boundaries; other inputs whole."""
+    def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None, **split) -> list[Part]:
+        """Byte ranges of plain files cut at record boundaries; other inputs whole. ``split``: the
+        CSV keywords of :func:`~.split.split_points`."""
         parts: list[Part] = []
         for i, spec in enumerate(self.specs):
             if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
                 parts.append(Part(len(parts), i))
                 continue
-            points = split_points(spec.path, spec.size, target_bytes, quoted=quoted, mapper=mapper)
+            points = split_points(spec.path, spec.size, target_bytes, quoted=quoted, mapper=mapper, **split)
             ends = [p[0] for p in points[1:]] + [spec.size]
             for (start, line0), end in zip(points, ends, strict=True):
                 parts.append(Part(len(parts), i, start, end, line0))
@@ -109,3 +119,17 @@ class Reader:
 
     def progress_done(self) -> int:
         return 0
+
+    def memory_bytes(self) -> int | None:
+        """Estimated in-memory bytes of all the records (shuffle buckets are sized from it); None
+        when only the input's size is known."""
+        return None
+
+    def column_info(self) -> dict[str, dict]:
+        """What ``inspect`` shows of each column beyond its values: the input's own type, the
+        nulls met so far (inputs that have nulls), a type decision."""
+        return {}
+
+    def input_details(self, i: int) -> dict:
+        """What ``inspect`` shows of input ``i`` beyond its size (row groups, record batches...)."""
+        return {}

@@ -17,9 +17,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import InputError, SchemaError
+from ..errors import InputError, OptionsError, SchemaError
 from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
+from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .sources import InputSpec
 from .streams import open_range, open_stream
 
@@ -43,6 +44,7 @@ def _looks_float(v: str) -> bool:
 
 class CsvReader(Reader):
     takes_column_types = True
+    takes_csv_syntax = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         super().__init__(specs, options)
@@ -68,6 +70,16 @@ class CsvReader(Reader):
         if self.options.delimiter:
             return self.options.delimiter
         return "\t" if spec.base_ext == ".tsv" else ","
+
+    def _syntax(self, spec: InputSpec, comments: bool = True) -> Syntax:
+        """The delimiter and comment character (pieces are already without comment lines)."""
+        comment = self.options.comment if comments else None
+        if comment is not None and comment == self._delimiter(spec):
+            raise OptionsError(f"--comment {comment!r} is the delimiter of {spec.name}", hint="choose another one")
+        return Syntax.of(self._delimiter(spec), comment)
+
+    def _first_record_end(self, piece: bytes, spec: InputSpec) -> int:
+        return QuoteScan(piece, self._syntax(spec, comments=False)).record_end(1)
 
     def _arrow_options(self, spec: InputSpec):
         import pyarrow.csv as pc
@@ -95,54 +107,47 @@ class CsvReader(Reader):
         )
         return ro, po, co
 
-    def _chunks(self, spec: InputSpec, chunk: int, stream=None, strip_bom: bool = True) -> Iterator[bytes]:
-        """Decompressed input cut into pieces that end at a record boundary.
-
-        A newline ends a record only outside quotes: with RFC 4180 quoting, that is where the count
-        of quote characters before it is even (a doubled quote adds two). Each piece is then parsed
-        on its own by pyarrow's multi-threaded ``read_csv``.
-        """
+    def _chunks(self, spec: InputSpec, chunk: int, stream=None, first: bool = True, base: int = 0) -> Iterator[bytes]:
+        """Decompressed input cut into pieces that end at a record boundary (a newline outside
+        quotes, see :mod:`.csvquote`), without comment lines; each is then parsed on its own by
+        pyarrow's multi-threaded ``read_csv``. ``first``: the stream starts at the start of the
+        input (a BOM and ``--skip-rows`` lines are dropped); ``base``: its offset in the input."""
+        chunk = self.options.piece_bytes or chunk
         max_record = max(4 * chunk, 64 << 20)
-        whole = stream is None  # a byte range of a file (shard) cannot name its lines
         if stream is None:
             stream = open_stream(spec, max_ratio=self.options.max_ratio)
+        syntax = self._syntax(spec)
         with stream:
             self._stream = stream
-            carry = b""
-            first = strip_bom
-            consumed = 0  # bytes yielded so far: the offset of ``carry`` (after a BOM)
-            while True:
-                data = stream.read(chunk)
-                if first:
-                    first = False
-                    if data.startswith(b"\xef\xbb\xbf"):
-                        data = data[3:]
-                buf = carry + data if carry else data
-                if not data:
-                    if buf:
-                        if buf.count(b'"') % 2:
-                            k = _unclosed_record(buf, self._delimiter(spec))
-                            if k is not None:
-                                raise InputError(
-                                    f"{self._where(spec, consumed if whole else None, k)}: a quoted field opened "
-                                    "here is never closed (unterminated quote)",
-                                    hint="fix the quoting (a quote inside a quoted field is written twice)",
-                                )
-                        yield self._text(buf if buf.endswith(b"\n") else buf + b"\n")
-                    return
-                cut = _record_end(buf)
-                if cut == 0:
-                    if len(buf) > max_record:
-                        raise InputError(
-                            f"{self._where(spec, consumed if whole else None)}: a record longer than "
-                            f"{max_record} bytes (unbalanced quote?)",
-                            hint="check the quoting, or raise --max-memory",
-                        )
-                    carry = buf
-                    continue
-                carry = buf[cut:]
-                consumed += cut
-                yield self._text(buf[:cut])
+            pieces = record_pieces(
+                stream.read,
+                chunk,
+                syntax,
+                strip_bom=first,
+                skip_rows=self.options.skip_rows if first else 0,
+                max_record=max_record,
+            )
+            try:
+                for piece in pieces:
+                    yield self._text(piece)
+            except UnclosedQuote as e:
+                raise InputError(
+                    f"{self._where(spec, base + e.offset)}: a quoted field opened here is never closed "
+                    "(unterminated quote)",
+                    hint="fix the quoting (a quote inside a quoted field is written twice)",
+                ) from None
+            except RecordTooLong as e:
+                raise InputError(
+                    f"{self._where(spec, base + e.offset)}: a record longer than {e.limit} bytes (unbalanced quote?)",
+                    hint="check the quoting, or raise --max-memory",
+                ) from None
+            except SkippedPastEnd as e:
+                n = self.options.skip_rows
+                raise InputError(
+                    f"{spec.name}: --skip-rows {n} skips past the end of the input "
+                    f"(it has {e.lines} line{'' if e.lines == 1 else 's'})",
+                    hint="check --skip-rows",
+                ) from None
 
     def _text(self, piece: bytes) -> bytes:
         """``--errors replace``: invalid UTF-8 becomes U+FFFD (pieces end at a newline, never inside
@@ -159,16 +164,12 @@ class CsvReader(Reader):
             f"{spec.name}{where}, column '{col}': invalid UTF-8", hint="fix the file or pass --errors replace"
         )
 
-    def _where(self, spec: InputSpec, offset: int | None, more: int = 0) -> str:
-        """``name, line N`` of the line ``more`` lines after byte ``offset`` (after a BOM); slow, for errors."""
-        if offset is None:
-            return spec.name
-        lines = 1 + more
+    def _where(self, spec: InputSpec, offset: int) -> str:
+        """``name, line N`` of byte ``offset`` of the (decompressed) input; slow, for errors."""
+        lines = 1
         try:
             with open_stream(spec, max_ratio=self.options.max_ratio) as f:
-                head = f.read(3)
-                left = offset - (len(head) if head != b"\xef\xbb\xbf" else 0)
-                lines += head.count(b"\n") if head != b"\xef\xbb\xbf" else 0
+                left = offset
                 while left > 0:
                     blk = f.read(min(left, 4 << 20))
                     if not blk:
@@ -210,7 +211,7 @@ class CsvReader(Reader):
         piece = next(iter(self._chunks(spec, 4 << 20)), b"")
         if not piece.strip():
             raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
-        end = _record_end(piece, 1) or len(piece)
+        end = self._first_record_end(piece, spec) or len(piece)
         if self.options.header:
             _header_utf8(spec, piece[:end])
         first = self._parse(piece[:end], spec, None, types=False) if self.options.header else None
@@ -276,7 +277,9 @@ class CsvReader(Reader):
                     fields.append(Field(f.name, FIXED, np.dtype(want if want != "bool" else "?").str))
                 continue
             if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-                fields.append(Field(f.name, FIXED, np.dtype(t.to_pandas_dtype()).str))
+                from ..arrowconv import numpy_dtype
+
+                fields.append(Field(f.name, FIXED, numpy_dtype(t).str))
             elif pa.types.is_string(t) or pa.types.is_large_string(t):
                 fields.append(Field(f.name, STRING, "|u1"))
             elif pa.types.is_binary(t):  # pyarrow infers binary for bytes that are not UTF-8
@@ -306,7 +309,17 @@ class CsvReader(Reader):
                 raise InputError(f"{spec.name}: no data rows (header only)", hint="check the file")
 
     def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
-        return self._byte_partitions(target_bytes, quoted=True, mapper=mapper)
+        syntax = self._syntax(self.specs[0])  # the delimiter is the same for every file to split
+        if any(self._syntax(s) != syntax for s in self.specs):
+            return [Part(i, i) for i in range(len(self.specs))]
+        return self._byte_partitions(
+            target_bytes,
+            quoted=True,
+            mapper=mapper,
+            syntax=syntax,
+            skip_rows=self.options.skip_rows,
+            header=self.options.header,
+        )
 
     def part_batches(self, part: Part) -> Iterator[Batch]:
         spec = self.specs[part.spec]
@@ -315,17 +328,22 @@ class CsvReader(Reader):
         else:
             stream = open_range(spec.path, part.start, part.end)
             first = part.start == 0
-            yield from self._stream_batches(spec, stream, self.options.header and first, first, row0=None)
+            yield from self._stream_batches(
+                spec, stream, self.options.header and first, first, row0=None, base=part.start
+            )
 
-    def _stream_batches(self, spec: InputSpec, stream, with_header: bool, strip_bom: bool, row0: int | None):
-        """Batches of one input (or one byte range of it). ``row0`` None: rows are not known here."""
+    def _stream_batches(
+        self, spec: InputSpec, stream, with_header: bool, first: bool, row0: int | None, base: int = 0
+    ) -> Iterator[Batch]:
+        """Batches of one input (or of its byte range from ``base``; ``first``: the range starts
+        the input). ``row0`` None: rows are not known here."""
         chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
         rows = 0
         header_done = not with_header
-        for piece in self._chunks(spec, chunk, stream, strip_bom):
+        for piece in self._chunks(spec, chunk, stream, first, base):
             if not header_done:
                 header_done = True
-                end = _record_end(piece, 1)
+                end = self._first_record_end(piece, spec)
                 _header_utf8(spec, piece[:end])
                 head = self._parse(piece[:end], spec, None, types=False)
                 if list(head.schema.names) != self.header:
@@ -416,19 +434,40 @@ class CsvReader(Reader):
         ) from None
 
     def _locate(self, spec: InputSpec, bad, errors: str = "replace") -> tuple[int | None, int | None]:
-        """Slow path, on errors only: find the first data row (1-based) matching ``bad``."""
+        """Slow path, on errors only: find the first data row (1-based) matching ``bad``, and the
+        line (of the file, preamble and comments counted) where it ends."""
         try:
             with open_stream(spec, max_ratio=self.options.max_ratio) as raw:
-                text = io.TextIOWrapper(raw, encoding="utf-8", errors=errors, newline="")
-                reader = pycsv.reader(text, delimiter=self._delimiter(spec))
+                text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors=errors, newline="")
+                line = [0]
+                lines = _data_lines(text, self.options.skip_rows, self._syntax(spec), line)
+                reader = pycsv.reader(lines, delimiter=self._delimiter(spec))
+                rows = (r for r in reader if r)  # pyarrow skips blank lines
                 if self.options.header:
-                    next(reader, None)
-                for i, r in enumerate(reader, 1):
+                    next(rows, None)
+                for i, r in enumerate(rows, 1):
                     if bad(r):
-                        return i, reader.line_num
+                        return i, line[0]
         except (InputError, pycsv.Error):
             pass
         return None, None
+
+
+def _data_lines(text, skip: int, syntax: Syntax, line: list[int]) -> Iterator[str]:
+    """The lines of ``text`` after the first ``skip``, without comment lines; ``line[0]``: the
+    number of the last line read (the csv module reads a record's lines, no more)."""
+    state = 0  # the quote state, followed only to tell comment lines from values
+    start = True  # the line starts after a newline
+    for n, s in enumerate(text, 1):
+        line[0] = n
+        if n <= skip:
+            continue
+        if syntax.comment is not None:
+            if state == 0 and start and s[:1] == chr(syntax.comment):
+                continue
+            state = QuoteScan(s.encode("utf-8", "surrogateescape"), Syntax(syntax.delimiter), state).final
+            start = s.endswith("\n")
+        yield s
 
 
 def _spool_stdin(spec: InputSpec) -> None:
@@ -462,40 +501,3 @@ def _header_utf8(spec: InputSpec, header: bytes) -> None:
 def _escaped(s: str) -> bool:
     """Whether ``s`` (decoded with surrogateescape) held bytes that are not UTF-8."""
     return any("\udc80" <= c <= "\udcff" for c in s)
-
-
-def _unclosed_record(buf: bytes, delimiter: str) -> int | None:
-    """Lines of ``buf`` before a record whose quoted field the end of the input leaves open, or
-    None (a stray quote inside an unquoted field, ``5"``, is a literal, as pyarrow reads it)."""
-    reader = pycsv.reader(io.StringIO(buf.decode("utf-8", "replace"), newline=""), delimiter=delimiter, strict=True)
-    done = 0
-    try:
-        for _ in reader:
-            done = reader.line_num
-    except pycsv.Error as e:
-        return done if "unexpected end of data" in str(e) else None
-    return None
-
-
-def _record_end(buf: bytes, count: int | None = None) -> int:
-    """Offset just past the last (or the ``count``-th) newline outside quotes; 0 if none."""
-    if b'"' not in buf:
-        if count is None:
-            return buf.rfind(b"\n") + 1
-        i = -1
-        for _ in range(count):
-            i = buf.find(b"\n", i + 1)
-            if i < 0:
-                return 0
-        return i + 1
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    nl = np.flatnonzero(arr == 10)
-    if not len(nl):
-        return 0
-    quotes = np.cumsum(arr == 34, dtype=np.uint8)  # wraps mod 256: parity survives
-    outside = nl[(quotes[nl] & 1) == 0]
-    if not len(outside):
-        return 0
-    if count is None:
-        return int(outside[-1]) + 1
-    return int(outside[count - 1]) + 1 if len(outside) >= count else 0

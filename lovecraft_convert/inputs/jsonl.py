@@ -80,6 +80,7 @@ class JsonlReader(Reader):
         self.mode = "records"
         self.widened: dict[str, str] = {}  # column -> state, for readers in other processes
         self.null_counts: dict[str, int] = {}
+        self._counted = False  # null_counts cover the whole input (a pass of batches() ended)
         self._collect = False  # a type widened: read on only to learn every widening
         self._changed = False  # a column's state changed since the schema was settled
         self._every_change = False  # in a worker's part: every change of state starts the job over
@@ -221,16 +222,22 @@ class JsonlReader(Reader):
         self._check_pending()
         self._base = 0
         self.null_counts = {n: 0 for n in self.order}
+        self._counted = False
         rows = 0
         for spec in self.specs:
             for batch in self._read(spec, None, 0, True):
                 rows += batch.num_rows
                 yield batch
         self._end_pass()
+        self._counted = True
         if rows == 0:
             raise InputError(
                 f"{', '.join(s.name for s in self.specs)}: empty input (no records)", hint="check the file"
             )
+
+    def column_info(self) -> dict[str, dict]:
+        """Nulls (null values and missing keys) per column, once a pass has read the whole input."""
+        return {n: {"nulls": self.null_counts.get(n, 0)} for n in self.order} if self._counted else {}
 
     def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
         self._check_pending()

@@ -335,17 +335,11 @@ def observe(arr, col: Col, fast: bool, digits) -> set[str]:
     return seen
 
 
-def _raw(arr) -> np.ndarray:
-    """A numeric Arrow array's values as NumPy, nulls holding whatever the buffer holds."""
-    dtype = np.dtype(arr.type.to_pandas_dtype())
-    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
-
-
 def _present(arr) -> np.ndarray:
     """The values of a numeric Arrow array that are not null."""
-    from ..arrowconv import valid_of
+    from ..arrowconv import arrow_to_numpy, valid_of
 
-    v = _raw(arr)
+    v = arrow_to_numpy(arr)
     return v[valid_of(arr)] if arr.null_count else v
 
 
@@ -384,21 +378,21 @@ def build(arr, col: Col):
 def _numbers(arr, dtype: np.dtype, col: Col) -> np.ndarray:
     import pyarrow as pa
 
-    from ..arrowconv import numpy_of, valid_of
+    from ..arrowconv import arrow_to_numpy, valid_of
 
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan, dtype=dtype)
     if dtype.kind == "f" and pa.types.is_integer(arr.type):  # integers with nulls: float64, NaN
-        out = _raw(arr).astype(dtype)
+        out = arrow_to_numpy(arr).astype(dtype)
         if arr.null_count:
             out[~valid_of(arr)] = np.nan
         return out
     if dtype.kind == "f" and pa.types.is_boolean(arr.type):  # booleans with nulls: 1/0/NaN
-        out = np.asarray(numpy_of(_nulls_false(arr)), dtype=dtype)
+        out = arrow_to_numpy(_nulls_false(arr)).astype(dtype)
         if arr.null_count:
             out[~valid_of(arr)] = np.nan
         return out
-    return numpy_of(arr).astype(dtype, copy=False)
+    return arrow_to_numpy(arr).astype(dtype, copy=False)
 
 
 def _nulls_false(arr):
@@ -411,7 +405,7 @@ def _nulls_false(arr):
 def _fixed(arr, col: Col) -> np.ndarray:
     import pyarrow as pa
 
-    from ..arrowconv import numpy_of, valid_of
+    from ..arrowconv import arrow_to_numpy, valid_of
 
     want = np.dtype(col.fixed if col.fixed != "bool" else "?")
     if arr.null_count and want.kind != "f":
@@ -419,7 +413,7 @@ def _fixed(arr, col: Col) -> np.ndarray:
         raise Bad(row, col.name, f"null (or a missing key) where --column-type says {col.fixed}", null_hint(col))
     if pa.types.is_null(arr.type):
         return np.full(len(arr), np.nan, dtype=want)
-    values = numpy_of(arr)
+    values = arrow_to_numpy(arr)
     if want.kind in "iu":
         info = np.iinfo(want)
         out = (values < info.min) | (values > info.max)
@@ -451,12 +445,12 @@ def _empty_nulls(arr, empty):
     """``arr`` with its null rows empty (Arrow leaves their bytes unspecified)."""
     import pyarrow as pa
 
-    from ..arrowconv import valid_of
+    from ..arrowconv import offsets_of, valid_of
 
     if not arr.null_count:
         return arr
     if pa.types.is_string(arr.type):
-        offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        offs = offsets_of(arr)
         if not np.any(np.diff(offs)[~valid_of(arr)]):
             return arr
     import pyarrow.compute as pc

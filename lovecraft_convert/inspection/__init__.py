@@ -21,6 +21,8 @@ def inspect(
     header: bool = True,
     delimiter: str | None = None,
     column_types: dict[str, str] | None = None,
+    skip_rows: int = 0,
+    comment: str | None = None,
     columns: list[str] | None = None,
     errors: str = "strict",
     max_expansion: float = 1000.0,
@@ -34,7 +36,8 @@ def inspect(
     ``sample``: read only the first ``sample`` rows (figures are then estimates, and say so).
     ``num_buckets``: the K of the suggested length buckets (default 8, with a table for other K).
     ``plot``: write a PNG of the length histograms with the suggested boundaries (needs matplotlib).
-    The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ...).
+    The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ``skip_rows``,
+    ``comment``, ...).
     """
     from ..formats import get, names
 
@@ -46,7 +49,7 @@ def inspect(
         raise OptionsError(f"--sample {sample}: give a positive number of rows")
     if num_buckets is not None and num_buckets < 1:
         raise OptionsError(f"--num-buckets {num_buckets}: give at least 1")
-    if len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0]):
+    if len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0]) and not _input_directory(inputs[0]):
         if plot:
             raise OptionsError("--plot draws the length histogram of inputs", hint="give input files, not a dataset")
         from .dataset import inspect_dataset
@@ -66,11 +69,14 @@ def inspect(
         header=header,
         delimiter=delimiter,
         column_types=dict(column_types or {}),
+        skip_rows=skip_rows,
+        comment=comment,
         columns=list(columns) if columns else None,
         errors=errors,
         max_expansion=max_expansion,
         max_memory=max_memory,
     )
+    o.validate_inputs()
     report = inspect_inputs(inputs, o, sample, num_buckets, estimate, progress)
     if plot:
         from .plot import draw_plot
@@ -78,6 +84,14 @@ def inspect(
         draw_plot(report, plot)
         report["plot"] = plot
     return report
+
+
+def _input_directory(path: str) -> bool:
+    """A directory read as an input (a Hugging Face dataset), not described from a manifest."""
+    from .. import manifest as mf
+    from ..inputs.sources import directory_kind
+
+    return not mf.is_dataset(path) and directory_kind(path) is not None
 
 
 def format_text(report: dict[str, Any]) -> str:

@@ -44,7 +44,7 @@ def inspect_dataset(path: str) -> dict[str, Any]:
         "shuffle": m.get("shuffle"),
         "bytes": total,
         "files": [
-            {k: f.get(k) for k in ("path", "rows", "bytes", "sha256", "column", "role") if k in f} for f in files
+            {k: f.get(k) for k in ("path", "rows", "bytes", *mf.HASHES, "column", "role") if k in f} for f in files
         ],
         "stats": m.get("stats"),
         "float16": m.get("float16") or {},
@@ -59,7 +59,7 @@ def inspect_dataset(path: str) -> dict[str, Any]:
         fmt = for_dataset(m.get("output_format"), path)
     except DatasetError:
         fmt = None
-    for key in fmt.manifest_keys if fmt is not None else ():  # the format's own sections
+    for key in (*(fmt.manifest_keys if fmt is not None else ()), "tokenizer", "packing"):  # format's, tokens'
         if m.get(key):
             report[key] = m[key]
     report["load"] = load_snippets(path, m)

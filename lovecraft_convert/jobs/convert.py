@@ -7,17 +7,18 @@ memory depends on the budget and never on the input's size.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit
 from ..engine.driver import SigTerm
-from ..engine.pipeline import Progress, prefetch, select, write_step
+from ..engine.pipeline import Progress, prefetch, write_step
 from ..errors import InputError, Interrupted, OptionsError
 from ..formats import get as get_format
 from ..formats.base import FileRecord, WriteOptions
 from ..inputs import Reader, open_reader
-from ..schema import Schema
+from ..schema import Batch, Schema
 from ..stats import BatchStats
 from .options import ConvertOptions, takes_options
 
@@ -40,7 +41,8 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
         try:
             while True:
                 try:
-                    files, schema, rows, stats, report, extra = _run_once(reader, fmt, out, o, budget)
+                    files, plan, rows, stats, report, extra = _run_once(reader, fmt, out, o, budget)
+                    schema = plan.schema
                     break
                 except SchemaChanged:
                     out.reset()
@@ -56,13 +58,22 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
             files=[f.to_dict() for f in files],
             stats=stats,
             float16=report,
-            sources=[s.describe() for s in reader.specs],
+            sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
             argv=argv,
             seconds=round(time.time() - started, 3),
+            **tokens_extra(plan),
             **fmt.dataset_extra(schema, [extra]),
         )
         out.commit(manifest)
     return manifest
+
+
+def tokens_extra(plan: OutputPlan) -> dict[str, Any]:
+    """The manifest's ``tokenizer`` section of a tokenized dataset: which tokenizer, the text column,
+    the markers' ids and the token dtype (nothing when nothing was tokenized)."""
+    if plan.tokenize is None:
+        return {}
+    return {"tokenizer": {**plan.tokenize.tokens.describe(), "column": plan.tokenize.column}}
 
 
 def select_columns(reader: Reader, columns: list[str] | None) -> Schema:
@@ -75,22 +86,83 @@ def select_columns(reader: Reader, columns: list[str] | None) -> Schema:
     return Schema(tuple(reader.schema[c] for c in columns))
 
 
-def output_schema(reader: Reader, o: ConvertOptions):
-    """The written schema (``--columns``, then ``--dtype``/float16 column types) and the downcast
-    transform that produces it (None when nothing is downcast)."""
+@dataclass
+class OutputPlan:
+    """What is written from a reader's batches: ``prepare`` keeps the ``--columns``, tokenizes the
+    ``--column`` (``--tokenizer``) and stacks the ``--stack-columns``; ``down`` (None when nothing
+    is narrowed) then downcasts to ``schema``."""
+
+    schema: Schema
+    down: Any
+    source: Schema  # the reader's columns that are kept, before tokenizing and stacking
+    stack: Any = None
+    tokenize: Any = None  # transforms.tokenize.Tokenize, or None
+
+    def prepare(self, batch: Batch) -> Batch:
+        names = self.source.names
+        if list(batch.columns) != names:
+            batch = Batch({n: batch.columns[n] for n in names}, batch.num_rows)
+        if self.tokenize is not None:
+            batch = self.tokenize(batch)
+        return self.stack(batch) if self.stack is not None else batch
+
+
+def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
+    """The written schema (``--columns``, ``--tokenizer``, ``--stack-columns``, then
+    ``--dtype``/float16 column types) and the transforms that produce it."""
     from ..transforms.downcast import Downcast
 
-    schema = select_columns(reader, o.columns)
+    where = ", ".join(s.name for s in reader.specs)
+    tokenize = None
+    if o.tokenizer is not None:
+        from ..transforms.tokenize import Tokenize, Tokens
+
+        tokenize = Tokenize(reader.schema, Tokens(o.tokenizer, o.eos, o.bos), o.column, o.columns, where)
+        source = Schema(tuple(reader.schema[n] for n in tokenize.source_names))
+        schema = tokenize.schema
+    else:
+        source = select_columns(reader, o.columns)
+        schema = source
+    stack = None
+    if o.stack_columns:
+        from ..transforms.stack import Stack
+
+        stack = Stack(source, list(o.stack_columns), where)
+        schema = stack.schema
     per_col = {k: v for k, v in o.column_types.items() if v == "float16"}
     down = Downcast.for_dtype(schema, o.dtype, per_col, o.on_overflow)
     if down is not None:
-        down.source = ", ".join(s.name for s in reader.specs)
+        down.source = where
         schema = down.schema
-    return schema, down
+    return OutputPlan(schema, down, source, stack, tokenize)
+
+
+READ_COLUMN_FLOOR = 8 << 10  # what reading holds per column at least (the CSV parser's per-column state)
+FIXED_FLOOR = 8 << 20  # what a run holds whatever its columns (batches in flight, pools)
+
+
+def check_memory(schema: Schema, fmt, budget: int, source: str) -> None:
+    """Refuse (one line saying how much it needs) a table too wide for the memory budget: every
+    per-column cost is sized from the budget, down to a floor below which no progress is made."""
+    per = READ_COLUMN_FLOOR + fmt.column_floor
+    need = FIXED_FLOOR + len(schema) * per
+    if need > budget:
+        mib = -(-need // (1 << 20))
+        raise OptionsError(
+            f"{source}: {len(schema)} columns need at least {mib} MiB to be written as {fmt.name} "
+            f"({per >> 10} KiB per column), more than --max-memory {budget >> 20}MiB",
+            hint=f"raise --max-memory to {mib}MiB or more, or stack numeric columns with --stack-columns",
+        )
 
 
 def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
-    return WriteOptions(compression=o.compression, row_group_bytes=max(4 << 20, budget // 8), expected_rows=rows)
+    return WriteOptions(
+        compression=o.compression,
+        hash=o.hash,
+        row_group_bytes=max(1 << 20, budget // 12),  # a row group costs about three times its size to write
+        expected_rows=rows,
+        memory=budget // 4,
+    )
 
 
 def write_unit_files(
@@ -113,15 +185,17 @@ def write_unit_files(
 
 
 def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int):
-    schema, down = output_schema(reader, o)
+    plan = output_schema(reader, o)
+    schema, down = plan.schema, plan.down
     source = ", ".join(s.name for s in reader.specs)
-    fmt.check_schema(schema, source, getattr(reader, "format", None))
+    fmt.check_schema(schema, source)
+    check_memory(schema, fmt, budget, source)
     writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
     stats = BatchStats(schema)
     progress = Progress(reader, o.progress)
     rows = 0
     try:
-        for batch in prefetch(select(reader.batches(), schema), depth=2):
+        for batch in prefetch(map(plan.prepare, reader.batches()), depth=2):
             rows += write_step(batch, down, stats, writer)
             progress.update()
         files: list[FileRecord] = writer.close()
@@ -132,4 +206,4 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
         progress.close()
     if rows == 0:
         raise InputError(f"{source}: empty input (no records)", hint="check the file")
-    return files, schema, rows, stats.to_dict(), (down.report() if down else {}), writer.manifest_extra()
+    return files, plan, rows, stats.to_dict(), (down.report() if down else {}), writer.manifest_extra()

@@ -1,6 +1,7 @@
 """Where ``bucket``'s sequences come from: text lines through a tokenizer, CSV rows of numbers of any
-length (``--ragged``), a CSV text column or a JSON Lines text key, or a variable-length column of a
-lovecraft dataset."""
+length (``--ragged``), a CSV text column, a JSON Lines text key, a text or sequence column of a
+Parquet, Arrow or Hugging Face input (only that column or key is read), or a variable-length column
+of a lovecraft dataset."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from .. import manifest as mf
 from ..errors import InputError, SchemaError
 from ..inputs import Part, open_reader
+from ..inputs.base import SchemaChanged
 from ..schema import SEQUENCE, VarColumn
 from ..util import parse_size
 from .options import BucketOptions
@@ -43,7 +45,7 @@ class Sequences:
     (VarColumn of tokens or values, first line or row of the batch, 'line' | 'row')."""
 
     def __init__(self, inputs: list[str], o: BucketOptions, budget: int, threads: bool = False) -> None:
-        from ..transforms.tokenize import load_tokenizer
+        from ..transforms.tokenize import Tokens
 
         self.o = o
         self.tokenizer = None
@@ -78,17 +80,24 @@ class Sequences:
             self.field = fld
             self.kind = "dataset"
             if fld.kind == "string":
-                self.tokenizer = load_tokenizer(o.tokenizer)
+                self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
                 self.column = "tokens"
             else:
+                if o.eos is not None or o.bos is not None:
+                    raise SchemaError(
+                        f"{self.dataset}: column '{fld.name}' holds token ids already; --eos and --bos mark text "
+                        "as it is tokenized",
+                        hint="drop them",
+                    )
                 self.column = fld.name
             self.specs = []
             self.name = self.dataset
             return
         kw = o.read_kwargs()
         kw["column_types"] = {}
-        if o.ragged:  # rows of any length: read as lines, parsed here
+        if o.ragged:  # rows of any length: read as lines, parsed here (--skip-rows, --comment too)
             kw["input_format"] = "text"
+            kw["skip_rows"], kw["comment"] = 0, None
         probe = open_reader(inputs, budget=budget, threads=threads, **kw)
         fmt = probe.format
         self.specs = probe.specs
@@ -107,6 +116,11 @@ class Sequences:
                 hint="bucket text lines, ragged CSV rows (--ragged) or a dataset's variable-length column",
             )
         self.reader = probe
+        from ..inputs.columnar import ColumnarReader
+
+        if isinstance(probe, ColumnarReader):
+            self._columnar(inputs, probe, o, budget, threads, kw)
+            return
         if fmt == "csv":
             names = probe.schema.names
             if o.column is None:
@@ -128,10 +142,13 @@ class Sequences:
             self._jsonl(inputs, probe, kw, budget, threads)
         else:
             if o.column is not None:
-                raise SchemaError(f"--column applies to CSV and dataset inputs; {self.name} is {fmt}")
+                raise SchemaError(
+                    "--column applies to CSV, JSON Lines, Parquet, Arrow, Hugging Face and dataset inputs; "
+                    f"{self.name} is {fmt}"
+                )
             self.kind = "text"
             self.source_column = "text"
-        self.tokenizer = load_tokenizer(o.tokenizer)
+        self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
         self.column = "tokens"
 
     def _jsonl(self, inputs: list[str], probe, kw: dict, budget: int, threads: bool) -> None:
@@ -154,6 +171,40 @@ class Sequences:
         self.kind = "jsonl"
         self.source_column = self.o.column
 
+    def _columnar(self, inputs: list[str], probe, o: BucketOptions, budget: int, threads: bool, kw: dict) -> None:
+        """A Parquet, Arrow or Hugging Face input: its one variable-length column (or ``--column``),
+        text through the tokenizer, a sequence column (token ids) as it is; only it is read."""
+        from ..transforms.tokenize import load_tokenizer
+
+        var = [f for f in probe.schema if f.kind in (SEQUENCE, "string")]
+        if o.column is None:
+            if len(var) != 1:
+                names = ", ".join(f.name for f in var) or "none"
+                raise SchemaError(
+                    f"{self.name}: say which column holds the text or sequences (variable-length columns: {names})",
+                    hint="pass --column NAME",
+                )
+            fld = var[0]
+        else:
+            if o.column not in probe.schema.names:
+                raise SchemaError(
+                    f"{self.name}: no column '{o.column}'", hint=f"columns are {', '.join(probe.schema.names)}"
+                )
+            fld = probe.schema[o.column]
+            if fld not in var:
+                raise SchemaError(
+                    f"{self.name}: column '{fld.name}' is {fld.describe()}, not text or sequences",
+                    hint="choose a text or sequence column",
+                )
+        self.reader = open_reader(inputs, budget=budget, threads=threads, **{**kw, "columns": [fld.name]})
+        self.kind = "columnar"
+        self.source_column = fld.name
+        if fld.kind == "string":
+            self.tokenizer = load_tokenizer(o.tokenizer)
+            self.column = "tokens"
+        else:
+            self.column = fld.name
+
     # -- parts --------------------------------------------------------------------------------
 
     def partitions(self, target: int, mapper=None) -> list[Part]:
@@ -165,9 +216,13 @@ class Sequences:
             return parts
         return self.reader.partitions(target, mapper=mapper)
 
+    def memory_bytes(self) -> int | None:
+        """Estimated in-memory bytes of the input (None: only its size is known)."""
+        return self.reader.memory_bytes() if self.kind == "columnar" else None
+
     def describe_sources(self) -> list[dict]:
         if self.kind == "dataset":
-            from ..engine.writer import sha256_file
+            from ..engine.writer import hash_file
 
             return [
                 {
@@ -175,7 +230,7 @@ class Sequences:
                     "format": "dataset",
                     "column": self.field.name,
                     "rows": len(self.ds),
-                    "manifest_sha256": sha256_file(mf.path_of(self.dataset)),
+                    "manifest_sha256": hash_file(mf.path_of(self.dataset), "sha256"),
                 }
             ]
         return [s.describe() for s in self.specs]
@@ -194,23 +249,31 @@ class Sequences:
                 row += batch.num_rows
             return
         first_part = part.start in (None, 0) and part.spec == 0
+        self._header_pending = first_part  # the first row kept may be a header (ragged)
         line = part.line0
-        for batch in self.reader.part_batches(part):
-            col = batch.columns[self.source_column]
-            if self.kind == "ragged":
-                yield from self._ragged(col, line, first_part and line == part.line0, part)
+        try:
+            for batch in self.reader.part_batches(part):
+                col = batch.columns[self.source_column]
+                if self.kind == "ragged":
+                    yield from self._ragged(col, line, part)
+                    line += batch.num_rows
+                    continue
+                where = "line" if self.kind == "text" else "row"  # JSON Lines: records (blank lines are skipped)
+                yield (self.tokenizer.encode(col) if self.tokenizer else col), line, where
                 line += batch.num_rows
-                continue
-            where = "line" if self.kind == "text" else "row"  # JSON Lines: records (blank lines are skipped)
-            yield self.tokenizer.encode(col), line, where
-            line += batch.num_rows
+        except SchemaChanged:  # an int sequence column holding nulls: not token ids
+            raise InputError(
+                f"{self.name}, column '{self.source_column}': its sequences hold nulls",
+                hint="fill them (or drop those rows) before bucketing",
+            ) from None
 
     def o_budget(self) -> int:
         return parse_size(self.o.max_memory) // 4
 
-    def _ragged(self, lines: VarColumn, line0: int, first: bool, part: Part) -> Iterator[tuple[VarColumn, int, str]]:
-        """Rows of a CSV file as numeric sequences: every field a number; blank lines skipped;
-        a first line that is not numbers is a header (unless --no-header)."""
+    def _ragged(self, lines: VarColumn, line0: int, part: Part) -> Iterator[tuple[VarColumn, int, str]]:
+        """Rows of a CSV file as numeric sequences: every field a number; blank lines, the first
+        --skip-rows lines and --comment lines skipped; a first line that is not numbers is a
+        header (unless --no-header)."""
         raw = lines.values.view(np.uint8)
         offs = lines.offsets
         lens = np.diff(offs)
@@ -219,6 +282,13 @@ class Sequences:
         data = raw.tobytes()
         o = offs.tolist()
         keep = np.flatnonzero(lens > 0)
+        if self.o.comment is not None and len(keep):
+            keep = keep[raw[offs[keep]] != ord(self.o.comment)]
+        if self.o.skip_rows and part.start in (None, 0):
+            keep = keep[line0 + keep >= self.o.skip_rows]
+        first = self._header_pending and len(keep) > 0
+        if first:
+            self._header_pending = False
         if first and len(keep):
             head = data[o[keep[0]] : o[keep[0] + 1]]
             try:

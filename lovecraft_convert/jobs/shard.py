@@ -40,7 +40,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import output_schema, write_unit_files
+from .convert import check_memory, output_schema, tokens_extra, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -77,12 +77,6 @@ class Context:
         return reader
 
 
-def _select(batch: Batch, names: list[str]) -> Batch:
-    if list(batch.columns) == names:
-        return batch
-    return Batch({n: batch.columns[n] for n in names}, batch.num_rows)
-
-
 # --------------------------------------------------------------------------------------------
 # phase 1: one part
 # --------------------------------------------------------------------------------------------
@@ -91,10 +85,10 @@ def _select(batch: Batch, names: list[str]) -> Batch:
 def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
     """Read one part of the input, downcast, spill to frame files (scatter when shuffling)."""
     reader = ctx.reader()
-    schema, down = output_schema(reader, ctx.o)
+    plan = output_schema(reader, ctx.o)
+    schema, down = plan.schema, plan.down
     if down is not None:
         down.row_offset = part.rows[0] if part.rows else None
-    names = schema.names
     spill = os.path.join(ctx.work, SPILL)
     rows = 0
     seed = ctx.o.seed or 0
@@ -108,7 +102,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
         frames: list = []
     try:
         for batch in reader.part_batches(part):
-            batch = _select(batch, names) if down is None else down(_select(batch, names))
+            batch = plan.prepare(batch) if down is None else down(plan.prepare(batch))
             if ctx.buckets:
                 b_of = hash_bucket(seed, part.index, np.arange(rows, rows + batch.num_rows), ctx.buckets)
                 order = np.argsort(b_of, kind="stable")
@@ -218,11 +212,11 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
     down = None
     if parts is None:  # read straight from the input (memory-mapped NPY)
         reader = ctx.reader()
-        schema, down = output_schema(reader, o)
+        plan = output_schema(reader, o)
+        schema, down = plan.schema, plan.down
         if down is not None:
             down.row_offset = start
-        names = schema.names
-        source = (_select(b, names) for b in reader.row_range(start, stop, ctx.budget() // 16))
+        source = map(plan.prepare, reader.row_range(start, stop, ctx.budget() // 16))
     else:
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
@@ -265,7 +259,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         output=output,
         inputs=inputs,
         specs=probe.specs,
-        sources=[s.describe() for s in probe.specs],
+        sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
         body=lambda run: _run(o, run, probe),
         argv=argv,
     )
@@ -280,9 +274,11 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     while True:
         ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0)
         reader = ctx.reader()
-        schema, _ = output_schema(reader, o)
+        out_plan = output_schema(reader, o)
+        schema = out_plan.schema
         source = ", ".join(s.name for s in reader.specs)
-        fmt.check_schema(schema, source, getattr(reader, "format", None))
+        fmt.check_schema(schema, source)
+        check_memory(schema, fmt, o.budget(), source)
         ctx.out_schema = schema.to_list()
         trace("planning parts")
         parts = reader.partitions(o.part_bytes, mapper=executor.map_ordered)
@@ -316,7 +312,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
     run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n})
     trace("phase 2 done")
-    return _manifest(o, ctx, reader, schema, [done[k] for k in range(n)], split, total)
+    return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total)
 
 
 def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions) -> list[dict]:
@@ -350,6 +346,9 @@ def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict)
 
 def _estimate_bytes(reader) -> int:
     """Roughly how many bytes the records take in memory (for the number of shuffle buckets)."""
+    known = reader.memory_bytes()
+    if known is not None:
+        return known
     total = 0
     for s in reader.specs:
         size = s.size or (256 << 20)
@@ -408,9 +407,10 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     return per
 
 
-def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list[dict], split, total: int) -> dict:
+def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict], split, total: int) -> dict:
     from ..transforms.downcast import Downcast
 
+    schema = out_plan.schema
     reports = [p["float16"] for p in (split or [])] + [fr["float16"] for fr in frags]
     float16 = {}
     if any(reports):
@@ -441,6 +441,7 @@ def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list
         files=[{**f, "shard": fr["shard"]} for fr in frags for f in fr["files"]],
         stats=merged(schema, frags),
         float16=float16,
-        sources=[s.describe() for s in reader.specs],
+        sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
+        **tokens_extra(out_plan),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

@@ -6,7 +6,7 @@ Checks, each problem one line naming the file:
 * the manifest (:mod:`.structure`): ours, a known version, complete, file names inside the
   directory, every shard's files listed, row counts that add up;
 * the directory (:mod:`.files`): every listed file exists as a regular file; nothing else is there;
-* each file: its size and sha256 (hashed in a background thread while the file is decoded);
+* each file: its size and digest (hashed in a background thread while the file is decoded);
 * each unit decodes completely with its format's own checker (the format package's ``check``
   module: checksums, headers against file sizes, links never followed);
 * the decoded rows, schema and statistics (count, min, max, NaN, lengths) match the manifest per

@@ -1,16 +1,17 @@
 """The dataset directory against the manifest: every listed file present as a regular file of the
-listed size, its sha256 computed in a background thread while the file is decoded; nothing else
+listed size, its digest (BLAKE3 or SHA-256, as the manifest says) computed in a background thread
+while the file is decoded; nothing else
 there (stray and temporary files reported; symbolic links reported and never followed)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import threading
 from typing import Any
 
 from .. import manifest as mf
+from ..engine.writer import hash_file
 from .structure import is_count
 
 MANIFEST = mf.MANIFEST_NAME
@@ -95,7 +96,8 @@ class Files:
             self.add(p, "size", f"{st.st_size} bytes on disk, the manifest says {want}{what}")
             self._hashes[p] = None
         else:
-            self._hashes[p] = self._hash_pool().submit(sha256_stoppable, full, self._stop)
+            alg = mf.file_digest(self.info[p])[0] or mf.DEFAULT_HASH
+            self._hashes[p] = self._hash_pool().submit(hash_file, full, alg, self._stop)
         return True
 
     def check_hash(self, p: str) -> None:
@@ -105,24 +107,11 @@ class Files:
         try:
             digest = fut.result()
         except OSError as e:
-            self.add(p, "sha256", f"cannot be read ({e.strerror})")
+            self.add(p, "hash", f"cannot be read ({e.strerror})")
             return
-        want = self.info[p].get("sha256")
-        if digest != want:
-            self.add(p, "sha256", f"sha256 {digest} differs from the manifest's {want}")
-
-
-def sha256_stoppable(path: str, stop: threading.Event, block: int = 8 << 20) -> str | None:
-    """The file's sha256 in large blocks (hashlib releases the GIL); None when stopped."""
-    h = hashlib.sha256()
-    buf = bytearray(block)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            if stop.is_set():
-                return None
-            h.update(view[:n])
-    return h.hexdigest()
+        alg, want = mf.file_digest(self.info[p])
+        if digest is not None and digest != want:
+            self.add(p, "hash", f"{alg} {digest} differs from the manifest's {want}")
 
 
 def temporary(name: str) -> bool:

@@ -11,7 +11,7 @@ from ..util import format_size
 @dataclass
 class Problem:
     """One thing wrong: ``file`` (relative to the dataset, or a source input as given), a ``kind``
-    (manifest, missing, stray, size, sha256, decode, rows, schema, stats, bucket, float16, source)
+    (manifest, missing, stray, size, hash, decode, rows, schema, stats, bucket, float16, source)
     and what is wrong. ``path`` is the file as printed (joined to the dataset path)."""
 
     file: str
@@ -53,7 +53,7 @@ class Report:
         return d
 
     def summary(self) -> str:
-        what = "sha256, decoding, statistics" + (", source" if self.against else "")
+        what = "hashes, decoding, statistics" + (", source" if self.against else "")
         if self.ok:
             return (
                 f"ok: {self.path}: {self.format}, {self.rows:,} rows, {self.files} files, "

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from .. import manifest as mf
-from ..engine.pipeline import prefetch, select
+from ..engine.pipeline import prefetch
 from ..errors import InputError, LovecraftError
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
-from ..jobs.convert import output_schema, select_columns
+from ..jobs.convert import output_schema
 from ..jobs.options import ConvertOptions
 from ..schema import FIXED, SEQUENCE, STRING_LIST, Batch, Field, Schema, VarColumn
 
@@ -216,7 +216,7 @@ class SourceComparer:
         self.shuffled = bool(manifest.get("shuffle")) or bool(manifest.get("buckets"))
         self.mode = "multiset" if self.shuffled else "rows"
         try:
-            self.o = ConvertOptions(**_options(manifest.get("options"), ConvertOptions))
+            self.o = ConvertOptions(**_tokenizer_path(_options(manifest.get("options"), ConvertOptions), manifest))
             self.o.validate()
         except (TypeError, ValueError, LovecraftError) as e:
             self._source_problem(f"the manifest's options cannot be used to read the source ({e})", who="manifest")
@@ -234,7 +234,15 @@ class SourceComparer:
         self.name = ", ".join(s.name for s in reader.specs)
         try:
             self._force_types(reader)
-            src, self.down = output_schema(reader, self.o)  # the columns and downcast convert applies
+            self.plan = output_schema(reader, self.o)  # the columns, stacking and downcast convert applies
+            if reader.late_columns and not self.o.columns and len(self.plan.source) < len(reader.schema):
+                # JSON Lines made into fewer columns (tokenized): parse only the keys they come
+                # from, so that keys the dataset does not hold, met late, change nothing
+                kw = {**self.o.read_kwargs(), "columns": list(self.plan.source.names)}
+                reader = self.reader = open_reader(inputs, budget=verifier.budget, **kw)
+                self._force_types(reader)
+                self.plan = output_schema(reader, self.o)
+            src, self.down = self.plan.schema, self.plan.down
         except (LovecraftError, TypeError, ValueError, AttributeError, KeyError, UnicodeError) as e:
             self._source_problem(f"cannot be read with the manifest's options ({_one_line(e)})")
             self.usable = False
@@ -272,8 +280,28 @@ class SourceComparer:
             elif want.kind == FIXED and want.np_dtype.kind == "f" and f.np_dtype.kind in "iub":
                 forced[f.name] = "float64"
         if reader.late_columns:  # JSON Lines: keys met late in the input, sequences widened
-            forced = {f.name: f.describe() for f in self.schema}
+            forced = self._dataset_types(reader)
         reader.widen(forced)
+
+    def _dataset_types(self, reader) -> dict[str, str]:
+        """The dataset's type of each input column it holds: its own columns, but not the token
+        column (``--tokenizer``), and the members of a stacked column (``--stack-columns``) as
+        the stacked column's type."""
+        made = set()
+        if self.o.tokenizer is not None:
+            from ..transforms.tokenize import TOKENS
+
+            made.add(TOKENS)
+        types = {}
+        for spec in self.o.stack_columns or []:
+            from ..transforms.stack import parse, select
+
+            name, sel = parse(spec)
+            made.add(name)
+            if name in self.schema.names:
+                for member in select(list(reader.schema.names), sel):
+                    types[member] = str(self.schema[name].np_dtype)
+        return {**{f.name: f.describe() for f in self.schema if f.name not in made}, **types}
 
     def _column_source(self, column: str | None) -> str:
         return self.reader.source_of(column) if column is not None else self.name
@@ -287,7 +315,7 @@ class SourceComparer:
 
     def _source_batches(self):
         try:
-            for b in prefetch(select(self.reader.batches(), select_columns(self.reader, self.o.columns)), depth=2):
+            for b in prefetch(map(self.plan.prepare, self.reader.batches()), depth=2):
                 if self.down is not None:
                     b = self.down(b)
                 yield canonical(b, self.schema, self.storage)
@@ -499,11 +527,31 @@ _OPTION_TYPES = {
     "on_overflow": (str,),
     "column_types": (dict,),
     "columns": (list, type(None)),
+    "stack_columns": (list, type(None)),
     "delimiter": (str, type(None)),
+    "skip_rows": (int,),
+    "comment": (str, type(None)),
     "header": (bool,),
     "errors": (str,),
     "max_expansion": (int, float),
+    "tokenizer": (str, type(None)),
+    "column": (str, type(None)),
+    "eos": (str, int, type(None)),
+    "bos": (str, int, type(None)),
 }
+TOKEN_OPTIONS = ("tokenizer", "column", "eos", "bos")
+
+
+def _tokenizer_path(options: dict[str, Any], manifest: dict) -> dict[str, Any]:
+    """The token options of a tokenized ``convert`` or ``shard`` dataset, with the tokenizer file at the
+    absolute path the manifest records (the run may have named it relative to another directory);
+    none for ``bucket``, whose sequences are not the source's rows."""
+    if manifest.get("command") == "bucket":
+        return {k: v for k, v in options.items() if k not in TOKEN_OPTIONS}
+    info = manifest.get("tokenizer")
+    if isinstance(info, dict) and isinstance(info.get("path"), str) and options.get("tokenizer"):
+        options = {**options, "tokenizer": info["path"]}
+    return options
 
 
 def _options(raw: Any, cls) -> dict[str, Any]:
@@ -515,8 +563,9 @@ def _options(raw: Any, cls) -> dict[str, Any]:
     for k, v in out.items():
         if not isinstance(v, _OPTION_TYPES[k]) or (k == "max_expansion" and isinstance(v, bool)):
             raise TypeError(f"options.{k} is {v!r}")
-    if out.get("columns") is not None and not all(isinstance(c, str) for c in out["columns"]):
-        raise TypeError(f"options.columns is {out['columns']!r}")
+    for key in ("columns", "stack_columns"):
+        if out.get(key) is not None and not all(isinstance(c, str) for c in out[key]):
+            raise TypeError(f"options.{key} is {out[key]!r}")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in out.get("column_types", {}).items()):
         raise TypeError(f"options.column_types is {out['column_types']!r}")
     if out.get("errors", "strict") not in ("strict", "replace"):

@@ -101,9 +101,9 @@ def _files(files: list, add) -> dict[str, dict]:
             add(MANIFEST, "manifest", f"files[{i}]: {p} is listed twice")
             continue
         bad = [k for k in ("bytes", "rows") if not is_count(f.get(k))]
-        sha = f.get("sha256")
-        if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
-            bad.append("sha256")
+        alg, digest = mf.file_digest(f)
+        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            bad.append(alg or "digest (" + "/".join(mf.HASHES) + ")")
         if f.get("column") is not None and not isinstance(f.get("column"), str):
             bad.append("column")
         if f.get("role") is not None and not isinstance(f.get("role"), str):
@@ -186,11 +186,12 @@ def _extra_files(m: dict, st: Structure, add) -> None:
     """Files the format lists outside ``files`` (an HDF5 bucket index): checked like data files."""
     for key, idx in (st.fmt.extra_files(m) or {}).items():
         p = safe_relpath(idx.get("path")) if isinstance(idx, dict) else None
-        if p is None or not is_count(idx.get("bytes")) or not isinstance(idx.get("sha256"), str):
-            add(MANIFEST, "manifest", f"{key}: no valid path, bytes or sha256")
+        alg, digest = mf.file_digest(idx) if isinstance(idx, dict) else (None, None)
+        if p is None or not is_count(idx.get("bytes")) or not isinstance(digest, str):
+            add(MANIFEST, "manifest", f"{key}: no valid path, bytes or digest")
             continue
         if p in st.info:
             add(MANIFEST, "manifest", f"{key}: {p} is also listed among the data files")
             continue
-        st.info[p] = {"path": p, "bytes": idx["bytes"], "sha256": idx["sha256"]}
+        st.info[p] = {"path": p, "bytes": idx["bytes"], alg: digest}
         st.extra.append(p)

@@ -9,7 +9,7 @@ import sys
 def test_cli_import_is_light():
     code = (
         "import sys, lovecraft_convert.cli, lovecraft_convert;"
-        "heavy = [m for m in ('tensorflow', 'h5py', 'pyarrow', 'torch', 'polars', 'numpy', 'matplotlib') if m in sys.modules];"
+        "heavy = [m for m in ('tensorflow', 'h5py', 'pyarrow', 'torch', 'polars', 'numpy', 'matplotlib', 'ray') if m in sys.modules];"
         "print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -28,5 +28,26 @@ def test_tfrecord_writer_does_not_import_tensorflow(tmp_path):
         "import sys, numpy as np; np.save(sys.argv[1] + '/x.npy', np.ones((4, 2), np.float32));"
         "from lovecraft_convert import convert; convert([sys.argv[1] + '/x.npy'], sys.argv[1] + '/out', to='tfrecord', progress=False);"
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+
+
+def test_conversions_do_not_import_pandas(tmp_path):
+    """pyarrow imports pandas (tens of MiB, tenths of a second) from ``Array.to_numpy`` and
+    ``pa.array`` when it is installed; our Arrow conversions go through buffers and never do."""
+    (tmp_path / "d.csv").write_text("a,b,c,d\n1,2.5,x,true\n3,,y,false\n")
+    (tmp_path / "t.txt").write_text("one\ntwo\n")
+    code = (
+        "import sys, importlib.util\n"
+        "assert importlib.util.find_spec('pandas') is not None, 'pandas not installed: nothing to check'\n"
+        "import lovecraft_convert as lc\n"
+        "d = sys.argv[1]\n"
+        "for fmt in ('parquet', 'hdf5', 'tfrecord'):\n"
+        "    lc.convert(d + '/d.csv', d + '/o-' + fmt, to=fmt, progress=False)\n"
+        "    lc.verify(d + '/o-' + fmt)\n"
+        "    list(lc.open_dataset(d + '/o-' + fmt).batches(2))\n"
+        "lc.shard(d + '/t.txt', d + '/s', to='parquet', num_shards=2, workers=1, progress=False)\n"
+        "lc.inspect(d + '/d.csv')\n"
+        "assert 'pandas' not in sys.modules, 'pandas imported'\n"
     )
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)

@@ -31,7 +31,7 @@ def test_intact_exits_0(dataset):
     r = lovecraft("verify", out)
     assert r.exit_code == 0
     assert r.stdout.startswith(f"ok: {out}: parquet, 3,000 rows, 1 files, ")
-    assert "verified (sha256, decoding, statistics)" in r.stdout
+    assert "verified (hashes, decoding, statistics)" in r.stdout
     r = lovecraft("verify", out, "-q")
     assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
 
@@ -40,7 +40,7 @@ def test_against_exits_0(dataset):
     out, src = dataset
     r = lovecraft("verify", out, "--against", *src)
     assert r.exit_code == 0, r.stdout + r.stderr
-    assert "verified (sha256, decoding, statistics, source)" in r.stdout
+    assert "verified (hashes, decoding, statistics, source)" in r.stdout
 
 
 def test_problems_one_line_each_on_stdout_exit_1(dataset, tmp_path):

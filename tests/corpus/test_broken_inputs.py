@@ -91,6 +91,30 @@ def _bomb(d: str) -> list[str]:
     return [p]
 
 
+def _bomb_in(kind: str, body: str = "npy") -> Callable[[str], list[str]]:
+    """80 MB in a few KB of zstd, xz or bz2 (streamed, fast presets): a .npy of zeros, or CSV rows."""
+
+    def make(d: str) -> list[str]:
+        p = os.path.join(d, f"z.{body}.{kind}")
+        opener = {
+            "zst": lambda: zstandard.open(p, "wb", cctx=zstandard.ZstdCompressor(level=1, write_checksum=True)),
+            "xz": lambda: lzma.open(p, "wb", preset=0),  # noqa: SIM115
+            "bz2": lambda: bz2.open(p, "wb", compresslevel=1),  # noqa: SIM115
+        }[kind]
+        with opener() as f:
+            if body == "npy":
+                f.write(_npy_header("<f8", (10_000_000,)))
+                block = bytes(8 << 20)
+            else:
+                f.write(b"a,b\n")
+                block = b"1,2\n" * (2 << 20)
+            for _ in range(10):
+                f.write(block)
+        return [p]
+
+    return make
+
+
 def _bad_unicode() -> bytes:
     """A ``<U2`` array whose last code unit is 0x110000, beyond Unicode."""
     b = bytearray(_npy(np.array(["ab", "cd"])))
@@ -152,6 +176,10 @@ def _check_inch(out: str, cols: dict) -> None:
     assert list(cols["size"]) == ['5"', "7"]
 
 
+def _check_stray_then_quoted(out: str, cols: dict) -> None:
+    assert list(cols["a"]) == ["x", "1"] and list(cols["b"]) == ['y"z', "open\n2,3"]
+
+
 def _check_slash(out: str, cols: dict) -> None:
     assert list(np.asarray(cols["a/b"])) == [1]
 
@@ -182,6 +210,7 @@ def _cannot_hold(*fmts: str) -> Callable[[dict], None]:
 
     def check(report: dict) -> None:
         est = report["estimated_bytes"]
+        assert est.pop("megatron") is None  # it holds token sequences only: none of these inputs
         assert sorted(k for k, v in est.items() if v is None) == sorted(fmts), est
 
     return check
@@ -241,6 +270,11 @@ CASES: dict[str, Case] = {
     "csv whitespace-only line": Case(_file("ws.csv", b"a,b\n1,2\n \n3,4\n"), "tfrecord", f"Error: {{d}}/ws.csv, row 2 (line 3): expected 2 fields, found 1; {RAGGED}"),
     "csv unterminated quote": Case(_file("q.csv", b'a,b\n1,2\n3,"x\n4,y\n5,z\n'), "hdf5", f"Error: {{d}}/q.csv, line 3: {NOT_CLOSED}"),
     "csv unterminated quote in the header": Case(_file("qh.csv", b'"a,b\n1,2\n'), "memmap", f"Error: {{d}}/qh.csv, line 1: {NOT_CLOSED}"),
+    "csv unterminated quote after a stray quote": Case(_file("s1.csv", b'a,b\nx,y"z\n1,"open\n2,3\n'), "parquet", f"Error: {{d}}/s1.csv, line 3: {NOT_CLOSED}"),
+    "csv unterminated quote after two stray quotes": Case(_file("s2.csv", b'a,b\n5\'10",y"z\n1,"open\n2,3\n'), "tfrecord", f"Error: {{d}}/s2.csv, line 3: {NOT_CLOSED}"),
+    "csv quoted newline after a stray quote": Case(_file("s3.csv", b'a,b\nx,y"z\n1,"open\n2,3"\n'), "memmap", None, check=_check_stray_then_quoted),
+    "csv --skip-rows past the end": Case(_file("sk.csv", b"meta\na,b\n"), "hdf5", "Error: {d}/sk.csv: --skip-rows 5 skips past the end of the input (it has 2 lines); check --skip-rows", input_opts=["--skip-rows", "5"]),
+    "csv only comments": Case(_file("oc.csv", b'# "a\n# b\n'), "parquet", "Error: {d}/oc.csv: empty input (no header, no rows); check the file", input_opts=["--comment", "#"]),
     "csv stray quote inside a field is a literal": Case(_file("inch.csv", b'a,size\n1,5"\n2,7\n'), "parquet", None, input_opts=["--column-type", "size=string"], check=_check_inch),
     "csv duplicate column name": Case(_file("dup.csv", b"a,b,a\n1,2,3\n"), "parquet", "Error: {d}/dup.csv: column name 'a' appears twice in the header; rename one of them"),
     "csv header only": Case(_file("h.csv", b"a,b,c\n"), "tfrecord", "Error: {d}/h.csv: no data rows (header only); check the file"),
@@ -319,6 +353,10 @@ CASES: dict[str, Case] = {
     "gz named .gz but plain": Case(_file("p.csv.gz", CSV), "parquet", "Error: {d}/p.csv.gz: named .gz but is not gzip-compressed; rename it or re-create it"),
     "gz empty file": Case(_file("e.csv.gz", b""), "hdf5", "Error: {d}/e.csv.gz: empty input (no header, no rows); check the file"),
     "gz bomb beyond --max-expansion": Case(_bomb, "parquet", "Error: {d}/z.npy.gz: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "zst bomb beyond --max-expansion": Case(_bomb_in("zst"), "hdf5", "Error: {d}/z.npy.zst: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "xz bomb beyond --max-expansion": Case(_bomb_in("xz"), "tfrecord", "Error: {d}/z.npy.xz: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "bz2 bomb beyond --max-expansion": Case(_bomb_in("bz2"), "memmap", "Error: {d}/z.npy.bz2: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "csv.zst bomb beyond --max-expansion": Case(_bomb_in("zst", "csv"), "parquet", "Error: {d}/z.csv.zst: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
     "zst truncated": Case(_file("t.txt.zst", ZST[: len(ZST) // 2]), "memmap", f"Error: {{d}}/t.txt.zst: truncated zstd stream (ends inside a frame); {REDOWNLOAD}"),
     "zst corrupt": Case(_file("c.txt.zst", _flip(ZST, len(ZST) // 2)), "parquet", f"Error: {{d}}/c.txt.zst: corrupt zstd stream (Restored data doesn't match checksum); {REDOWNLOAD}"),
     "zst corrupt frame header": Case(_file("f.txt.zst", _flip(ZST, 4)), "hdf5", f"Error: {{d}}/f.txt.zst: corrupt zstd stream (Unsupported frame parameter); {REDOWNLOAD}"),

@@ -1,10 +1,10 @@
 """The hashing writer every TFRecord, memmap and Parquet file goes through: direct I/O where the
-file system takes it, buffered elsewhere, the same bytes and sha256 either way."""
+file system takes it, buffered elsewhere, the same bytes and digest either way (BLAKE3 by default,
+SHA-256 on request)."""
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import random
 import time
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from lovecraft_convert.engine import writer as util
 from lovecraft_convert.engine.writer import HashingWriter
+from tests.readback import digest_of
 
 STAGE = HashingWriter.STAGE
 # piece sizes around the staging buffer and the alignment, where the bookkeeping can slip
@@ -35,7 +36,7 @@ def _write(path: str, pieces: list[bytes], preallocate: int = 0) -> tuple[int, s
 
 @settings(max_examples=40, deadline=None)
 @given(sizes=st.lists(SIZES, max_size=6), seed=st.integers(0, 255), direct=st.booleans())
-def test_bytes_and_sha256_match_what_was_written(tmp_path_factory, sizes, seed, direct):
+def test_bytes_and_digest_match_what_was_written(tmp_path_factory, sizes, seed, direct):
     rng = random.Random(seed)
     pieces = [rng.randbytes(n) for n in sizes]
     path = str(tmp_path_factory.mktemp("w") / "f.bin")
@@ -44,7 +45,7 @@ def test_bytes_and_sha256_match_what_was_written(tmp_path_factory, sizes, seed, 
         n, digest, used = _write(path, pieces)
     whole = b"".join(pieces)
     assert n == len(whole) == os.path.getsize(path)
-    assert digest == hashlib.sha256(whole).hexdigest()
+    assert digest == digest_of(whole, "blake3")
     with open(path, "rb") as f:
         assert f.read() == whole
     if not direct:
@@ -61,7 +62,7 @@ def test_direct_io_is_used_where_the_file_system_takes_it(tmp_path, monkeypatch)
     data = os.urandom(3 * STAGE + 12345)
     n, digest, used = _write(str(tmp_path / "f.bin"), [data[:100], data[100:]])
     assert used
-    assert (n, digest) == (len(data), hashlib.sha256(data).hexdigest())
+    assert (n, digest) == (len(data), digest_of(data, "blake3"))
 
 
 def test_a_refused_direct_write_carries_on_buffered(tmp_path, monkeypatch):
@@ -87,7 +88,7 @@ def test_a_refused_direct_write_carries_on_buffered(tmp_path, monkeypatch):
     w.write(data)
     n, digest = w.close()
     assert refused and not w.direct
-    assert (n, digest) == (len(data), hashlib.sha256(data).hexdigest())
+    assert (n, digest) == (len(data), digest_of(data, "blake3"))
     with open(path, "rb") as f:
         assert f.read() == data
 
@@ -99,7 +100,7 @@ def test_an_exactly_preallocated_file_ends_at_its_size(tmp_path):
     n, digest, _ = _write(path, [data], preallocate=len(data))
     assert n == os.path.getsize(path) == len(data)
     with open(path, "rb") as f:
-        assert hashlib.sha256(f.read()).hexdigest() == digest
+        assert digest_of(f.read(), "blake3") == digest
 
 
 def test_a_write_error_names_the_file_and_is_raised_by_close(tmp_path, monkeypatch):
@@ -134,6 +135,13 @@ def test_many_writers_at_once_share_a_bounded_staging_budget(tmp_path, monkeypat
     assert sum(w.direct for w in writers) == util._STAGING_LIMIT // STAGE
     assert util._staging_used == util._STAGING_LIMIT
     for i, (w, d) in enumerate(zip(writers, data, strict=True)):
-        assert w.close() == (len(d), hashlib.sha256(d).hexdigest())
+        assert w.close() == (len(d), digest_of(d, "blake3"))
         assert (tmp_path / f"c{i}.bin").read_bytes() == d
     assert util._staging_used == 0
+
+
+def test_sha256_on_request(tmp_path):
+    data = bytes(range(256)) * 5000
+    w = HashingWriter(str(tmp_path / "s.bin"), hash="sha256")
+    w.write(data)
+    assert w.close() == (len(data), digest_of(data, "sha256"))

@@ -131,7 +131,7 @@ def test_the_registered_format_goes_through_every_command(arrow_format, table, t
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0xFF]))
     r = lovecraft("verify", out)
-    assert r.exit_code == 1 and f"{path}: sha256 " in r.stdout
+    assert r.exit_code == 1 and f"{path}: blake3 " in r.stdout
     # inspect describes it, with the plugin's load snippet
     rep = lc.inspect(str(tmp_path / "c"))
     assert rep["format"] == NAME and rep["rows"] == 1000 and "pyarrow" in rep["load"]

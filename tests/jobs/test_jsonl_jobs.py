@@ -129,6 +129,37 @@ def test_columns_selection_is_recorded_and_verified(tmp_path, big_jsonl):
     assert r.exit_code == 0, r.stdout + r.stderr
 
 
+def test_tokenized_and_stacked_verified_against(tmp_path, big_jsonl):
+    """--tokenizer and --stack-columns on JSON Lines, verified against it: the token column and the
+    stacked one are no keys of the source, and keys met late that the dataset does not hold
+    ('late', 'meta.flag') change nothing; a changed text is still found."""
+    src, recs = big_jsonl
+    tok = str(tmp_path / "tok")
+    r = lovecraft("convert", src, "-o", tok, "--to", "parquet", "--tokenizer", "bytes", "--column", "text", "-q")
+    assert r.exit_code == 0, r.stderr
+    import pyarrow.parquet as pq
+
+    got = pq.read_table(tok)
+    assert got.column_names == ["tokens"]
+    assert [bytes(t) for t in got.column("tokens").to_pylist()[:3]] == [r["text"].encode() for r in recs[:3]]
+    stacked = str(tmp_path / "stacked")
+    r = lovecraft(
+        "convert", src, "-o", stacked, "--to", "memmap", "--columns", "id,meta.score", "--stack-columns", "x=id:meta.score", "-q"
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    for out in (tok, stacked):
+        r = lovecraft("verify", out, "--against", src)
+        assert r.exit_code == 0, r.stdout + r.stderr
+    changed = tmp_path / "changed.jsonl"
+    recs2 = [dict(r) for r in recs]
+    recs2[5] = dict(recs2[5], text="other")
+    changed.write_bytes(lines(recs2))
+    r = lovecraft("verify", tok, "--against", str(changed))
+    assert (
+        r.exit_code == 1 and f"{changed}: row 6, column 'tokens': [111, 116, 104, 101, 114] in the source" in r.stdout
+    )
+
+
 def test_bucket_text_key(tmp_path, big_jsonl):
     """bucket --column text of a JSON Lines input is the bucketing of the same text as lines."""
     src, recs = big_jsonl

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from tests.conftest import leftovers, lovecraft
+from tests.readback import digest_of, entry_digest
 
 GOOD = ["foo.tfrecord", "foo_bar.tfrecord", "bar_foo.tfrecord"]
 
@@ -110,7 +111,7 @@ def test_loader_framing_agrees(beam, name):
 
 def _dataset_with(tmp_path, beam: str, name: str, rehash: bool) -> str:
     """A one-row tfrecord dataset whose data file is replaced by Beam's ``name``; with ``rehash`` the
-    manifest is made to agree with the new bytes (size and sha256), as if the file had been damaged
+    manifest is made to agree with the new bytes (size and digest), as if the file had been damaged
     before it was hashed, so only decoding can tell."""
     src = tmp_path / "in.txt"
     src.write_text("foo\n")
@@ -126,7 +127,8 @@ def _dataset_with(tmp_path, beam: str, name: str, rehash: bool) -> str:
         with open(data, "rb") as f:
             b = f.read()
         for fr in m["files"]:
-            fr["bytes"], fr["sha256"] = len(b), hashlib.sha256(b).hexdigest()
+            alg = entry_digest(fr)[0]
+            fr["bytes"], fr[alg] = len(b), digest_of(b, alg)
         with open(mpath, "w") as f:
             json.dump(m, f)
     return out

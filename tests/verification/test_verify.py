@@ -5,7 +5,6 @@ one clean problem each."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -19,7 +18,7 @@ import pytest
 import lovecraft_convert as lc
 from lovecraft_convert import verify as verify_fn
 from lovecraft_convert.errors import DatasetError
-from tests.readback import manifest
+from tests.readback import digest_of, entry_digest, manifest
 
 FORMATS = ("memmap", "hdf5", "parquet", "tfrecord")
 
@@ -76,8 +75,8 @@ def _copy(src: str, tmp_path, name: str = "ds") -> str:
     return dst
 
 
-def _sha(path: str) -> str:
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+def _digest(path: str, alg: str) -> str:
+    return digest_of(pathlib.Path(path).read_bytes(), alg)
 
 
 def _flip(path: str, pos: int | None = None) -> None:
@@ -152,7 +151,8 @@ def test_flipped_byte_is_caught(datasets, tmp_path, name, rel):
     _flip(p)
     r = lc.verify(ds)
     assert not r.ok
-    assert f"{ds}/{rel}: sha256 {_sha(p)} differs from the manifest's {entry['sha256']}" in r.lines()
+    alg, want = entry_digest(entry)
+    assert f"{ds}/{rel}: {alg} {_digest(p, alg)} differs from the manifest's {want}" in r.lines()
     assert all(pr.file == rel for pr in r.problems), r.lines()
 
 
@@ -236,7 +236,7 @@ def test_edited_numbers_in_the_manifest_are_caught(datasets, tmp_path, name):
 
 @pytest.mark.parametrize("name", ["tfrecord-npy", "tfrecord-csv", "hdf5-npy", "parquet-npy", "parquet-csv"])
 def test_flip_is_located_by_the_formats_own_checksums(datasets, tmp_path, name):
-    """Not only the sha256: TFRecord CRCs, HDF5 fletcher32 and Parquet page checksums catch it."""
+    """Not only the digest: TFRecord CRCs, HDF5 fletcher32 and Parquet page checksums catch it."""
     ds = _copy(datasets[name], tmp_path)
     rel = manifest(ds)["files"][0]["path"]
     pos = None
@@ -264,7 +264,7 @@ def test_memmap_value_flip_changes_statistics_or_hash_only(datasets, tmp_path):
     del arr
     lines = lc.verify(ds).lines()
     assert f"{ds}/label.npy: column 'label' max: the manifest says 999, the file holds 1000000000 (shard 0)" in lines
-    assert any(line.startswith(f"{ds}/label.npy: sha256 ") for line in lines)
+    assert any(line.startswith(f"{ds}/label.npy: blake3 ") for line in lines)
 
 
 def test_memmap_broken_offsets(datasets, tmp_path):
@@ -383,8 +383,7 @@ def test_against_catches_one_changed_value_among_a_million_rows(million, tmp_pat
     changed = str(tmp_path / "value.npy")
     np.save(changed, value)
     r = lc.verify(out[fmt], against=[changed, src[1]])
-    stored = float(np.float32(old)) if fmt == "tfrecord" else old
-    new = float(np.float32(old + 0.5)) if fmt == "tfrecord" else old + 0.5
+    stored, new = old, old + 0.5  # float64 is stored exactly in every format (TFRecord: as bytes)
     rel = manifest(out[fmt])["files"][0]["path"] if fmt != "memmap" else "value.npy"
     assert r.lines() == [
         f"{changed}: row 654322, column 'value': {new!r} in the source, {stored!r} in the dataset ({rel}, row 654322)"

@@ -14,6 +14,7 @@ class Hdf5Format(OutputFormat):
     random_access = True
     variable_as_objects = True
     manifest_keys = ("hdf5_index",)
+    column_floor = 16 << 10  # an open dataset's own structures plus two of the smallest chunks
 
     def writer_class(self):
         from .writer import Hdf5Writer

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from ...engine.writer import sha256_fsynced
-from ...manifest import MANIFEST_NAME
+from ...engine.writer import hash_fsynced
+from ...manifest import DEFAULT_HASH, MANIFEST_NAME
 from ..base import FileProblem, FileRecord, short
 from .writer import create_file
 
@@ -27,7 +27,9 @@ def index_groups(buckets: list[dict]) -> dict[str, list[tuple[str, str]]]:
     return groups
 
 
-def write_bucket_index(path: str, groups: dict[str, list[tuple[str, str]]], attrs: dict[str, str]) -> FileRecord:
+def write_bucket_index(
+    path: str, groups: dict[str, list[tuple[str, str]]], attrs: dict[str, str], hash: str
+) -> FileRecord:
     """An HDF5 file with one group per bucket, made of external links to the bucket's files.
 
     ``groups`` maps a group name to its ``(link name, file)`` pairs; a bucket of one file becomes
@@ -55,7 +57,7 @@ def write_bucket_index(path: str, groups: dict[str, list[tuple[str, str]]], attr
         f.flush()
     finally:
         f.close()
-    return FileRecord(os.path.basename(path), 0, os.path.getsize(path), sha256_fsynced(path))
+    return FileRecord(os.path.basename(path), 0, os.path.getsize(path), hash_fsynced(path, hash), hash)
 
 
 def read_bucket_index(path: str) -> dict[str, list[tuple[str, str, str]]]:
@@ -95,8 +97,9 @@ def write_for(directory: str, manifest: dict) -> dict:
             "lovecraft_boundaries": json.dumps(manifest["bucketing"]["boundaries"]),
             "lovecraft_manifest": MANIFEST_NAME,
         },
+        (manifest.get("options") or {}).get("hash") or DEFAULT_HASH,
     )
-    return {"path": rec.path, "bytes": rec.bytes, "sha256": rec.sha256, "groups": list(groups)}
+    return {"path": rec.path, "bytes": rec.bytes, rec.hash: rec.digest, "groups": list(groups)}
 
 
 def check(full: str, p: str, buckets: list[dict]) -> list[FileProblem]:

@@ -13,27 +13,35 @@ import os
 
 import numpy as np
 
-from ...engine.writer import sha256_fsynced
+from ...engine.writer import hash_fsynced
 from ...errors import SchemaError
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 20  # the chunk size of a narrow table
+MIN_CHUNK_BYTES = 4 << 10  # the smallest chunk a wide table gets (many columns, little memory)
 
 
 def chunk_rows(row_bytes: int, target: int = CHUNK_BYTES) -> int:
     return int(max(1, min(target // max(1, row_bytes), 1 << 20)))
 
 
-def create_file(h5py, path: str, cache_bytes: int):
+def chunk_target(columns: int, memory: int) -> int:
+    """Bytes per chunk: ~1 MiB, less when the writer's memory shared by every column's cached
+    chunk (twice over) would not hold that many."""
+    return int(max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, memory // max(1, 2 * columns))))
+
+
+def create_file(h5py, path: str, cache_bytes: int, slots: int = 521):
     """A new file whose bytes depend only on what is written: no object timestamps anywhere (the
-    root group's included), links in creation order, a chunk cache of ``cache_bytes``."""
+    root group's included), links in creation order, a chunk cache of ``cache_bytes`` (and
+    ``slots`` hash slots: few for wide tables, whose caches hold two chunks) per dataset."""
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     fcpl.set_obj_track_times(False)
     fcpl.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
-    fapl.set_cache(0, 521, cache_bytes, 0.75)
+    fapl.set_cache(0, slots, cache_bytes, 0.75)
     fid = h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
     return h5py.File(fid)
 
@@ -52,7 +60,7 @@ class Hdf5Writer(Writer):
     extension = ".h5"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         for f in schema:
             if not f.name or "/" in f.name or "\x00" in f.name or f.name in (".", ".."):
                 raise SchemaError(
@@ -74,7 +82,10 @@ class Hdf5Writer(Writer):
 
         self.h5py = h5py
         self.path = os.path.join(directory, f"{stem or 'data'}.h5")
-        self.f = create_file(h5py, self.path, max(4 << 20, 2 * CHUNK_BYTES * len(schema)))
+        self.chunk_bytes = chunk_target(len(schema), options.memory)
+        # HDF5's chunk cache is per dataset: room for the chunk being filled and one more, so that
+        # all the columns together hold at most the writer's memory
+        self.f = create_file(h5py, self.path, 2 * self.chunk_bytes, slots=521 if len(schema) < 64 else 17)
         self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
         rows = options.expected_rows
         comp = options.compression
@@ -91,7 +102,7 @@ class Hdf5Writer(Writer):
                 shape = (rows or 0, *fd.shape)
                 ds = self.f.create_dataset(
                     fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
-                    chunks=(max(1, min(chunk_rows(row_bytes), rows or 1 << 30)), *fd.shape), fletcher32=True, track_times=False, **kw,
+                    chunks=(max(1, min(chunk_rows(row_bytes, self.chunk_bytes), rows or 1 << 30)), *fd.shape), fletcher32=True, track_times=False, **kw,
                 )  # fmt: skip
             else:
                 if fd.kind == STRING or fd.np_dtype.kind == "U":
@@ -129,10 +140,10 @@ class Hdf5Writer(Writer):
                     o = col.offsets
                     obj[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
                     self._strings(ds, start, stop, obj, fd.name)
-                elif n:  # one by one, and written directly: rows of equal length would become a 2-D array
+                elif n:
                     for i, row in enumerate(np.split(col.values, col.offsets[1:-1])):
-                        obj[i] = row
-                    ds.write_direct(obj, dest_sel=np.s_[start:stop])
+                        obj[i] = row  # one by one: rows of equal length would make numpy build a 2-d array
+                    self._vlen(ds, start, obj)
             elif fd.np_dtype.kind == "U":
                 obj = np.empty(n, dtype=object)
                 obj[:] = col.tolist()
@@ -141,6 +152,15 @@ class Hdf5Writer(Writer):
                 if n:
                     ds.write_direct(np.ascontiguousarray(col), dest_sel=np.s_[start:stop])
         self.rows = stop
+
+    def _vlen(self, ds, start: int, obj) -> None:
+        """Variable-length numeric rows, through the low-level write: h5py's ``ds[a:b] = obj``
+        turns rows that all have the same length into a 2-d array and fails to broadcast it."""
+        from h5py import h5s, h5t
+
+        fspace = ds.id.get_space()
+        fspace.select_hyperslab((start,), (len(obj),))
+        ds.id.write(h5s.create_simple((len(obj),)), fspace, obj, mtype=h5t.py_create(ds.dtype))
 
     def _strings(self, ds, start: int, stop: int, obj, name: str) -> None:
         try:
@@ -160,10 +180,12 @@ class Hdf5Writer(Writer):
             # fails with every object still open, which a close does not leave (see abort()).
             self.f.flush()
             self.f.close()
-            digest = sha256_fsynced(self.path)
+            digest = hash_fsynced(self.path, self.options.hash)
         except (OSError, RuntimeError) as e:
             raise _disk_error(e, self.path) from None
-        return [FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest)]
+        return [
+            FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest, self.options.hash)
+        ]
 
     def abort(self) -> None:
         """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close

@@ -1,7 +1,7 @@
 """NumPy .npy output that ``np.load(path, mmap_mode="r")`` maps.
 
-One .npy per fixed-shape column. Variable-length columns (text lines, sequences) become a flat
-``<col>.values.npy`` plus ``<col>.offsets.npy`` (int64, rows + 1) so row ``i`` is
+One .npy per fixed-shape column. Variable-length columns (text lines, CSV strings, sequences)
+become a flat ``<col>.values.npy`` plus ``<col>.offsets.npy`` (int64, rows + 1) so row ``i`` is
 ``values[offsets[i]:offsets[i+1]]``. Files are written sequentially with ``write()`` (not through
 a mapping, so a full disk is an exception, not SIGBUS), hashed as they are written, and
 preallocated when the row count is known. When it is not, the header reserves room for any shape
@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 
-from ...engine.writer import HashingWriter, sha256_file
+from ...engine.writer import HashingWriter, fsync_all, hash_file
 from ...errors import SchemaError
-from ...schema import FIXED, STRING, Batch, Schema, VarColumn
+from ...schema import FIXED, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
 
 HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known
@@ -49,8 +49,11 @@ def file_name_problem(name: str) -> str | None:
 
 
 class _NpyFile:
-    def __init__(self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None) -> None:
+    def __init__(
+        self, path: str, dtype: np.dtype, row_shape: tuple[int, ...], rows: int | None, hash: str, threaded: bool
+    ) -> None:
         self.path = path
+        self.hash = hash
         self.dtype = dtype
         self.row_shape = row_shape
         self.known = rows
@@ -58,10 +61,10 @@ class _NpyFile:
         row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
         if rows is not None:
             header = npy_header(dtype, (rows, *row_shape))
-            self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes)
+            self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes, hash=hash, threaded=threaded)
         else:
             header = npy_header(dtype, (0, *row_shape), HEADER_RESERVE)
-            self.out = HashingWriter(path)
+            self.out = HashingWriter(path, hash=hash, threaded=threaded)
         self.out.write(header)
 
     def write(self, arr: np.ndarray) -> None:
@@ -69,16 +72,17 @@ class _NpyFile:
         self.out.write(arr.reshape(-1).view(np.uint8) if arr.size else b"")
         self.rows += len(arr)
 
-    def close(self) -> tuple[int, str]:
-        nbytes, digest = self.out.close()
+    def close(self, sync: bool = True) -> tuple[int, str]:
+        nbytes, digest = self.out.close(sync)
         if self.known is not None and self.known != self.rows:
             raise RuntimeError(f"{self.path}: wrote {self.rows} rows, expected {self.known}")
         if self.known is None:
             with open(self.path, "r+b") as f:
                 f.write(npy_header(self.dtype, (self.rows, *self.row_shape), HEADER_RESERVE))
                 f.flush()
-                os.fsync(f.fileno())
-            digest = sha256_file(self.path)
+                if sync:
+                    os.fsync(f.fileno())
+            digest = hash_file(self.path, self.hash)
         return nbytes, digest
 
     def abort(self) -> None:
@@ -89,7 +93,7 @@ class MemmapWriter(Writer):
     extension = ".npy"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         for f in schema:
             bad = file_name_problem(f.name)
             if bad:
@@ -97,16 +101,14 @@ class MemmapWriter(Writer):
                     f"{source}, column {f.name!r}: cannot be the name of a memmap file ({bad})",
                     hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
                 )
-            if f.kind == STRING and input_format != "text":
-                raise SchemaError(
-                    f"{source}, column '{f.name}': a string column cannot be written to memmap (numeric .npy files)",
-                    hint="give it a numeric --column-type, leave it out with --columns, or write parquet/hdf5/tfrecord",
-                )
+
+    MANY = 8  # above this many files, each is written in the caller's thread and all are fsynced at once
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
         self.files: dict[str, list[tuple[str, _NpyFile]]] = {}
         rows = options.expected_rows
+        self.many = sum(1 if f.kind == FIXED else 2 for f in schema) > self.MANY
         for f in schema:
             if f.kind == FIXED:
                 self.files[f.name] = [("data", self._open(f"{f.name}.npy", f.np_dtype, f.shape, rows))]
@@ -126,7 +128,8 @@ class MemmapWriter(Writer):
         return f"{self.stem}.{base}" if self.stem else base
 
     def _open(self, base: str, dtype, shape, rows) -> _NpyFile:
-        return _NpyFile(os.path.join(self.directory, self._name(base)), np.dtype(dtype), tuple(shape), rows)
+        path = os.path.join(self.directory, self._name(base))
+        return _NpyFile(path, np.dtype(dtype), tuple(shape), rows, self.options.hash, threaded=not self.many)
 
     def write(self, batch: Batch) -> None:
         for name, entries in self.files.items():
@@ -143,8 +146,12 @@ class MemmapWriter(Writer):
         out = []
         for name, entries in self.files.items():
             for role, nf in entries:
-                nbytes, digest = nf.close()
-                out.append(FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, column=name, role=role))
+                nbytes, digest = nf.close(sync=not self.many)
+                out.append(
+                    FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, nf.hash, column=name, role=role)
+                )
+        if self.many:  # one fsync per file costs a journal commit each: fsync them all at once
+            fsync_all([nf.path for entries in self.files.values() for _, nf in entries])
         return out
 
     def abort(self) -> None:

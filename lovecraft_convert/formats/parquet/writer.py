@@ -19,7 +19,7 @@ class ParquetWriter(Writer):
     extension = ".parquet"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         from ...arrowconv import arrow_schema
 
         arrow_schema(schema)
@@ -34,7 +34,7 @@ class ParquetWriter(Writer):
         aschema = arrow_schema(schema).with_metadata({"lovecraft_schema": json.dumps(schema.to_list())})
         comp = options.compression or "zstd"
         # Written through our hashing writer: hashed as it goes, with direct I/O (see HashingWriter)
-        self.out = HashingWriter(self.path)
+        self.out = HashingWriter(self.path, hash=options.hash)
         self.w = pq.ParquetWriter(
             self.out,
             aschema,
@@ -78,7 +78,7 @@ class ParquetWriter(Writer):
             nbytes, digest = self.out.close()
         except OSError as e:
             raise named(e, self.path) from None
-        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest)]
+        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest, self.options.hash)]
 
     def abort(self) -> None:
         self.pending = []

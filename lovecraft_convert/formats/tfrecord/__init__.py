@@ -64,6 +64,7 @@ class TfrecordFormat(OutputFormat):
         spec = tf_info.get("feature_spec") or {}
         comp = tf_info.get("compression")
         lines = ["import tensorflow as tf", "", "feature_spec = {"]
+        f64 = {n: s for n, s in spec.items() if s.get("encoding") == "float64le"}
         for name, s in spec.items():
             dtype = f"tf.{s.get('dtype')}"
             if s.get("type") == "VarLenFeature":
@@ -77,6 +78,12 @@ class TfrecordFormat(OutputFormat):
             f"ds = tf.data.TFRecordDataset(files, compression_type={py_str(comp) if comp else 'None'})"
             ".batch(256).map(lambda r: tf.io.parse_example(r, feature_spec))"
         )
+        for name, s in f64.items():  # float64 kept exact: little-endian bytes, one string per row
+            if s.get("ragged"):
+                lines.append(f"# {name}: row i is tf.io.decode_raw(batch[{py_str(name)}][i], tf.float64)")
+            else:
+                shape = [-1, *s.get("value_shape", [])]
+                lines.append(f"# {name}: tf.reshape(tf.io.decode_raw(batch[{py_str(name)}], tf.float64), {shape})")
         return {"tf.data": "\n".join(lines)}
 
     def claims_file(self, path):

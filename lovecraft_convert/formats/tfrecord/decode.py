@@ -25,26 +25,28 @@ import numpy as np
 
 from ...errors import DatasetError, InputError
 from ...schema import BINARY, FIXED, STRING, Batch, Field, Schema, VarColumn
+from .example import feature_kind
 
 
 def kinds_of(schema: Schema) -> dict[str, str]:
-    """The Example list each column is stored in: bytes (text, binary), float or int64."""
-    out = {}
-    for f in schema:
-        if f.kind in (STRING, BINARY):
-            out[f.name] = "bytes"
-        elif f.np_dtype.kind == "f":
-            out[f.name] = "float"
-        else:
-            out[f.name] = "int64"
-    return out
+    """How each column is stored: bytes (text, binary), float (float_list), f64 (float64 values as
+    one bytes element) or int64 (int64_list)."""
+    return {f.name: feature_kind(f) for f in schema}
+
+
+def list_kind(kind: str) -> str:
+    """The Example list a stored kind is in."""
+    return "bytes" if kind == "f64" else kind
 
 
 def storage_dtype(f: Field) -> np.dtype:
-    """The dtype of a column's values as decoded (float32 or int64 for numbers)."""
+    """The dtype of a column's values as decoded: float64 exact, other floats as float32, integers
+    as int64."""
     if f.kind in (STRING, BINARY):
         return f.np_dtype
-    return np.dtype(np.float32) if f.np_dtype.kind == "f" else np.dtype(np.int64)
+    if f.np_dtype.kind == "f":
+        return np.dtype(np.float64) if f.np_dtype.itemsize == 8 else np.dtype(np.float32)
+    return np.dtype(np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,10 +196,14 @@ def _parse_layout(rec: bytes, wanted: dict[str, str]) -> FixedLayout | None:
                     k4, p = _read_varint(rec, fa)
                     l4, p = _read_varint(rec, p)
                     kind = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}.get(k4)
-                    # bytes values differ in length from record to record: no constant layout
-                    if kind is None or kind == "bytes" or p + l4 != fe:
+                    want = wanted.get(name)
+                    if kind is None or p + l4 != fe:
                         return None
-                    if name in wanted and kind != wanted[name]:
+                    if kind == "bytes":  # float64 values (one element) are the only fixed-size bytes
+                        if want not in (None, "f64") or l4 == 0:
+                            return None
+                        kind = "f64"
+                    elif want is not None and kind != want:
                         return None
                     if l4 == 0:
                         if name in wanted:
@@ -212,10 +218,11 @@ def _parse_layout(rec: bytes, wanted: dict[str, str]) -> FixedLayout | None:
                     if name not in wanted:  # another column's values: skipped, not compared
                         values_at.append((q, q + l5))
                         continue
-                    if kind == "float":
-                        if l5 % 4:
+                    if kind in ("float", "f64"):
+                        size = 4 if kind == "float" else 8
+                        if l5 % size:
                             return None
-                        features.append((name, kind, q, l5, l5 // 4, 4))
+                        features.append((name, kind, q, l5, l5 // size, size))
                     else:
                         widths = []
                         r = q
@@ -279,8 +286,8 @@ def decode_fixed(recs: np.ndarray, schema: Schema, kinds: dict[str, str], cache:
                 kind="schema",
             )
         block = recs[:, off : off + nbytes]
-        if kind == "float":
-            vals = np.ascontiguousarray(block).view("<f4").reshape((n, *f.shape))
+        if kind in ("float", "f64"):
+            vals = np.ascontiguousarray(block).view("<f4" if kind == "float" else "<f8").reshape((n, *f.shape))
         else:
             v = block.reshape(n, count, width)
             if (width > 1 and not (v[:, :, :-1] >= 0x80).all()) or (v[:, :, -1] >= 0x80).any():
@@ -298,7 +305,7 @@ def decode_fixed(recs: np.ndarray, schema: Schema, kinds: dict[str, str], cache:
 # --------------------------------------------------------------------------------------------
 
 
-_TAGS = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}
+_TAGS = {"bytes": 0x0A, "f64": 0x0A, "float": 0x12, "int64": 0x1A}
 
 
 class _Layout(Exception):
@@ -414,11 +421,12 @@ def columnar_examples(records: list[bytes], schema: Schema, kinds: dict[str, str
                 np.cumsum(size, out=offs[1:])
                 cols[f.name] = VarColumn(values, offs)
                 continue
-            if kind == "float":
-                if (size % 4).any():
+            if kind in ("float", "f64"):
+                width = 4 if kind == "float" else 8
+                if (size % width).any() or (kind == "f64" and not has.all()):
                     raise _Layout
-                vals = values.view("<f4").astype(dt, copy=False)
-                counts = size // 4
+                vals = values.view("<f4" if kind == "float" else "<f8").astype(dt, copy=False)
+                counts = size // width
             else:
                 is_end = values < 0x80
                 if len(values) and not is_end[np.cumsum(size)[size > 0] - 1].all():
@@ -475,12 +483,18 @@ def decode_records(records: list[bytes], schema: Schema, *, where: str, first: i
             if got is None:
                 raise DatasetError(f"record {index} has no feature '{f.name}'", where=where, kind="schema")
             kind, vals = got
-            if kind != kinds[f.name] and vals:
+            if kind != list_kind(kinds[f.name]) and vals:
                 raise DatasetError(
-                    f"record {index}: feature '{f.name}' is a {kind} list, expected {kinds[f.name]}",
+                    f"record {index}: feature '{f.name}' is a {kind} list, expected {list_kind(kinds[f.name])}",
                     where=where,
                     kind="schema",
                 )
+            if kinds[f.name] == "f64":  # one bytes value holding the row's float64 values
+                if len(vals) != 1 or len(vals[0]) % 8:
+                    raise DatasetError(
+                        f"record {index}: feature '{f.name}' does not hold float64 values", where=where, kind="schema"
+                    )
+                vals = np.frombuffer(vals[0], dtype="<f8")
             if f.kind == FIXED and len(vals) != f.row_size:
                 raise DatasetError(
                     f"record {index}: feature '{f.name}' has {len(vals)} values, expected {f.row_size}",

@@ -36,12 +36,19 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
+F64 = "float64le"  # the manifest's name for float64 values kept exact as bytes
+
+
 def feature_kind(f: Field) -> str:
-    """float (float_list, as float32), int64 (int64_list) or bytes (bytes_list)."""
+    """float (float_list: float16 and float32, exact), f64 (a bytes_list of one element holding the
+    row's float64 values little-endian: float_list is float32, so float64 is kept exact this way,
+    as TFDS does for dtypes an Example lacks), int64 (int64_list) or bytes (bytes_list)."""
     if f.kind in (STRING, BINARY):
         return "bytes"
     dt = f.np_dtype
-    if dt.kind == "f" and dt.itemsize <= 8:
+    if dt.kind == "f" and dt.itemsize == 8:
+        return "f64"
+    if dt.kind == "f" and dt.itemsize <= 4:
         return "float"
     if dt.kind in "iub":
         return "int64"
@@ -56,6 +63,10 @@ def feature_spec(schema: Schema) -> dict[str, dict]:
     spec = {}
     for f in schema:
         kind = feature_kind(f)
+        if kind == "f64":  # one bytes value per row: decode with tf.io.decode_raw(..., tf.float64)
+            shape = {"ragged": True} if f.kind == SEQUENCE else {"value_shape": list(f.shape)}
+            spec[f.name] = {"type": "FixedLenFeature", "shape": [], "dtype": "string", "encoding": F64, **shape}
+            continue
         dtype = {"float": "float32", "int64": "int64", "bytes": "string"}[kind]
         if f.kind == SEQUENCE:
             spec[f.name] = {"type": "VarLenFeature", "dtype": dtype}
@@ -109,16 +120,19 @@ def _fixed_layout(batch: Batch, schema: Schema) -> tuple[bytes, list[tuple[int, 
         k = f.row_size
         kind = feature_kind(f)
         if kind == "float":
-            with np.errstate(over="ignore"):
-                data = np.ascontiguousarray(col, dtype="<f4").reshape(n, k).view(np.uint8)
+            data = np.ascontiguousarray(col, dtype="<f4").reshape(n, k).view(np.uint8)
             tag = 0x12
+        elif kind == "f64":
+            data = np.ascontiguousarray(col, dtype="<f8").reshape(n, k).view(np.uint8)
+            tag = 0x0A
         else:
             v = _as_uint64(col.reshape(n, k), f.name)
             width = int(_varint_len(v).max()) if v.size else 1
             data = _varints_fixed(v, width).reshape(n, k * width)
             tag = 0x1A
         payload_len = data.shape[1]
-        lst = (b"\x0a" + varint(payload_len)) if payload_len else b""
+        # a packed number list is left out when empty; a bytes list always holds its one value
+        lst = (b"\x0a" + varint(payload_len)) if payload_len or kind == "f64" else b""
         p_len = len(lst) + payload_len
         feature = bytes([tag]) + varint(p_len) + lst
         f_len = len(feature) + payload_len
@@ -207,14 +221,18 @@ def _encode_rows(batch: Batch, schema: Schema) -> np.ndarray:
             offs = np.arange(n + 1, dtype=np.int64) * f.row_size
         cnt = np.diff(offs)
         cw = None  # int64 only: varint bytes before each value
-        if kind == "bytes":
-            data = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
-            payload, tag = cnt, 0x0A
+        if kind in ("bytes", "f64"):
+            if kind == "f64":
+                data = np.ascontiguousarray(values, dtype="<f8").view(np.uint8).reshape(-1)
+                payload = cnt * 8
+            else:
+                data = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
+                payload = cnt
+            tag = 0x0A
             lst = 1 + _varint_len(payload.astype(np.uint64)) + payload  # one value, even if empty
         else:
             if kind == "float":
-                with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, as in TensorFlow
-                    data = np.ascontiguousarray(values, dtype="<f4").view(np.uint8).reshape(-1)
+                data = np.ascontiguousarray(values, dtype="<f4").view(np.uint8).reshape(-1)
                 payload, tag = cnt * 4, 0x12
             else:
                 data = _as_uint64(np.asarray(values), f.name)
@@ -271,8 +289,8 @@ def _encode_rows(batch: Batch, schema: Schema) -> np.ndarray:
     return out
 
 
-def iter_encoded(batch: Batch, schema: Schema) -> Iterator[bytes | np.ndarray]:
-    """Framed ``tf.train.Example`` records, one per row, in pieces of about 8 MiB (bytes-like)."""
+def iter_encoded(batch: Batch, schema: Schema, piece_bytes: int = 8 << 20) -> Iterator[bytes | np.ndarray]:
+    """Framed ``tf.train.Example`` records, one per row, in pieces of about ``piece_bytes`` (bytes-like)."""
     if batch.num_rows == 0:
         return
     fixed = all(f.kind == FIXED for f in schema)
@@ -280,7 +298,7 @@ def iter_encoded(batch: Batch, schema: Schema) -> Iterator[bytes | np.ndarray]:
         per_row = 16 + sum(f.row_size * 10 + 32 for f in schema)
     else:  # bounded by bytes, not rows: the vectorised encoder's temporaries scale with the piece
         per_row = 64 + batch.nbytes // batch.num_rows + sum(len(f.name) + 16 for f in schema)
-    step = max(1, (8 << 20) // per_row)
+    step = max(1, piece_bytes // per_row)
     for i in range(0, batch.num_rows, step):
         part = batch.slice(i, i + step) if batch.num_rows > step else batch
         yield _encode_fixed(part, schema) if fixed else _encode_rows(part, schema)

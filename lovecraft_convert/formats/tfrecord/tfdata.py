@@ -10,6 +10,7 @@ import numpy as np
 
 from ...errors import DatasetError
 from ...schema import BINARY, SEQUENCE, STRING
+from .example import F64
 
 
 def to_tf_feature_spec(spec: dict[str, dict]) -> dict:
@@ -24,6 +25,16 @@ def to_tf_feature_spec(spec: dict[str, dict]) -> dict:
         else:
             out[name] = tf.io.FixedLenFeature(s["shape"], dtype)
     return out
+
+
+def decode_float64(tf, v, s: dict):
+    """A ``float64le`` bytes feature (one string per row) as float64 values: a dense
+    ``[rows, *value_shape]`` tensor, or a RaggedTensor for ``ragged`` sequences."""
+    if not s.get("ragged"):
+        return tf.reshape(tf.io.decode_raw(v, tf.float64), [-1, *s.get("value_shape", [])])
+    lengths = tf.strings.length(v) // 8
+    flat = tf.io.decode_raw(tf.strings.reduce_join(v), tf.float64)  # every row's bytes, back to back
+    return tf.RaggedTensor.from_row_lengths(tf.reshape(flat, [-1]), tf.cast(lengths, tf.int64))
 
 
 def tfrecord_dataset(ds, plan, input_context):
@@ -79,8 +90,10 @@ def tfrecord_dataset(ds, plan, input_context):
         out = {}
         for name, (f, dt) in targets.items():
             v = ex[name]
+            if spec_json[name].get("encoding") == F64:
+                v = decode_float64(tf, v, spec_json[name])
             if f.kind == SEQUENCE:
-                r = tf.RaggedTensor.from_sparse(v)
+                r = v if isinstance(v, tf.RaggedTensor) else tf.RaggedTensor.from_sparse(v)
                 out[name] = tf.cast(r.to_tensor(default_value=tf.cast(pad, r.dtype)), dt)
                 out[f"{name}_length"] = r.row_lengths()
             elif f.kind in (STRING, BINARY) or dt.kind in "USO":

@@ -18,7 +18,7 @@ class TfrecordWriter(Writer):
     extension = ".tfrecord"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         from .example import feature_kind
 
         for f in schema:
@@ -29,7 +29,7 @@ class TfrecordWriter(Writer):
         self.gzip = (options.compression or "").lower() == "gzip"
         name = f"{stem or 'data'}.tfrecord" + (".gz" if self.gzip else "")
         self.path = os.path.join(directory, name)
-        self.out = HashingWriter(self.path)
+        self.out = HashingWriter(self.path, hash=options.hash)
         if self.gzip:
             # A raw gzip member with mtime 0 and no name: the same input gives the same bytes.
             self.z = zlib.compressobj(6, zlib.DEFLATED, 31)
@@ -39,7 +39,9 @@ class TfrecordWriter(Writer):
     def write(self, batch: Batch) -> None:
         from .example import iter_encoded
 
-        for data in iter_encoded(batch, self.schema):
+        # pieces sized from the writer's memory: the queue holds two, the encoder's temporaries two or three
+        piece = int(max(1 << 20, min(8 << 20, self.options.memory // 8)))
+        for data in iter_encoded(batch, self.schema, piece):
             self.out.write(self.z.compress(data) if self.z else data)
         self.rows += batch.num_rows
 
@@ -47,7 +49,7 @@ class TfrecordWriter(Writer):
         if self.z:
             self.out.write(self.z.flush())
         nbytes, digest = self.out.close()
-        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest)]
+        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest, self.options.hash)]
 
     def abort(self) -> None:
         self.out.abort()

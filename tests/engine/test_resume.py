@@ -1,0 +1,111 @@
+"""``--resume`` after a run that finished (a CI retry, a Makefile re-run): the same command exits 0
+and writes nothing; other options or changed inputs are an error naming what differs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import lovecraft, write
+
+
+def _snapshot(d: str) -> dict[str, tuple[int, int]]:
+    """Every file's size and mtime (ns): a run that writes nothing leaves them all unchanged."""
+    out = {}
+    for root, _dirs, files in os.walk(d):
+        for f in files:
+            st = os.stat(os.path.join(root, f))
+            out[os.path.relpath(os.path.join(root, f), d)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture
+def src(tmp_path) -> str:
+    return write(tmp_path / "d.csv", b"a,b\n" + b"".join(f"{i},{i * 0.5}\n".encode() for i in range(3000)))
+
+
+@pytest.mark.parametrize(
+    "command, args",
+    [
+        ("shard", ["--to", "parquet", "--num-shards", "3"]),
+        ("bucket", ["--to", "memmap", "--num-buckets", "2", "--ragged"]),
+    ],
+)
+def test_resume_on_a_finished_dataset_writes_nothing(src, tmp_path, command, args):
+    out = str(tmp_path / "out")
+    assert lovecraft(command, src, "-o", out, *args, "-q").exit_code == 0
+    before = _snapshot(str(tmp_path))
+    r = lovecraft(command, src, "-o", out, *args, "--resume", "--workers", "1")  # workers may differ
+    assert (r.exit_code, r.stdout) == (0, "")
+    assert r.stderr == f"{out}: already complete, made by the same command and inputs; nothing to do\n"
+    assert _snapshot(str(tmp_path)) == before
+    r = lovecraft(command, src, "-o", out, *args, "--resume", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["nothing_to_do"] is True
+    assert _snapshot(str(tmp_path)) == before
+
+
+def test_resume_with_another_option_names_it(src, tmp_path):
+    out = str(tmp_path / "out")
+    assert lovecraft("shard", src, "-o", out, "--to", "parquet", "--num-shards", "3", "-q").exit_code == 0
+    before = _snapshot(str(tmp_path))
+    r = lovecraft("shard", src, "-o", out, "--to", "parquet", "--num-shards", "4", "--resume")
+    assert (r.exit_code, r.stderr) == (
+        2,
+        f"Error: {out}: a finished dataset is there, but it was made with --num-shards 3, this run has 4; "
+        "run the same command as before, or pass --overwrite to replace it\n",
+    )
+    r = lovecraft("shard", src, "-o", out, "--to", "parquet", "--rows-per-shard", "1000", "--resume")
+    assert r.exit_code == 2 and "it was made with --num-shards 3, this run has unset" in r.stderr
+    assert _snapshot(str(tmp_path)) == before
+
+
+def test_resume_after_the_input_changed(src, tmp_path):
+    out = str(tmp_path / "out")
+    assert lovecraft("shard", src, "-o", out, "--to", "parquet", "--num-shards", "3", "-q").exit_code == 0
+    with open(src, "ab") as f:
+        f.write(b"9999,1.0\n")
+    r = lovecraft("shard", src, "-o", out, "--to", "parquet", "--num-shards", "3", "--resume")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {out}: a finished dataset is there, but {src} changed since it was made (size, mtime differ); "
+        "run the same command as before, or pass --overwrite to replace it\n",
+    )
+    r = lovecraft("shard", src, "-o", out, "--to", "parquet", "--num-shards", "3", "--overwrite", "--resume", "-q")
+    assert r.exit_code == 0  # --overwrite replaces it
+
+
+def test_resume_on_a_damaged_finished_dataset(src, tmp_path):
+    out = str(tmp_path / "out")
+    assert lovecraft("shard", src, "-o", out, "--to", "parquet", "--num-shards", "3", "-q").exit_code == 0
+    victim = os.path.join(out, "part-00001-of-00003.parquet")
+    os.truncate(victim, 10)
+    r = lovecraft("shard", src, "-o", out, "--to", "parquet", "--num-shards", "3", "--resume")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {victim}: the finished dataset's file is missing or of another size; "
+        "run `lovecraft verify` on it, or pass --overwrite to write it again\n",
+    )
+
+
+def test_unfinished_run_with_other_options_names_the_option(src, tmp_path):
+    import lovecraft_convert as lc
+    from lovecraft_convert.inputs import resolve_inputs
+
+    out = str(tmp_path / "out")
+    work = tmp_path / ".out.partial"
+    work.mkdir()
+    o = lc.ShardOptions(to="parquet", num_shards=3)
+    o.validate()
+    made = o.fingerprint()  # what a run with 3 shards planned
+    sources = [s.describe() for s in resolve_inputs([src])]
+    plan = {"fingerprint": {"options": made, "sources": sources, "version": 1}, "widened": {}}
+    (work / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(lc.OptionsError) as e:
+        lc.shard(src, out, to="parquet", num_shards=4, resume=True)
+    assert e.value.one_line() == (
+        f"{out}: the unfinished run in {work} cannot be resumed: it was made with --num-shards 3, this run has 4; "
+        "run it with the same command and --resume, or pass --overwrite to start over"
+    )
+    assert e.value.exit_code == 2
