@@ -238,8 +238,8 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
 
 
 def _add_input_figures(report: dict[str, Any], reader) -> None:
-    """What the reader knows beyond the values: the input's own column types, nulls, type
-    decisions (Parquet, Arrow), row groups and record batches of each input."""
+    """What the reader knows beyond the values: the input's own column types, nulls (Parquet,
+    Arrow, JSON Lines), type decisions (Parquet, Arrow), row groups and record batches of each input."""
     for i, entry in enumerate(report["inputs"]):
         entry.update(reader.input_details(i))
     info = reader.column_info()

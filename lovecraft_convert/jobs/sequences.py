@@ -1,6 +1,7 @@
 """Where ``bucket``'s sequences come from: text lines through a tokenizer, CSV rows of numbers of any
-length (``--ragged``), a CSV text column, a text or sequence column of a Parquet, Arrow or Hugging
-Face input (only that column is read), or a variable-length column of a lovecraft dataset."""
+length (``--ragged``), a CSV text column, a JSON Lines text key, a text or sequence column of a
+Parquet, Arrow or Hugging Face input (only that column or key is read), or a variable-length column
+of a lovecraft dataset."""
 
 from __future__ import annotations
 
@@ -139,15 +140,38 @@ class Sequences:
                 )
             self.kind = "csv"
             self.source_column = o.column
+        elif fmt == "jsonl":
+            self._jsonl(inputs, probe, kw, budget, threads)
         else:
             if o.column is not None:
                 raise SchemaError(
-                    f"--column applies to CSV, Parquet, Arrow, Hugging Face and dataset inputs; {self.name} is {fmt}"
+                    "--column applies to CSV, JSON Lines, Parquet, Arrow, Hugging Face and dataset inputs; "
+                    f"{self.name} is {fmt}"
                 )
             self.kind = "text"
             self.source_column = "text"
         self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
         self.column = "tokens"
+
+    def _jsonl(self, inputs: list[str], probe, kw: dict, budget: int, threads: bool) -> None:
+        """A JSON Lines key holding text: read alone (the other keys are not built), as text
+        whatever it holds (numbers as their JSON text), so no later value widens it."""
+        names = probe.schema.names
+        if self.o.column is None:
+            raise SchemaError(
+                f"{self.name}: say which key holds the text (columns: {', '.join(names)})", hint="pass --column NAME"
+            )
+        if self.o.column not in names:
+            raise SchemaError(f"{self.name}: no column '{self.o.column}'", hint=f"columns are {', '.join(names)}")
+        if probe.schema[self.o.column].kind != "string":
+            raise SchemaError(
+                f"{self.name}: column '{self.o.column}' is {probe.schema[self.o.column].describe()}, not text",
+                hint="give a key that holds text",
+            )
+        kw = {**kw, "columns": [self.o.column], "column_types": {self.o.column: "string"}}
+        self.reader = open_reader(inputs, budget=budget, threads=threads, **kw)
+        self.kind = "jsonl"
+        self.source_column = self.o.column
 
     def _columnar(self, inputs: list[str], probe, o: BucketOptions, budget: int, threads: bool, kw: dict) -> None:
         """A Parquet, Arrow or Hugging Face input: its one variable-length column (or ``--column``),
@@ -254,7 +278,7 @@ class Sequences:
                     yield from self._ragged(col, line, part)
                     line += batch.num_rows
                     continue
-                where = "line" if self.kind == "text" else "row"
+                where = "line" if self.kind == "text" else "row"  # JSON Lines: records (blank lines are skipped)
                 yield (self.tokenizer.encode(col) if self.tokenizer else col), line, where
                 line += batch.num_rows
         except SchemaChanged:  # an int sequence column holding nulls: not token ids
