@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +18,7 @@ from ..inputs import Part, open_reader
 from ..inputs.base import SchemaChanged
 from ..schema import SEQUENCE, VarColumn
 from ..util import parse_size
-from .options import BucketOptions
+from .options import PART_BYTES, BucketOptions
 
 
 def _dataset_dir(inputs: list[str]) -> str | None:
@@ -348,3 +350,53 @@ class Sequences:
         out = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(counts, out=out[1:])
         yield VarColumn(values, out), line0, "line"
+
+
+@dataclass
+class SeqContext:
+    """What a unit of ``bucket`` work (length buckets or packed rows) is given: picklable, the
+    options rebuilt in the worker, the source reopened there."""
+
+    inputs: list[str]
+    options: dict[str, Any]
+    work: str
+    hash_buckets: int  # 0: not shuffled
+
+    @property
+    def o(self) -> BucketOptions:
+        return BucketOptions(**self.options)
+
+    def budget(self) -> int:
+        return parse_size(self.o.max_memory) // 4
+
+    def source(self) -> Sequences:
+        return Sequences(self.inputs, self.o, self.budget())
+
+
+TOKENIZER_PART_BYTES = 16 << 20  # parts for tokenizers slow per byte: every worker busy to the end
+
+
+def split_phase(o: BucketOptions, run, probe: Sequences, unit, estimate) -> tuple[SeqContext, list[dict]]:
+    """Phase 1 of ``bucket`` (either layout): the input's parts read by ``unit`` into spill files,
+    hashed into buckets when shuffled (as many as ``estimate(probe)`` spilled bytes need), each
+    part journalled; returns the units' context and the parts' fragments in input order."""
+    import math
+
+    from ..engine.journal import intact, save_plan
+    from ..util import trace
+
+    part_bytes = o.part_bytes
+    if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 and part_bytes == PART_BYTES:
+        part_bytes = TOKENIZER_PART_BYTES
+    ctx = SeqContext(run.inputs, o.to_dict(), run.work, 0)
+    parts = probe.partitions(part_bytes, mapper=run.executor.map_ordered)
+    if o.shuffle:
+        run.plan.setdefault("hash_buckets", max(1, math.ceil(estimate(probe) / max(1, ctx.budget() // 4))))
+        save_plan(run.work, run.plan)
+        ctx.hash_buckets = run.plan["hash_buckets"]
+    trace(f"{len(parts)} parts")
+    done = {e["part"]: e for e in run.journal.phase(1) if intact(run.work, e)}
+    calls = [(ctx, p) for p in parts if p.index not in done]
+    run.run_units(unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
+    trace("phase 1 done")
+    return ctx, [done[p.index] for p in parts]
