@@ -219,3 +219,29 @@ def parse_schema(items: Any):
 def is_dataset(path: str) -> bool:
     """Is ``path`` a directory holding a manifest (a dataset, complete or not)?"""
     return os.path.isdir(path) and os.path.isfile(path_of(path))
+
+
+def shard_entries(frags: list[dict]) -> list[dict]:
+    """The manifest's ``shards`` from the write units' journal fragments."""
+    keys = ("index", "name", "rows", "files", "stats")
+    return [
+        dict(
+            zip(keys, (fr["shard"], fr["name"], fr["rows"], [f["path"] for f in fr["files"]], fr["stats"]), strict=True)
+        )
+        for fr in frags
+    ]
+
+
+def unit_files(frags: list[dict], keys: tuple[str, ...] = ("shard",)) -> list[dict]:
+    """The manifest's ``files`` from the write units' fragments, each tagged with its unit's ``keys``."""
+    return [{**f, **{k: fr[k] for k in keys}} for fr in frags for f in fr["files"]]
+
+
+def build_job(command: str, o: Any, rows: int, schema: Any, hash_buckets: int | None, **fields: Any) -> dict[str, Any]:
+    """:func:`build` for a job of units (shard, bucket): the format, options, schema and shuffle
+    come from its options ``o`` (``to``, ``to_dict()``, ``shuffle``, ``seed``) and ``schema``."""
+    shuffle = {"seed": o.seed, "buckets": hash_buckets} if o.shuffle else None
+    return build(
+        command=command, output_format=o.to, options=o.to_dict(), rows=rows, schema=schema.to_list(), shuffle=shuffle,
+        **fields,
+    )  # fmt: skip

@@ -522,16 +522,15 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         "padded_tokens_saved": single - padded_total,
         "length_histogram": [values.tolist(), counts.tolist()],
     }
-    return mf.build(
-        command="bucket",
-        output_format=o.to,
-        options=o.to_dict(),
-        rows=total_rows,
-        schema=schema.to_list(),
-        shuffle={"seed": o.seed, "buckets": layout["hash_buckets"]} if o.shuffle else None,
+    return mf.build_job(
+        "bucket",
+        o,
+        total_rows,
+        schema,
+        layout["hash_buckets"],
         buckets=buckets,
         bucketing=bucketing,
-        files=[{**f, "bucket": fr["bucket"], "shard": fr["shard"]} for fr in frags for f in fr["files"]],
+        files=mf.unit_files(frags, ("bucket", "shard")),
         stats=merged(schema, frags),
         float16={},
         sources=probe.describe_sources() + o.tokenizer_source(),

@@ -380,24 +380,14 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         "padding_tokens": padded,
         "padding_efficiency": round((rows * L - padded) / (rows * L), 6),
     }
-    return mf.build(
-        command="bucket",
-        output_format=o.to,
-        options=o.to_dict(),
-        rows=rows,
-        schema=schema.to_list(),
-        shuffle={"seed": o.seed, "buckets": layout["hash_buckets"]} if o.shuffle else None,
-        shards=[
-            {
-                "index": fr["shard"],
-                "name": fr["name"],
-                "rows": fr["rows"],
-                "files": [f["path"] for f in fr["files"]],
-                "stats": fr["stats"],
-            }
-            for fr in frags
-        ],  # fmt: skip
-        files=[{**f, "shard": fr["shard"]} for fr in frags for f in fr["files"]],
+    return mf.build_job(
+        "bucket",
+        o,
+        rows,
+        schema,
+        layout["hash_buckets"],
+        shards=mf.shard_entries(frags),
+        files=mf.unit_files(frags),
         stats=merged(schema, frags),
         float16={},
         sources=probe.describe_sources() + o.tokenizer_source(),

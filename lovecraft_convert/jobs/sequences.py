@@ -42,6 +42,28 @@ def _as_var(col, kind: str) -> VarColumn:
     return VarColumn(values, offs)
 
 
+def pick_column(where: str, schema, column: str | None):
+    """The field holding the text or sequences: ``column``, else the one variable-length column."""
+    var = [f for f in schema if f.kind in (SEQUENCE, "string")]
+    if column is None:
+        if len(var) != 1:
+            names = ", ".join(f.name for f in var) or "none"
+            raise SchemaError(
+                f"{where}: say which column holds the text or sequences (variable-length columns: {names})",
+                hint="pass --column NAME",
+            )
+        return var[0]
+    if column not in schema.names:
+        raise SchemaError(f"{where}: no column '{column}'", hint=f"columns are {', '.join(schema.names)}")
+    fld = schema[column]
+    if fld not in var:
+        raise SchemaError(
+            f"{where}: column '{fld.name}' is {fld.describe()}, not text or sequences",
+            hint="choose a text or sequence column",
+        )
+    return fld
+
+
 class Sequences:
     """The input as sequences: ``partitions`` like a reader's, ``sequences(part)`` yields
     (VarColumn of tokens or values, first line or row of the batch, 'line' | 'row')."""
@@ -56,26 +78,7 @@ class Sequences:
             from ..loaders import open_dataset
 
             ds = open_dataset(self.dataset)
-            var = [f for f in ds.schema if f.kind in (SEQUENCE, "string")]
-            if o.column is None:
-                if len(var) != 1:
-                    names = ", ".join(f.name for f in var) or "none"
-                    raise SchemaError(
-                        f"{self.dataset}: say which column holds the sequences (variable-length columns: {names})",
-                        hint="pass --column NAME",
-                    )
-                fld = var[0]
-            else:
-                if o.column not in ds.schema.names:
-                    raise SchemaError(
-                        f"{self.dataset}: no column '{o.column}'", hint=f"columns are {', '.join(ds.schema.names)}"
-                    )
-                fld = ds.schema[o.column]
-                if fld.kind not in (SEQUENCE, "string"):
-                    raise SchemaError(
-                        f"{self.dataset}: column '{fld.name}' holds {fld.describe()}, not sequences or text",
-                        hint="choose a variable-length column",
-                    )
+            fld = pick_column(self.dataset, ds.schema, o.column)
             if ds.bucketed:
                 raise SchemaError(f"{self.dataset}: is already bucketed", hint="bucket its source instead")
             self.ds = ds.select(fld.name)
@@ -180,26 +183,7 @@ class Sequences:
         text through the tokenizer, a sequence column (token ids) as it is; only it is read."""
         from ..transforms.tokenize import load_tokenizer
 
-        var = [f for f in probe.schema if f.kind in (SEQUENCE, "string")]
-        if o.column is None:
-            if len(var) != 1:
-                names = ", ".join(f.name for f in var) or "none"
-                raise SchemaError(
-                    f"{self.name}: say which column holds the text or sequences (variable-length columns: {names})",
-                    hint="pass --column NAME",
-                )
-            fld = var[0]
-        else:
-            if o.column not in probe.schema.names:
-                raise SchemaError(
-                    f"{self.name}: no column '{o.column}'", hint=f"columns are {', '.join(probe.schema.names)}"
-                )
-            fld = probe.schema[o.column]
-            if fld not in var:
-                raise SchemaError(
-                    f"{self.name}: column '{fld.name}' is {fld.describe()}, not text or sequences",
-                    hint="choose a text or sequence column",
-                )
+        fld = pick_column(self.name, probe.schema, o.column)
         self.reader = open_reader(inputs, budget=budget, threads=threads, **{**kw, "columns": [fld.name]})
         self.kind = "columnar"
         self.source_column = fld.name
