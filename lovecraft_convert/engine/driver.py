@@ -189,6 +189,7 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
             f"{path}: a finished dataset is there, but {diff[1]}",
             hint="run the same command as before, or pass --overwrite to replace it",
         )
+    mf.check_paths(path, m)
     for f in m.get("files") or []:
         full = os.path.join(path, str(f.get("path")))
         if not os.path.isfile(full) or os.path.getsize(full) != f.get("bytes"):
