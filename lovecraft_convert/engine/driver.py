@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,30 +19,11 @@ from typing import Any
 from ..errors import Interrupted
 from .commit import OutputDir
 from .executors import make_executor
+from .interrupts import Signals
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
 from .pipeline import unit_bar
 
-
-class SigTerm:
-    """SIGTERM behaves like Ctrl-C: the temporary output is removed (or kept for ``--resume``) and
-    the run exits 130."""
-
-    def __enter__(self):
-        self.old = None
-        try:
-            self.old = signal.signal(signal.SIGTERM, self._raise)
-        except ValueError:  # not the main thread
-            pass
-        return self
-
-    @staticmethod
-    def _raise(signum, frame):
-        raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGTERM, self.old)
-        return False
+SigTerm = Signals  # SIGTERM behaves like Ctrl-C (the name other jobs import)
 
 
 @dataclass
@@ -112,7 +92,7 @@ def run_job(
             return done
 
     started = time.time()
-    with SigTerm(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:
+    with Signals(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:
         work = out.tmp
         os.makedirs(os.path.join(work, SPILL), exist_ok=True)
         if stdin_spec is not None:
@@ -131,9 +111,9 @@ def run_job(
         try:
             manifest = body(run)
         except KeyboardInterrupt:
+            out.keep = True
             executor.close(kill=True)
             journal.close()
-            out.keep = True
             done = len(journal.phase(2))
             raise Interrupted(
                 f"interrupted; {done} {unit_noun}{'' if done == 1 else 's'} committed in {work}",
