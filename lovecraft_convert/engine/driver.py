@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import Interrupted
 from .commit import OutputDir
 from .executors import make_executor
-from .interrupts import Signals
+from .interrupts import Signals, raise_pending
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
 from .pipeline import unit_bar
 
@@ -110,6 +110,15 @@ def run_job(
         run = Run(work, out.path, list(inputs), plan, journal, executor)
         try:
             manifest = body(run)
+            executor.close()
+            journal.close()
+            raise_pending()  # an interrupt held while the workers stopped
+            manifest.update({"argv": argv, "seconds": round(time.time() - started, 3), "workers": workers})
+            if finish is not None:
+                manifest.update(finish(work, manifest))
+            # the scratch goes with the commit, which no interrupt cuts: until the output is in
+            # place the journal is there for --resume
+            out.commit(manifest, drop=(SPILL, JOURNAL, PLAN))
         except KeyboardInterrupt:
             out.keep = True
             executor.close(kill=True)
@@ -123,18 +132,6 @@ def run_job(
             executor.close(kill=True)
             journal.close()
             raise
-        executor.close()
-        journal.close()
-        manifest.update({"argv": argv, "seconds": round(time.time() - started, 3), "workers": workers})
-        if finish is not None:
-            manifest.update(finish(work, manifest))
-        for leftover in (SPILL, JOURNAL, PLAN):
-            p = os.path.join(work, leftover)
-            if os.path.isdir(p):
-                shutil.rmtree(p)
-            elif os.path.exists(p):
-                os.unlink(p)
-        out.commit(manifest)
     return manifest
 
 

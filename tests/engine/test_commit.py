@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import leftovers, lovecraft
-from tests.readback import digest_of, entry_digest
+from tests.readback import digest_of, entry_digest, manifest
 
 
 @pytest.fixture(scope="module")
@@ -215,11 +215,17 @@ def test_progress_bar_on_stderr(tmp_path, capsys):
     assert "B/s" in err or "it/s" in err or "%" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an interrupt (SIGINT/SIGTERM) while shard or bucket commits its finished work prints only "
-    "'Error: interrupted' and deletes the .partial work directory, so nothing is left to --resume",
-)
+def _inputs_for(command: str, tmp_path) -> str:
+    """A CSV for shard; for bucket, sequences of 1 to 23 numbers (two buckets of lengths)."""
+    if command == "shard":
+        src = tmp_path / "d.csv"
+        src.write_text("a,b\n" + "".join(f"{i},{i % 7}\n" for i in range(3000)))
+    else:
+        src = tmp_path / "d.txt"
+        src.write_text("".join(",".join(map(str, range(1 + i % 23))) + "\n" for i in range(3000)))
+    return str(src)
+
+
 @pytest.mark.parametrize(
     "command, args, what",
     [
@@ -229,27 +235,67 @@ def test_progress_bar_on_stderr(tmp_path, capsys):
 )
 def test_interrupt_while_committing_keeps_the_work(tmp_path, monkeypatch, command, args, what):
     """Ctrl-C at the last moment (simulated: the commit raises KeyboardInterrupt, as the signal
-    handler does) must still say what was committed and keep it for --resume."""
-    from lovecraft_convert.output import OutputDir
+    handler does) must still say what was committed and keep it for --resume, which commits those
+    very files (not written again)."""
+    from lovecraft_convert.engine.commit import OutputDir
 
-    src = tmp_path / "d.csv"
-    src.write_text("a,b\n" + "".join(f"{i},{i % 7}\n" for i in range(3000)))
+    src = _inputs_for(command, tmp_path)
     out = tmp_path / "out"
+    partial = tmp_path / ".out.partial"
 
-    def interrupted(self, manifest):
+    def interrupted(self, manifest, *args, **kwargs):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
         m.setattr(OutputDir, "commit", interrupted)
-        r = lovecraft(command, str(src), "-o", str(out), *args, "--workers", "1", "-q")
+        r = lovecraft(command, src, "-o", str(out), *args, "--workers", "1", "-q")
     assert (r.exit_code, r.stderr) == (
         130,
-        f"Error: interrupted; {what} committed in {tmp_path}/.out.partial; "
+        f"Error: interrupted; {what} committed in {partial}; "
         "run the same command with --resume to finish, or --overwrite to start over\n",
     )
-    assert not out.exists() and os.path.isdir(tmp_path / ".out.partial")
-    r = lovecraft(command, str(src), "-o", str(out), *args, "--workers", "1", "--resume", "-q")
+    assert not out.exists() and os.path.isdir(partial)
+    written = {n: os.stat(partial / n).st_mtime_ns for n in os.listdir(partial) if os.path.isfile(partial / n)}
+    r = lovecraft(command, src, "-o", str(out), *args, "--workers", "1", "--resume", "-q")
     assert r.exit_code == 0, r.stderr
+    m = manifest(str(out))
+    assert {f["path"]: os.stat(out / f["path"]).st_mtime_ns for f in m["files"]} == {
+        f["path"]: written[f["path"]] for f in m["files"]
+    }
+    assert sorted(os.listdir(out)) == sorted(["_manifest.json", *(f["path"] for f in m["files"])])
+    assert not partial.exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["convert", "shard", "bucket"])
+def test_an_interrupt_during_the_commit_lets_it_finish(tmp_path, monkeypatch, command):
+    """A real SIGINT, sent while the commit syncs the new output (after the old one was moved
+    aside, with --overwrite), is held until the output is in place: the run completes, the output
+    is the new one whole, and nothing is left beside it."""
+    import lovecraft_convert as lc
+    from lovecraft_convert.engine import commit
+
+    src = _inputs_for("shard" if command == "convert" else command, tmp_path)
+    args = {"convert": [], "shard": ["--num-shards", "2"], "bucket": ["--num-buckets", "2", "--ragged"]}[command]
+    out = tmp_path / "out"
+    assert lovecraft("convert", src, "-o", str(out), "--to", "hdf5", "-q").exit_code == 0
+    real = commit.fsync_path
+    sent = []
+
+    def fsync_and_interrupt(path):
+        if path == str(tmp_path) and not sent:  # the parent's sync: the old output is aside
+            sent.append(os.listdir(tmp_path))
+            os.kill(os.getpid(), signal.SIGINT)
+        real(path)
+
+    with monkeypatch.context() as m:
+        m.setattr(commit, "fsync_path", fsync_and_interrupt)
+        r = lovecraft(command, src, "-o", str(out), "--to", "parquet", *args, "--overwrite", "-q")
+    assert sent and any(n.startswith(".out.old-") for n in sent[0]), sent
+    assert (r.exit_code, r.stderr) == (0, "")
+    m = manifest(str(out))
+    assert m["command"] == command and m["output_format"] == "parquet"
+    assert lc.verify(str(out)).lines() == []
+    assert leftovers(tmp_path) == []
 
 
 HANG_CHILD = """
