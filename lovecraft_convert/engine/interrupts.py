@@ -12,8 +12,8 @@ not be cut there:
 
 Inside :func:`held` a signal is only recorded; :func:`raise_pending` raises it at the next safe
 point (a waiting loop calls it at least every fraction of a second); a commit finishes first.
-:class:`Signals` installs the handler for a run (SIGTERM then behaves like Ctrl-C); without it the
-interpreter's own SIGINT handler applies and nothing is held.
+:class:`Signals` installs the handler for a run (SIGTERM then behaves like Ctrl-C; pyarrow's own
+handlers are turned off); without it the interpreter's own SIGINT handler applies and nothing is held.
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ class Signals:
 
     def __enter__(self) -> Signals:
         self.old: dict[int, object] = {}
+        try:  # pyarrow would otherwise catch SIGINT/SIGTERM during its reads and re-send them later
+            import pyarrow as pa
+
+            pa.enable_signal_handlers(False)
+        except ImportError:
+            pass
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 current = signal.getsignal(sig)

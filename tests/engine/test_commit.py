@@ -272,7 +272,7 @@ def test_an_interrupt_during_the_commit_lets_it_finish(tmp_path, monkeypatch, co
     aside, with --overwrite), is held until the output is in place: the run completes, the output
     is the new one whole, and nothing is left beside it."""
     import lovecraft_convert as lc
-    from lovecraft_convert.engine import commit
+    from lovecraft_convert.engine import commit, interrupts
 
     src = _inputs_for("shard" if command == "convert" else command, tmp_path)
     args = {"convert": [], "shard": ["--num-shards", "2"], "bucket": ["--num-buckets", "2", "--ragged"]}[command]
@@ -285,12 +285,21 @@ def test_an_interrupt_during_the_commit_lets_it_finish(tmp_path, monkeypatch, co
         if path == str(tmp_path) and not sent:  # the parent's sync: the old output is aside
             sent.append(os.listdir(tmp_path))
             os.kill(os.getpid(), signal.SIGINT)
+            real(path)
+            sent.append(interrupts.pending())  # the handler ran, and held it
+            return
         real(path)
 
-    with monkeypatch.context() as m:
-        m.setattr(commit, "fsync_path", fsync_and_interrupt)
-        r = lovecraft(command, src, "-o", str(out), "--to", "parquet", *args, "--overwrite", "-q")
-    assert sent and any(n.startswith(".out.old-") for n in sent[0]), sent
+    # an interrupted run before this one (in this process) leaves SIGINT ignored, as the CLI does
+    # once it has said 'interrupted': Python's own handler is what a run starts with
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(commit, "fsync_path", fsync_and_interrupt)
+            r = lovecraft(command, src, "-o", str(out), "--to", "parquet", *args, "--overwrite", "-q")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert sent and any(n.startswith(".out.old-") for n in sent[0]) and sent[1] is True, sent
     assert (r.exit_code, r.stderr) == (0, "")
     m = manifest(str(out))
     assert m["command"] == command and m["output_format"] == "parquet"
