@@ -19,7 +19,7 @@ import os
 import shutil
 
 from .. import manifest as manifest_file
-from ..errors import OutputError
+from ..errors import Interrupted, OutputError
 from ..util import format_size, fsync_path, trim_heap
 from .interrupts import held
 
@@ -47,6 +47,19 @@ class OutputDir:
         self._lock_fd: int | None = None
 
     def __enter__(self) -> OutputDir:
+        """Lock, check and create the temporary directory. An interrupt meanwhile (a signal can land
+        between creating it and the caller's ``try``) leaves neither it nor the lock behind."""
+        try:
+            return self._enter()
+        except KeyboardInterrupt:
+            if not self.resumable and os.path.isdir(self.tmp):
+                shutil.rmtree(self.tmp, ignore_errors=True)
+            self._unlock()
+            if self.resumable:
+                raise
+            raise Interrupted(f"interrupted; nothing was written to {self.path}") from None
+
+    def _enter(self) -> OutputDir:
         for p in self.protect:
             if p == self.path or p.startswith(self.path + os.sep):
                 raise OutputError(

@@ -386,3 +386,25 @@ def test_interrupt_in_wait_does_not_hang(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("a worker outlived the interrupted run")
+
+
+def test_an_interrupt_while_the_output_dir_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """The signal lands just after the temporary directory was made (before the run's own ``try``):
+    still the run's one line, and neither the directory nor the lock is left."""
+    from lovecraft_convert.engine import commit
+
+    src = tmp_path / "d.csv"
+    src.write_text("a\n1\n2\n")
+    out = tmp_path / "out"
+    real = os.mkdir
+
+    def mkdir_then_interrupt(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        if os.path.basename(str(path)).startswith(".out.tmp-"):
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(commit.os, "mkdir", mkdir_then_interrupt)
+        r = lovecraft("convert", str(src), "-o", str(out), "--to", "parquet", "-q")
+    assert (r.exit_code, r.stderr) == (130, f"Error: interrupted; nothing was written to {out}\n")
+    assert not out.exists() and leftovers(tmp_path) == []
