@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LovecraftError, OptionsError
-from ..manifest import DEFAULT_HASH, MANIFEST_NAME
+from ..manifest import DEFAULT_HASH, MANIFEST_NAME, file_path
 from ..schema import Batch, Field, Schema
 
 # --------------------------------------------------------------------------------------------
@@ -200,9 +200,8 @@ class CheckContext:
     step_rows: Any  # Callable[[Schema], int]
 
     def full(self, path: str) -> str:
-        import os
-
-        return os.path.join(self.root, path)
+        """The full path of manifest path ``path``; DatasetError when it leaves the dataset directory."""
+        return file_path(self.root, path)
 
 
 def _problem_kind(e: LovecraftError) -> str:

@@ -45,6 +45,7 @@ def open_dataset(path: str | os.PathLike, columns: list[str] | str | None = None
         raise DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
     manifest = mf.read(path)
     mf.check(manifest, mf.path_of(path))
+    mf.check_paths(path, manifest)
     return Dataset(path, manifest, columns, **options)
 
 
