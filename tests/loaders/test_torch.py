@@ -192,7 +192,7 @@ def test_bucketed_batches_through_torch(tmp_path):
 def test_bad_combinations(datasets):
     with pytest.raises(DatasetError, match="random access"):
         open_dataset(datasets["parquet"]).to_torch(kind="map")
-    with pytest.raises(DatasetError, match="batch, shuffle and split with the DataLoader"):
+    with pytest.raises(DatasetError, match="batch, shuffle, split and resume with the DataLoader"):
         open_dataset(datasets["memmap"]).to_torch(kind="map", shuffle=True)
     with pytest.raises(DatasetError, match="rank 2 is not in range"):
         open_dataset(datasets["parquet"]).to_torch(rank=2, world_size=2)
