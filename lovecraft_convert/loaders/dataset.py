@@ -52,8 +52,9 @@ def open_dataset(
     for exact shuffling of HDF5 datasets, default 512 MiB per process).
 
     A list of paths (or of opened datasets) with ``weights`` opens a :class:`~.mixture.Mixture`: a
-    deterministic weighted interleave of their rows (same columns), seeded by ``seed``; when one of
-    them runs out the epoch ends (``exhausted="stop"``) or it starts over (``"cycle"``).
+    deterministic weighted interleave of their rows (same columns), seeded by ``seed`` (0 when not
+    given: the same interleave in every process); when one of them runs out the epoch ends
+    (``exhausted="stop"``) or it starts over in a new order (``"cycle"``).
     """
     if isinstance(path, list | tuple):
         members = [open_dataset(p, columns, **options) if not isinstance(p, Dataset) else p for p in path]

@@ -74,7 +74,7 @@ class Mixture:
         total = float(sum(weights))
         self.members = list(members)
         self.weights = [float(w) / total for w in weights]
-        self.seed = int(np.random.SeedSequence().entropy % (1 << 63)) if seed is None else int(seed)
+        self.seed = 0 if seed is None else int(seed)  # the interleave is the same in every process
         self.exhausted = exhausted
         self.sizes = [len(m) for m in members]
         self._ends: dict[int, int] = {}
@@ -252,6 +252,7 @@ class MixPlan:
         shuffle_buffer: int | None,
         pad_value: int | float,
     ) -> None:
+        self._args = (batch_size, shuffle, drop_remainder, dtype_float16, shuffle_buffer, pad_value)
         if shuffle and seed is None:
             seed = int(np.random.SeedSequence().entropy % (1 << 63))
         self.mix = mix
@@ -269,6 +270,11 @@ class MixPlan:
         self.float32 = dtype_float16 == "float32"
         self.pad_value = pad_value
         self.mode = self.plans[0].mode
+
+    def with_seed(self, seed: int | None) -> MixPlan:
+        """The same options with another seed (a loader adopting the seed of a saved state)."""
+        bs, shuffle, drop, f16, buf, pad = self._args
+        return MixPlan(self.mix, bs, shuffle, seed, drop, f16, buf, pad)
 
     def identity(self) -> dict[str, Any]:
         m = self.mix

@@ -110,6 +110,21 @@ class Plan:
     def resumable(self) -> bool:
         return self.mode != "buffer"
 
+    def with_seed(self, seed: int | None) -> Plan:
+        """The same options with another seed (a loader adopting the seed of a saved state)."""
+        return Plan(
+            self.ds,
+            self.batch_size,
+            self.mode or False,
+            seed,
+            self.drop_remainder,
+            self.dtype_float16,
+            self.shuffle_buffer,
+            self.pad_to,
+            self.pad_value,
+            self.split,
+        )
+
     # -- sizes --------------------------------------------------------------------------------
 
     def nbatches(self, rows: int) -> int:

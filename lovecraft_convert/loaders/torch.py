@@ -94,8 +94,11 @@ def _classes() -> dict[str, type]:
         """Batches (or rows) of a dataset or mixture, split between DataLoader workers and ranks,
         with ``state_dict()``/``load_state_dict()`` as torchdata's ``StatefulDataLoader`` expects."""
 
-        def __init__(self, source, rows: bool, rank: int, world_size: int, as_tensors: bool = True) -> None:
+        def __init__(
+            self, source, rows: bool, rank: int, world_size: int, as_tensors: bool = True, seed_given: bool = True
+        ) -> None:
             self.source = source
+            self.seed_given = seed_given  # False: the seed was drawn here, a saved state's is adopted
             self.rows = rows
             self.rank = rank
             self.world_size = world_size
@@ -164,7 +167,11 @@ def _classes() -> dict[str, type]:
             return make_state(self.identity(), e, p, **extra)
 
         def load_state_dict(self, state: dict) -> None:
-            """Start the next iteration where ``state`` stood."""
+            """Start the next iteration where ``state`` stood (with its seed, when none was given)."""
+            seed = state.get("seed") if isinstance(state, dict) else None
+            adopt = isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0
+            if adopt and not self.seed_given and self.source.seed is not None and seed != self.source.seed:
+                self.source = self.source.with_seed(seed)
             e, p = check_state(state, self.identity())
             off = state.get("offset", 0)
             reader = state.get("reader")
@@ -222,6 +229,33 @@ def _classes() -> dict[str, type]:
         cls.__qualname__ = cls.__name__
     _CLASSES.update(TorchMapDataset=TorchMapDataset, TorchIterableDataset=TorchIterableDataset)
     return _CLASSES
+
+
+def state_to_json(state):
+    """A loader's state (``StatefulDataLoader.state_dict()``, whose samplers keep their generators
+    as tensors) as plain JSON values: tensors become ``{"__tensor__": [...], "dtype": "..."}``."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return {"__tensor__": state.tolist(), "dtype": str(state.dtype).removeprefix("torch.")}
+    if isinstance(state, dict):
+        return {str(k): state_to_json(v) for k, v in state.items()}
+    if isinstance(state, list | tuple):
+        return [state_to_json(v) for v in state]
+    return state
+
+
+def state_from_json(obj):
+    """The state :func:`state_to_json` wrote, tensors and all (what ``load_state_dict`` takes)."""
+    import torch
+
+    if isinstance(obj, dict):
+        if set(obj) == {"__tensor__", "dtype"}:
+            return torch.tensor(obj["__tensor__"], dtype=getattr(torch, obj["dtype"]))
+        return {k: state_from_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [state_from_json(v) for v in obj]
+    return obj
 
 
 def _reader_ok(reader) -> bool:
@@ -300,6 +334,7 @@ def to_torch(
         rank = r if rank is None else rank
         world_size = w if world_size is None else world_size
     check_reader(rank, world_size)
+    seed_given = seed is not None
     if shuffle and seed is None:
         if isinstance(state, dict) and state.get("seed") is not None:
             seed = state["seed"]
@@ -313,7 +348,7 @@ def to_torch(
         plan = ds.plan(
             unit, shuffle, seed, drop_remainder and not rows, dtype_float16, shuffle_buffer, pad_to, pad_value
         )
-    out = _classes()["TorchIterableDataset"](plan, rows, rank, world_size, as_tensors)
+    out = _classes()["TorchIterableDataset"](plan, rows, rank, world_size, as_tensors, seed_given)
     if state is not None:
         out.load_state_dict(state)
     return out
