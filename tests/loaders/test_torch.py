@@ -196,3 +196,53 @@ def test_bad_combinations(datasets):
         open_dataset(datasets["memmap"]).to_torch(kind="map", shuffle=True)
     with pytest.raises(DatasetError, match="rank 2 is not in range"):
         open_dataset(datasets["parquet"]).to_torch(rank=2, world_size=2)
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "hdf5"])
+def test_the_standard_dataloader_fetches_whole_batches(datasets, fmt, monkeypatch):
+    """``DataLoader(ds, batch_size=64, shuffle=True)`` (a RandomSampler) calls ``__getitems__``: one read per batch,
+    the batch the sampler drew, in its order, as the row-by-row path would give it."""
+    ods = open_dataset(datasets[fmt, 4])
+    calls = []
+    take = ods.take
+    monkeypatch.setattr(ods, "take", lambda idx, *a, **k: calls.append(len(idx)) or take(idx, *a, **k))
+    ds = ods.to_torch()
+    sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(4))
+    batches = list(DataLoader(ds, batch_size=64, sampler=sampler))
+    assert calls == [64] * (N // 64)
+    order = list(torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(4)))
+    cols = datasets["cols"]
+    for k, b in enumerate(batches):
+        idx = np.asarray(order[k * 64 : (k + 1) * 64])
+        np.testing.assert_array_equal(b["id"].numpy(), idx)
+        np.testing.assert_array_equal(b["x"].numpy(), cols["x"][idx])
+        np.testing.assert_array_equal(b["h"].numpy(), cols["h"][idx])
+        assert b["x"].shape == (64, 4) and b["x"].dtype == torch.float32 and b["h"].dtype == torch.float16
+    # a collate_fn of its own sees rows that are mappings, as with __getitem__
+    seen = next(iter(DataLoader(ds, batch_size=4, collate_fn=lambda rows: [dict(r) for r in rows])))
+    assert [int(r["id"]) for r in seen] == [0, 1, 2, 3] and seen[0]["x"].shape == (4,)
+
+
+def test_iterable_rows_collate_to_the_batches_they_come_from(datasets):
+    ds = open_dataset(datasets["parquet", 4]).to_torch(shuffle=True, seed=2)
+    got = list(DataLoader(ds, batch_size=50, num_workers=0))
+    ids = np.concatenate([b["id"].numpy() for b in got])
+    assert_each_once(ids, N)
+    assert all(b["x"].shape == (len(b["id"]), 4) for b in got)
+    np.testing.assert_array_equal(np.concatenate([b["x"].numpy() for b in got]), datasets["cols"]["x"][ids])
+
+
+def test_iterable_four_ranks_then_two(datasets):
+    """A rank's state (no DataLoader workers) is the global position: 4 ranks resume as 2."""
+    path = datasets["tfrecord", 4]
+    sets = [open_dataset(path).to_torch(batch_size=16, shuffle=True, seed=1, rank=r, world_size=4) for r in range(4)]
+    ranks = [iter(s) for s in sets]
+    seen = []
+    for _ in range(3):
+        seen += [next(it)["id"].numpy() for it in ranks]
+    states = [s.state_dict() for s in sets]
+    assert len({(s["epoch"], s["position"]) for s in states}) == 1
+    for r in range(2):
+        ds = open_dataset(path).to_torch(batch_size=16, shuffle=True, rank=r, world_size=2, state=states[r])
+        seen += [b["id"].numpy() for b in DataLoader(ds, batch_size=None)]
+    assert_each_once(np.concatenate(seen), N)
