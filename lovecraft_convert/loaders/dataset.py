@@ -325,11 +325,14 @@ class Dataset:
         if self.bucketed:
             raise DatasetError(f"{self.path}: a bucketed dataset is read in batches", hint="use batches()")
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise IndexError(f"index out of range for a dataset of {n} rows")
-        idx = np.where(idx < 0, idx + n, idx)
         g = self.groups[0]
+        n = g.rows
+        if idx.size:
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < -n or hi >= n:
+                raise IndexError(f"index out of range for a dataset of {n} rows")
+            if lo < 0:
+                idx = np.where(idx < 0, idx + n, idx)
         key = (dtype_float16, pad_value)
         plan = self._take_plans.get(key)
         if plan is None:

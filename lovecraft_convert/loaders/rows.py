@@ -12,7 +12,7 @@ consecutive batches as one slice of each, concatenated; anything else one row at
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,19 +43,37 @@ class Row(Mapping):
         return dict, (dict(self),)
 
 
-class RowList(list):
-    """The rows of one whole batch, in order (what ``__getitems__`` returns)."""
+class RowList(Sequence):
+    """The rows of one whole batch, in order (what ``__getitems__`` returns): a sequence whose
+    :class:`Row` s are made only when asked for (``default_collate`` asks for none of them)."""
 
-    __slots__ = ("batch",)
+    __slots__ = ("batch", "n")
 
     def __init__(self, batch: dict, n: int) -> None:
-        super().__init__(Row(batch, i) for i in range(n))
         self.batch = batch
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [Row(self.batch, j) for j in range(*i.indices(self.n))]
+        j = i + self.n if i < 0 else i
+        if not 0 <= j < self.n:
+            raise IndexError(f"row {i} of a batch of {self.n}")
+        return Row(self.batch, j)
+
+    def __iter__(self) -> Iterator[Row]:
+        return (Row(self.batch, j) for j in range(self.n))
+
+    def __repr__(self) -> str:
+        return f"RowList({self.n} rows)"
 
 
 def collate_rows(rows: list, *, collate_fn_map: dict | None = None) -> dict:
     """``default_collate`` of :class:`Row` s (see the module docstring)."""
-    if type(rows) is RowList and len(rows) == len(next(iter(rows.batch.values()), ())):
+    if type(rows) is RowList and rows.n == len(next(iter(rows.batch.values()), ())):
         return dict(rows.batch)
     if any(type(r) is not Row for r in rows):
         return _one_by_one(rows, collate_fn_map)
