@@ -18,7 +18,9 @@
   without, rows (let the DataLoader batch them). Call ``set_epoch(e)`` before each epoch for a new
   shuffle order (as with ``DistributedSampler``); the same ``seed`` and epoch give the same order.
   ``state_dict()``/``load_state_dict()`` are what torchdata's ``StatefulDataLoader`` calls in each
-  worker: a resumed loader goes on from each worker's position, reading nothing before it.
+  worker: a resumed loader goes on from each worker's position, reading nothing before it (with as
+  many workers and ranks). :func:`global_state` turns a loader's state saved after a multiple of
+  ``num_workers`` batches into one that any number of ranks and workers resume from.
 
 Batches are dicts of tensors (text columns: lists of ``str``); rows are mappings of the same.
 """
@@ -30,7 +32,7 @@ import copy
 import numpy as np
 
 from ..errors import DatasetError
-from .state import check_reader, check_state, make_state
+from .state import STATE_TAG, check_reader, check_state, make_state
 
 ROW_READ_BATCH = 1024  # rows read at a time by an iterable dataset that yields rows
 
@@ -229,6 +231,31 @@ def _classes() -> dict[str, type]:
         cls.__qualname__ = cls.__name__
     _CLASSES.update(TorchMapDataset=TorchMapDataset, TorchIterableDataset=TorchIterableDataset)
     return _CLASSES
+
+
+def global_state(loader_state: dict) -> dict:
+    """The rank-level state of an iterable dataset read by a ``StatefulDataLoader`` with workers
+    (its ``state_dict()``), when every worker stands at the same global step (after a multiple of
+    ``num_workers`` batches): a state any number of ranks and workers resumes from
+    (``to_torch(state=...)``, ``batches(state=...)``). DatasetError saying where they stand otherwise."""
+    snap = loader_state.get("_snapshot") if isinstance(loader_state, dict) else None
+    workers = (snap or {}).get("_worker_snapshots") if isinstance(snap, dict) else None
+    states = [w.get("dataset_state") for w in workers.values()] if isinstance(workers, dict) else []
+    if not states or not all(isinstance(st, dict) and STATE_TAG in st for st in states):
+        raise DatasetError(
+            "not the state_dict() of a StatefulDataLoader over a lovecraft iterable dataset with workers",
+            hint="give loader.state_dict() of torchdata's StatefulDataLoader(num_workers > 0)",
+        )
+    where = sorted({(st["epoch"], st["position"], st.get("offset", 0)) for st in states})
+    if len(where) > 1 or where[0][2]:
+        said = ", ".join(f"epoch {e} position {p}" + (f" + {o} rows" if o else "") for e, p, o in where)
+        raise DatasetError(
+            f"the DataLoader's workers stand at different places ({said})",
+            hint="save after a multiple of num_workers batches (of whole batches: to_torch(batch_size=...))",
+        )
+    out = {k: v for k, v in states[0].items() if k not in ("reader", "offset", "rank")}
+    out["world_size"] = states[0]["reader"][1] if "reader" in states[0] else out.get("world_size", 1)
+    return out
 
 
 def state_to_json(state):

@@ -150,3 +150,43 @@ def test_a_worker_state_is_refused_by_another_worker_count(paths):
     fresh.load_state_dict(worker)
     with pytest.raises(Exception, match="the state was saved by reader 0 of 2"):
         next(iter(fresh))
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
+def test_workers_at_one_step_give_a_state_for_any_world_size(paths):
+    """2 ranks x 2 workers stop after 4 batches each (a multiple of num_workers): their states
+    become one rank-level state, from which 1 rank with 3 workers reads the rest: each row once."""
+    from torch.utils.data import DataLoader
+
+    from lovecraft_convert.loaders.torch import global_state
+
+    seen, states = [], []
+    for rank in range(2):
+        ds = open_dataset(paths["parquet"]).to_torch(batch_size=50, shuffle=True, seed=8, rank=rank, world_size=2)
+        loader = StatefulDataLoader(ds, batch_size=None, num_workers=2)
+        it = iter(loader)
+        seen += [next(it)["id"].numpy() for _ in range(4)]
+        states.append(global_state(json.loads(json.dumps(state_to_json(loader.state_dict())))))
+        del it
+    assert states[0] == states[1] and states[0]["position"] == 2 * 4 * 50
+    ds = open_dataset(paths["parquet"]).to_torch(batch_size=50, shuffle=True, state=states[0])
+    seen += [b["id"].numpy() for b in DataLoader(ds, batch_size=None, num_workers=3)]
+    assert_each_once(np.concatenate(seen), N)
+
+
+def test_workers_at_different_steps_give_no_global_state(paths):
+    from lovecraft_convert.errors import DatasetError
+    from lovecraft_convert.loaders.torch import global_state
+
+    ds = open_dataset(paths["tfrecord"]).to_torch(batch_size=50, shuffle=True, seed=8)
+    loader = StatefulDataLoader(ds, batch_size=None, num_workers=2)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    with pytest.raises(DatasetError) as e:
+        global_state(loader.state_dict())
+    assert str(e.value) == (
+        "the DataLoader's workers stand at different places (epoch 0 position 100, epoch 0 position 200); "
+        "save after a multiple of num_workers batches (of whole batches: to_torch(batch_size=...))"
+    )
+    del it
