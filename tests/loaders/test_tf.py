@@ -190,3 +190,19 @@ def test_a_tf_pipeline_refuses_a_state_of_another_seed(datasets):
         "the saved state is of another seed (seed 1; this loader has seed 2); "
         "resume with the dataset and options the state was saved with"
     )
+
+
+def test_a_mixture_through_tf_data_and_its_state(datasets):
+    paths = [datasets["parquet"], datasets["memmap", 4]]
+    mix = open_dataset(paths, weights=[0.7, 0.3], seed=1, exhausted="cycle")
+    want = [b["id"] for b in mix.batches(40, shuffle=True, seed=3)]
+    it = mix.batches(40, shuffle=True, seed=3)
+    for _ in range(5):
+        next(it)
+    d = open_dataset(paths, weights=[0.7, 0.3], seed=1, exhausted="cycle").to_tf_dataset(
+        40, shuffle=True, x=["id", "x"], y="label", state=it.state_dict()
+    )
+    got = [np.asarray(xb["id"]) for xb, _ in d.as_numpy_iterator()]
+    assert len(got) == len(want) - 5
+    for a, b in zip(got, want[5:], strict=True):
+        np.testing.assert_array_equal(a, b)
