@@ -22,8 +22,8 @@ $(CORE): pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(FULL): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q torch==2.13.0  # first: megatron-core (dev) needs torch, and must not pull a CUDA build
 	$(PIP) install -q -e '.[dev,all]'
-	$(PIP) install -q torch==2.13.0
 	touch $(CORE) $@
 
 demo: $(CORE)

@@ -8,6 +8,8 @@ that has imported the same libraries: a memmap's page cache inflates RSS without
 
     python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR]
 
+``--only`` runs a selection of the benchmarks (results.md is rewritten by full runs only).
+
 Inputs are generated once (fixed seed) and cached in the work directory.
 """
 
@@ -185,6 +187,39 @@ def make_npy(path: str, target: int, cols: int = 64) -> str:
     return path
 
 
+def make_parquet(path: str, target: int) -> str:
+    """~target bytes of Parquet as pyarrow writes it by default (snappy, 1Mi-row row groups): an
+    int64 ``label``, a ``text`` column (words of a 5,000-word vocabulary, log-normal lengths,
+    median ~60 bytes) and ``x``, 64 float32 features per row (a fixed-size list). A block of
+    200,000 rows written again and again."""
+    if os.path.exists(path) and os.path.getsize(path) >= target * 0.95:
+        return path
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(20261124)
+    rows = 200_000
+    letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
+    vocab = np.array(["".join(rng.choice(letters, size=int(n))) for n in rng.integers(2, 10, 5000)])
+    counts = np.clip(rng.lognormal(2.3, 0.7, rows).astype(int), 1, 300)
+    words = vocab[rng.integers(0, len(vocab), int(counts.sum()))]
+    cuts = np.cumsum(counts)[:-1]
+    text = [" ".join(w) for w in np.split(words, cuts)]
+    x = rng.normal(size=(rows, 64)).astype(np.float32)
+    block = pa.table(
+        {
+            "label": pa.array(rng.integers(0, 1000, rows)),
+            "text": pa.array(text),
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), 64),
+        }
+    )
+    with pq.ParquetWriter(path + ".tmp", block.schema) as w:
+        while os.path.getsize(path + ".tmp") < target:
+            w.write_table(block)
+    os.rename(path + ".tmp", path)
+    return path
+
+
 # --------------------------------------------------------------------------------------------
 # peers (each a small script run in its own interpreter)
 # --------------------------------------------------------------------------------------------
@@ -241,6 +276,48 @@ PEERS = {
         "    for row in src:\n"
         "        ex = tf.train.Example(features=tf.train.Features(feature={'x': tf.train.Feature(float_list=tf.train.FloatList(value=row))}))\n"
         "        w.write(ex.SerializeToString())\n"
+    ),
+    # Parquet -> memmap by hand: iter_batches into .npy files of the same bytes as lovecraft's
+    # (x [rows, 64] float32, label, text as values + offsets; the values' header is written last)
+    "pq_memmap": (
+        "import numpy as np, pyarrow.parquet as pq, sys, os, hashlib\n"
+        "pf = pq.ParquetFile(sys.argv[1]); out = sys.argv[2]; n = pf.metadata.num_rows\n"
+        "x = np.lib.format.open_memmap(out + '/x.npy', 'w+', np.float32, (n, 64))\n"
+        "label = np.lib.format.open_memmap(out + '/label.npy', 'w+', np.int64, (n,))\n"
+        "offs = np.lib.format.open_memmap(out + '/text.offsets.npy', 'w+', np.int64, (n + 1,))\n"
+        "vals = open(out + '/text.values.npy', 'wb'); vals.write(b' ' * 128)\n"
+        "i = base = 0\n"
+        "for b in pf.iter_batches(batch_size=65536):\n"
+        "    k = b.num_rows\n"
+        "    x[i:i + k] = b.column('x').flatten().to_numpy().reshape(k, 64)\n"
+        "    label[i:i + k] = b.column('label').to_numpy()\n"
+        "    t = b.column('text'); o = np.frombuffer(t.buffers()[1], np.int32)[t.offset:t.offset + k + 1].astype(np.int64)\n"
+        "    vals.write(memoryview(t.buffers()[2])[o[0]:o[-1]])\n"
+        "    offs[i + 1:i + k + 1] = o[1:] - o[0] + base; base += int(o[-1] - o[0]); i += k\n"
+        "head = {'descr': '|u1', 'fortran_order': False, 'shape': (base,)}\n"
+        "vals.seek(0); np.lib.format.write_array_header_1_0(vals, head); assert vals.tell() == 128; vals.close()\n"
+        "for a in (x, label, offs): a.flush()\n"
+        "if len(sys.argv) > 3:  # the same integrity work: sha256 of every file, fsync\n"
+        "    for name in os.listdir(out):\n"
+        "        p = os.path.join(out, name); h = hashlib.sha256()\n"
+        "        with open(p, 'rb') as f:\n"
+        "            while c := f.read(1 << 22): h.update(c)\n"
+        "        fd = os.open(p, os.O_RDONLY); os.fsync(fd); os.close(fd)\n"
+    ),
+    "pq_tf_rows": (
+        "import sys, os\n"
+        "os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'\n"
+        "import pyarrow.parquet as pq, tensorflow as tf\n"
+        "F = tf.train\n"
+        "with tf.io.TFRecordWriter(sys.argv[2] + '/data.tfrecord') as w:\n"
+        "    for b in pq.ParquetFile(sys.argv[1]).iter_batches(batch_size=8192):\n"
+        "        xs = b.column('x').flatten().to_numpy().reshape(-1, 64); ls = b.column('label').to_numpy()\n"
+        "        ts = b.column('text').to_pylist()\n"
+        "        for j in range(b.num_rows):\n"
+        "            ex = F.Example(features=F.Features(feature={'label': F.Feature(int64_list=F.Int64List(value=[ls[j]])),\n"
+        "                'text': F.Feature(bytes_list=F.BytesList(value=[ts[j].encode()])),\n"
+        "                'x': F.Feature(float_list=F.FloatList(value=xs[j]))}))\n"
+        "            w.write(ex.SerializeToString())\n"
     ),
     # the tokenizers package on its own: the same lines, in batches, through encode_batch
     "encode_batch": (
@@ -566,6 +643,36 @@ def bench_bucket(b: Bench, size: int) -> None:
     )
 
 
+def bench_parquet(b: Bench, size: int) -> None:
+    """Parquet -> memmap and Parquet -> TFRecord against the plain pyarrow loops doing the same."""
+    src = make_parquet(os.path.join(b.work, f"parquet_{size // 10**6}MB.parquet"), size)
+    n = os.path.getsize(src)
+    res = b.rounds(
+        {
+            "mm": lambda: [*LOVECRAFT, "convert", src, "-o", b.out("pq_mm"), "--to", "memmap", "-q"],
+            "loop": lambda: peer("pq_memmap", src, b.fresh_dir("pq_mm_loop")),
+            "loop_same": lambda: peer("pq_memmap", src, b.fresh_dir("pq_mm_same"), "same"),
+            "tfr": lambda: [*LOVECRAFT, "convert", src, "-o", b.out("pq_tfr"), "--to", "tfrecord", "-q"],
+        }
+    )
+    b.rows.append(Row("Parquet -> memmap", mbps(n, res["mm"]), "pyarrow iter_batches into .npy files", mbps(n, res["loop"]), 0.0, "no target"))  # fmt: skip
+    b.rows.append(Row("Parquet -> memmap", mbps(n, res["mm"]), "same loop + sha256 + fsync", mbps(n, res["loop_same"]), 0.0, "context: the same integrity work"))  # fmt: skip
+    # The per-row TensorFlow loop is slow: it runs on the first ~64 MiB (one row group) of the rows.
+    small = os.path.join(b.work, "parquet_64MiB.parquet")
+    if not os.path.exists(small):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(src)
+        first = next(pf.iter_batches(batch_size=int(pf.metadata.num_rows * (64 << 20) / n)))
+        pq.write_table(pa.Table.from_batches([first]), small)
+    m = os.path.getsize(small)
+    tf = [
+        run(peer("pq_tf_rows", small, b.fresh_dir("pq_tfr_tf")), every=0.05) for _ in range(max(1, min(2, b.args.runs)))
+    ]
+    b.rows.append(Row("Parquet -> TFRecord", mbps(n, res["tfr"]), "pyarrow iter_batches + per-row tf.train.Example + TFRecordWriter", mbps(m, tf), 0.0, "no target; peer on the first 64 MiB"))  # fmt: skip
+
+
 def help_time(b: Bench) -> None:
     times = []
     for _ in range(5):
@@ -583,14 +690,16 @@ BENCHES = {
     "shard": bench_shard,
     "bucket": bench_bucket,
     "verify": bench_verify,
+    "parquet": bench_parquet,
 }
+ALL = "csv,npy,shard,bucket,verify,parquet,memory,help"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="inputs 1/16 the size, one run: a smoke test")
-    ap.add_argument("--only", default="csv,npy,shard,bucket,verify,memory,help")
+    ap.add_argument("--only", default=ALL, help=f"a comma-separated selection of {ALL}")
     ap.add_argument("--workdir", default="/tmp/lovecraft-bench")
     args = ap.parse_args()
     if args.quick:
@@ -612,8 +721,11 @@ def main() -> None:
         help_time(b)
     report = render(b, size, time.time() - t0)
     print(report)
-    with open(os.path.join(HERE, "results.md"), "w") as f:
-        f.write(report + "\n")
+    if set(only) >= set(ALL.split(",")):  # a selection does not replace the full table
+        with open(os.path.join(HERE, "results.md"), "w") as f:
+            f.write(report + "\n")
+    else:
+        print(f"(--only {args.only}: bench/results.md left as it is)", file=sys.stderr)
     shutil.rmtree(os.path.join(b.work, "out"), ignore_errors=True)
 
 

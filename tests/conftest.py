@@ -12,8 +12,13 @@ from click.testing import CliRunner
 
 from lovecraft_convert.cli import cli
 
-SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+SHARED = os.path.abspath(os.path.join(ROOT, "..", "shared"))
 VECTORS = os.path.join(SHARED, "vectors")
+# For subprocesses that run the ``lovecraft`` console script: this tree's package first on the path.
+# The script imports whatever the environment installed (another checkout, when several share a
+# virtualenv), so without this a subprocess could test other code than the tests' own.
+SUBPROCESS_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 
@@ -14,8 +15,6 @@ HASHES = ("blake3", "sha256")
 def digest_of(data: bytes, algorithm: str) -> str:
     """The hex digest the manifest would record, computed here (hashlib, or the blake3 package)."""
     if algorithm == "sha256":
-        import hashlib
-
         return hashlib.sha256(data).hexdigest()
     import blake3
 
@@ -40,6 +39,37 @@ def manifest(out: str) -> dict:
         return json.load(f)
 
 
+def disk_digest(out: str) -> dict[str, str]:
+    """The sha256 of every file in the dataset directory, hashed here from the bytes on disk (the
+    manifest is left out: it records times). Byte-identity is checked on these, never on the
+    manifest's own digests."""
+    digests = {}
+    for name in sorted(os.listdir(out)):
+        p = os.path.join(out, name)
+        if name != "_manifest.json" and os.path.isfile(p):
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                    h.update(block)
+            digests[name] = h.hexdigest()
+    return digests
+
+
+def assert_manifest_matches_disk(out: str) -> dict[str, str]:
+    """The manifest lists exactly the files on disk, with their real sizes and hashes; returns the hashes."""
+    m = manifest(out)
+    digests = disk_digest(out)
+    listed = {f["path"]: f for f in m["files"]}
+    if "hdf5_index" in m:
+        listed[m["hdf5_index"]["path"]] = m["hdf5_index"]
+    assert set(listed) == set(digests), (sorted(listed), sorted(digests))
+    for path, f in listed.items():
+        assert file_matches(os.path.join(out, path), f), path  # hashed here with the entry's algorithm
+        if "bytes" in f:
+            assert f["bytes"] == os.path.getsize(os.path.join(out, path)), path
+    return digests
+
+
 def read_memmap(out: str) -> dict[str, object]:
     m = manifest(out)
     cols: dict[str, object] = {}
@@ -49,11 +79,12 @@ def read_memmap(out: str) -> dict[str, object]:
             cols[name] = np.load(os.path.join(out, f"{name}.npy"), mmap_mode="r")
         else:
             values = np.load(os.path.join(out, f"{name}.values.npy"), mmap_mode="r")
-            offsets = np.load(os.path.join(out, f"{name}.offsets.npy"), mmap_mode="r")
-            rows = [values[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+            offsets = np.load(os.path.join(out, f"{name}.offsets.npy")).tolist()
             if f["kind"] == "string":
-                rows = [r.tobytes().decode("utf-8") for r in rows]
-            cols[name] = rows
+                raw = values.tobytes()
+                cols[name] = [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]
+            else:
+                cols[name] = [values[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
     return cols
 
 
@@ -100,61 +131,135 @@ def read_polars(out: str) -> dict[str, object]:
     return {c: df[c] for c in df.columns}
 
 
-def tf_spec_for(schema: list[dict]):
-    """The ``tf.io.parse_example`` spec of our TFRecord layout, written out here from the schema
-    (not taken from the package): float16/float32 in float_list, float64 as one bytes value of its
-    little-endian values, integers in int64_list, text and bytes as one bytes value."""
+def _head(path: str, n: int) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _is_f64(dtype) -> bool:
+    return dtype is not None and np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize == 8
+
+
+def tf_spec(columns: dict[str, tuple[str, object, tuple]]) -> dict:
+    """A ``tf.io.parse_example`` spec written here, not the project's ``to_tf_feature_spec``: from
+    ``{name: (kind, numpy dtype, shape)}`` as the caller knows them. float16/float32 columns are
+    float_list, float64 ones one bytes value per row (their little-endian values, exact), integer
+    and bool ones int64_list, text and bytes bytes_list, other sequences VarLen."""
     import tensorflow as tf
 
     spec = {}
-    for f in schema:
-        dt = np.dtype(f["dtype"])
-        if f["kind"] in ("string", "binary") or (dt.kind == "f" and dt.itemsize == 8):
-            spec[f["name"]] = tf.io.FixedLenFeature([], tf.string)
-        elif f["kind"] == "sequence":
-            spec[f["name"]] = tf.io.VarLenFeature(tf.float32 if dt.kind == "f" else tf.int64)
+    for name, (kind, dtype, shape) in columns.items():
+        if kind in ("string", "binary") or _is_f64(dtype):
+            spec[name] = tf.io.FixedLenFeature([], tf.string)
+            continue
+        tf_dtype = tf.float32 if np.dtype(dtype).kind == "f" else tf.int64
+        if kind == "sequence":
+            spec[name] = tf.io.VarLenFeature(tf_dtype)
         else:
-            spec[f["name"]] = tf.io.FixedLenFeature(f["shape"], tf.float32 if dt.kind == "f" else tf.int64)
+            spec[name] = tf.io.FixedLenFeature(list(shape), tf_dtype)
     return spec
 
 
-def read_tfrecord(out: str) -> dict[str, object]:
-    """tf.data reads every file with the spec written out in :func:`tf_spec_for`."""
+def _schema_columns(m: dict) -> dict[str, tuple[str, object, tuple]]:
+    return {f["name"]: (f["kind"], np.dtype(f["dtype"]), tuple(f["shape"])) for f in m["schema"]}
+
+
+def read_tfrecord(out: str, columns: dict | None = None) -> dict[str, object]:
+    """Every TFRecord file of ``out`` through tf.data and ``tf.io.parse_example`` with a
+    :func:`tf_spec` of ``columns`` (``{name: (kind, dtype, shape)}`` as the caller expects them; by
+    default from the manifest's schema, after checking the manifest's own feature spec says the same)."""
     import tensorflow as tf
 
     m = manifest(out)
-    spec = tf_spec_for(m["schema"])
+    if columns is None:
+        columns = _schema_columns(m)
+        spec = tf_spec(columns)
+        claimed = m["tfrecord"]["feature_spec"]
+        assert set(claimed) == set(spec), (claimed, spec)
+        for name, s in spec.items():
+            c = claimed[name]
+            if isinstance(s, tf.io.VarLenFeature):
+                assert (c["type"], c["dtype"]) == ("VarLenFeature", s.dtype.name), (name, c)
+            else:
+                assert (c["type"], c["shape"], c["dtype"]) == ("FixedLenFeature", list(s.shape), s.dtype.name), (
+                    name,
+                    c,
+                )
+                assert (c.get("encoding") == "float64le") == _is_f64(columns[name][1]), (name, c)
+    spec = tf_spec(columns)
     files = sorted(glob.glob(os.path.join(out, "*.tfrecord*")))
-    comp = m["tfrecord"]["compression"] or ""
-    ds = (
-        tf.data.TFRecordDataset(files, compression_type=comp).batch(1 << 16).map(lambda x: tf.io.parse_example(x, spec))
-    )
-    parts: dict[str, list] = {f["name"]: [] for f in m["schema"]}
-    for batch in ds:
-        for f in m["schema"]:
-            v = batch[f["name"]]
-            f64 = np.dtype(f["dtype"]).kind == "f" and np.dtype(f["dtype"]).itemsize == 8
-            if f64 and f["kind"] == "sequence":
-                parts[f["name"]].extend(np.frombuffer(x, "<f8").tolist() for x in v.numpy())
-            elif f64:
+    assert files, f"no TFRecord file in {out}"
+    gz = {_head(p, 2) == b"\x1f\x8b" for p in files}  # the compression, from the bytes themselves
+    assert len(gz) == 1
+    comp = "GZIP" if gz.pop() else ""
+    assert (m["tfrecord"]["compression"] or "") == comp
+    parts: dict[str, list] = {name: [] for name in spec}
+    for records in tf.data.TFRecordDataset(files, compression_type=comp).batch(1 << 16):
+        batch = tf.io.parse_example(records, spec)  # eagerly: no function to trace for every dataset read
+        for name in spec:
+            kind, dtype, shape = columns[name]
+            v = batch[name]
+            if _is_f64(dtype) and kind == "sequence":
+                parts[name].extend(np.frombuffer(x, "<f8").tolist() for x in v.numpy())
+            elif _is_f64(dtype):
                 raw = tf.io.decode_raw(v, tf.float64).numpy()
-                parts[f["name"]].append(raw.reshape((len(raw), *f["shape"])))
+                parts[name].append(raw.reshape((len(raw), *shape)))
             elif isinstance(v, tf.sparse.SparseTensor):
                 v = tf.RaggedTensor.from_sparse(v)
-                parts[f["name"]].extend(r.numpy().tolist() for r in v)
-            elif f["kind"] in ("string", "binary"):
-                parts[f["name"]].extend(x.decode("utf-8") if f["kind"] == "string" else x for x in v.numpy())
+                parts[name].extend(r.numpy().tolist() for r in v)
+            elif kind in ("string", "binary"):
+                parts[name].extend(x.decode("utf-8") if kind == "string" else x for x in v.numpy())
             else:
-                parts[f["name"]].append(v.numpy())
+                parts[name].append(v.numpy())
     cols: dict[str, object] = {}
-    for f in m["schema"]:
-        p = parts[f["name"]]
-        cols[f["name"]] = np.concatenate(p) if f["kind"] == "fixed" else p
+    for name, p in parts.items():
+        kind = columns[name][0]
+        cols[name] = (np.concatenate(p) if p else np.zeros(0)) if kind == "fixed" else p
     return cols
 
 
-READERS = {"memmap": read_memmap, "hdf5": read_hdf5, "parquet": read_parquet, "tfrecord": read_tfrecord}
+def megatron_core():
+    """megatron-core's ``IndexedDataset`` class, or a skip with the reason it cannot be imported here."""
+    import warnings
+
+    import pytest
+
+    try:
+        with warnings.catch_warnings():  # "Transformer Engine and Apex are not installed": not needed to read
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets.indexed_dataset import IndexedDataset
+    except Exception as e:  # noqa: BLE001 - megatron-core needs torch and more; any failure is a skip
+        pytest.skip(f"megatron-core cannot be imported here ({type(e).__name__}: {e})")
+    return IndexedDataset
 
 
-def read_back(out: str, fmt: str) -> dict[str, object]:
+def read_megatron(out: str) -> dict[str, object]:
+    """megatron-core's own ``IndexedDataset`` reads each ``.bin``/``.idx`` pair, in the manifest's order;
+    one sequence per document (its document index is 0..N)."""
+    IndexedDataset = megatron_core()
+    m = manifest(out)
+    (f,) = m["schema"]
+    rows: list = []
+    for entry in m["files"]:
+        if entry["path"].endswith(".idx"):
+            ds = IndexedDataset(os.path.join(out, entry["path"][: -len(".idx")]))
+            assert list(ds.document_indices) == list(range(len(ds) + 1))
+            rows.extend(np.array(ds[i]) for i in range(len(ds)))
+    return {f["name"]: rows}
+
+
+READERS = {
+    "memmap": read_memmap,
+    "hdf5": read_hdf5,
+    "parquet": read_parquet,
+    "tfrecord": read_tfrecord,
+    "megatron": read_megatron,
+}
+
+
+def read_back(out: str, fmt: str, tf_columns: dict | None = None) -> dict[str, object]:
+    """The columns of ``out`` through the format's own reader; ``tf_columns`` (``{name: (kind,
+    dtype, shape)}`` as the test knows them) gives TFRecord's parse spec."""
+    if fmt == "tfrecord":
+        return read_tfrecord(out, tf_columns)
     return READERS[fmt](out)

@@ -6,7 +6,15 @@ import sys
 
 import click
 
-from .options import SHARD_FLAGS, input_options, library_kwargs, output_options, print_summary, shard_options
+from .options import (
+    SHARD_FLAGS,
+    input_options,
+    library_kwargs,
+    marker_options,
+    output_options,
+    print_summary,
+    shard_options,
+)
 
 
 class BoundariesParam(click.ParamType):
@@ -58,11 +66,16 @@ class BoundariesParam(click.ParamType):
 )
 @click.option(
     "--layout",
-    type=click.Choice(["padded", "ragged"]),
+    type=click.Choice(["padded", "ragged", "packed"]),
     default="padded",
     show_default=True,
-    help="padded: [rows, bucket max] + lengths; ragged: values + offsets.",
+    help="padded: [rows, bucket max] + lengths; ragged: values + offsets; packed: all sequences concatenated and cut into rows of --seq-len, with each row's document starts.",
 )
+@click.option("--seq-len", type=click.IntRange(min=1), metavar="L", help="--layout packed: tokens per row.")
+@click.option(
+    "--pad-last", is_flag=True, help="--layout packed: pad the last partial row with --pad-id (default: drop it)."
+)
+@marker_options
 @click.option("--pad-id", type=float, default=0, show_default=True, help="Padding value (must fit the token dtype).")
 @shard_options
 def bucket(**params) -> None:  # fmt: skip
@@ -74,7 +87,10 @@ def bucket(**params) -> None:  # fmt: skip
     Give exactly one of --num-buckets and --boundaries. Each bucket is written as
     bucket-00003.<ext> (or bucket-00003-part-00000-of-00004.<ext> with shard options),
     with the sequence column and a `length` column; the manifest records the boundaries and
-    what padding each bucket costs.
+    what padding each bucket costs. --layout packed --seq-len L instead concatenates every
+    sequence (in input order, or a seeded order with --shuffle --seed) and cuts rows of exactly L
+    tokens with a `doc_starts` column (where each row's documents start), in shard files
+    part-00000-of-00004.<ext>.
 
     \b
     Examples:
@@ -82,6 +98,7 @@ def bucket(**params) -> None:  # fmt: skip
       lovecraft bucket corpus.txt.zst -o buckets/ --to tfrecord --boundaries 32,64,128,256 --tokenizer tokenizer.json
       lovecraft bucket series.csv -o buckets/ --to hdf5 --num-buckets 6 --layout ragged --ragged
       lovecraft bucket shards/ -o buckets/ --to parquet --column tokens --num-buckets 4
+      lovecraft bucket corpus.txt -o packed/ --to memmap --layout packed --seq-len 2048 --tokenizer tokenizer.json --eos '</s>'
     """
     from ..jobs.bucket import bucket as run
 
@@ -90,12 +107,12 @@ def bucket(**params) -> None:  # fmt: skip
     kwargs["pad_id"] = int(pad) if float(pad).is_integer() else pad
     for k in (
         "tokenizer", "column", "ragged", "num_buckets", "boundaries", "max_length", "truncate", "drop_longer",
-        "min_length", "layout", *SHARD_FLAGS,
+        "min_length", "layout", "seq_len", "pad_last", "eos", "bos", *SHARD_FLAGS,
     ):  # fmt: skip
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])
-    if not params["quiet"] and not params["as_json"] and not manifest.get("nothing_to_do"):
+    if not params["quiet"] and not params["as_json"] and not manifest.get("nothing_to_do") and "bucketing" in manifest:
         b = manifest["bucketing"]
         click.echo(
             f"  {len(manifest['buckets'])} buckets, boundaries {','.join(map(str, b['boundaries']))}; "

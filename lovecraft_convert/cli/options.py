@@ -87,7 +87,7 @@ def input_options(f: Callable) -> Callable:
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
         click.option("--skip-rows", type=click.IntRange(min=0), default=0, metavar="N", help="CSV: skip N lines before the header (or, with --no-header, the first row)."),
         click.option("--comment", metavar="CHAR", help="CSV: skip lines starting with CHAR (e.g. #)."),
-        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV: fix a column's type, e.g. zip=string (repeatable)."),
+        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64 (repeatable)."),
         click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order."),
         click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text and CSV: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
@@ -122,11 +122,44 @@ def shard_options(f: Callable) -> Callable:
         click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical files."),
         click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores)."),
         click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping what it committed."),
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Run the units in local processes or as Ray tasks on a cluster."),
+        click.option("--ray-address", metavar="ADDRESS", help="The Ray cluster (default: RAY_ADDRESS, else a local Ray started for the run)."),
     ]  # fmt: skip
     return _stack(f, opts)
 
 
-SHARD_FLAGS = ("shard_size", "rows_per_shard", "num_shards", "shuffle", "seed", "workers", "resume")
+def marker_options(f: Callable) -> Callable:
+    """--eos and --bos: the document markers of tokenized text (convert, shard, bucket)."""
+    opts = [
+        click.option("--eos", metavar="TOKEN|ID", help="Append this token after every document: a token of the tokenizer's vocabulary (e.g. '</s>') or an integer id."),
+        click.option("--bos", metavar="TOKEN|ID", help="Put this token before every document (a token or an integer id)."),
+    ]  # fmt: skip
+    return _stack(f, opts)
+
+
+def token_options(f: Callable) -> Callable:
+    """--tokenizer and --column (convert and shard; bucket has its own), then the markers."""
+    opts = [
+        click.option("--tokenizer", metavar="bytes|chars|PATH", help="Tokenize a text column into token ids ('tokens'): UTF-8 bytes, code points, or a Hugging Face tokenizer.json. The output holds the tokens and the columns --columns names."),
+        click.option("--column", metavar="NAME", help="With --tokenizer: the text column (default: text)."),
+    ]  # fmt: skip
+    return _stack(marker_options(f), opts)
+
+
+TOKEN_FLAGS = ("tokenizer", "column", "eos", "bos")
+
+
+SHARD_FLAGS = (
+    "shard_size",
+    "rows_per_shard",
+    "num_shards",
+    "shuffle",
+    "seed",
+    "workers",
+    "resume",
+    "engine",
+    "ray_address",
+)
 
 
 def library_kwargs(params: dict) -> dict:

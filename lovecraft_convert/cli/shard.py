@@ -6,12 +6,22 @@ import sys
 
 import click
 
-from .options import SHARD_FLAGS, input_options, library_kwargs, output_options, print_summary, shard_options
+from .options import (
+    SHARD_FLAGS,
+    TOKEN_FLAGS,
+    input_options,
+    library_kwargs,
+    output_options,
+    print_summary,
+    shard_options,
+    token_options,
+)
 
 
 @click.command()
 @input_options
 @output_options
+@token_options
 @shard_options
 def shard(**params) -> None:
     """Write INPUTS as many shards of a controlled size.
@@ -27,11 +37,12 @@ def shard(**params) -> None:
       lovecraft shard x.npy y.npy -o shards/ --to memmap --rows-per-shard 100000
       lovecraft shard corpus.txt.zst -o shards/ --to parquet --num-shards 64 --shuffle --seed 7
       lovecraft shard data.csv -o shards/ --to hdf5 --shard-size 256MiB --resume
+      lovecraft shard corpus.jsonl -o shards/ --to megatron --num-shards 8 --tokenizer tokenizer.json --eos '</s>'
     """
     from ..jobs.shard import shard as run
 
     kwargs = library_kwargs(params)
-    for k in SHARD_FLAGS:
+    for k in (*SHARD_FLAGS, *TOKEN_FLAGS):
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])

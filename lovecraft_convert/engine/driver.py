@@ -30,6 +30,12 @@ class SigTerm:
 
     def __enter__(self):
         self.old = None
+        try:  # pyarrow would otherwise catch SIGINT/SIGTERM during its reads and re-send them later
+            import pyarrow as pa
+
+            pa.enable_signal_handlers(False)
+        except ImportError:
+            pass
         try:
             self.old = signal.signal(signal.SIGTERM, self._raise)
         except ValueError:  # not the main thread
@@ -119,7 +125,14 @@ def run_job(
             inputs = spool_stdin(inputs, work, stdin_spec)
         plan = load_plan(work, fingerprint, out.path)
         journal = Journal(work)
-        executor = make_executor(workers, plugins())
+        executor = make_executor(
+            workers,
+            plugins(),
+            engine=getattr(o, "engine", "local"),
+            address=getattr(o, "ray_address", None),
+            memory=o.budget() // 4,
+            work=work,
+        )
         run = Run(work, out.path, list(inputs), plan, journal, executor)
         try:
             manifest = body(run)

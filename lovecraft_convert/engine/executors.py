@@ -113,6 +113,22 @@ class LocalExecutor:
             pa.set_cpu_count(self._cpus)
 
 
-def make_executor(workers: int, plugins: list | None = None) -> LocalExecutor:
-    """The executor for ``workers`` processes (formats of ``plugins`` known in every one)."""
+ENGINES = ("local", "ray")
+
+
+def make_executor(
+    workers: int,
+    plugins: list | None = None,
+    *,
+    engine: str = "local",
+    address: str | None = None,
+    memory: int = 64 << 20,
+    work: str = "",
+):
+    """The executor of ``engine``: ``workers`` local processes, or Ray tasks (see
+    :mod:`.ray_executor`) of ``memory`` bytes each; formats of ``plugins`` known in every worker."""
+    if engine == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(workers, plugins, address=address, memory=memory, work=work)
     return LocalExecutor(workers, plugins)

@@ -12,7 +12,8 @@ from ..errors import OptionsError, OutputError
 JOURNAL = "journal.jsonl"
 PLAN = "plan.json"
 SPILL = "spill"
-VOLATILE_OPTIONS = ("workers", "resume", "overwrite", "progress")  # may change between a run and its --resume
+# may change between a run and its --resume (a run started locally can be finished on Ray)
+VOLATILE_OPTIONS = ("workers", "resume", "overwrite", "progress", "engine", "ray_address")
 
 
 class Journal:

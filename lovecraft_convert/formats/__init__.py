@@ -25,6 +25,7 @@ _BUILTIN = {
     "hdf5": "lovecraft_convert.formats.hdf5",
     "parquet": "lovecraft_convert.formats.parquet",
     "tfrecord": "lovecraft_convert.formats.tfrecord",
+    "megatron": "lovecraft_convert.formats.megatron",
 }
 DEFAULT = "parquet"
 ENTRY_POINTS = "lovecraft_convert.formats"

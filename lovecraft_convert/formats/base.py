@@ -78,7 +78,7 @@ class Writer:
         self.rows = 0
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         """Raise SchemaError if this format cannot hold the schema."""
 
     def write(self, batch: Batch) -> None:
@@ -275,7 +275,7 @@ class OutputFormat:
     def writer_class(self) -> type[Writer]:
         raise NotImplementedError
 
-    def check_schema(self, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(self, schema: Schema, source: str) -> None:
         """Refuse (SchemaError, one line naming the column) a schema this format cannot hold."""
         from ..errors import SchemaError
 
@@ -285,7 +285,7 @@ class OutputFormat:
                     f"{source}, column '{f.name}': {self.name} cannot hold {f.describe()} columns",
                     hint="leave the column out with --columns, or write a format that holds it",
                 )
-        self.writer_class().check_schema(schema, source, input_format)
+        self.writer_class().check_schema(schema, source)
 
     def size_linear(self, compression: str | None) -> bool:
         """Do a unit's bytes grow exactly linearly with its rows (so a sample fixes --shard-size)?"""

@@ -40,9 +40,13 @@ def open_reader(
     comment: str | None = None,
     max_expansion: float = 1000.0,
     threads: bool = True,
+    columns: list[str] | None = None,
+    lenient: bool = False,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
-    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers)."""
+    sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
+    ``columns``: the columns that will be used (readers of columnar inputs read only those);
+    ``lenient``: leave out columns no output can hold instead of refusing them (``inspect``)."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)
@@ -53,7 +57,7 @@ def open_reader(
     column_types = dict(column_types or {})
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
-        raise OptionsError("--column-type applies to CSV inputs only")
+        raise OptionsError("--column-type applies to CSV, Parquet, Arrow and Hugging Face inputs only")
     if (skip_rows or comment is not None) and not cls.takes_csv_syntax:
         raise OptionsError(f"--{'skip-rows' if skip_rows else 'comment'} applies to CSV inputs only")
     ropts = ReadOptions(
@@ -67,6 +71,8 @@ def open_reader(
         comment=comment,
         max_ratio=max_expansion,
         threads=threads,
+        columns=list(columns) if columns else None,
+        lenient=lenient,
     )
     reader = cls(specs, ropts)
     reader.format = kind

@@ -37,12 +37,17 @@ class ReadOptions:
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
     piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)
+    columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow)
+    lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
 
 
 @dataclass(frozen=True)
 class Part:
     """A unit of input that can be read on its own: a byte range of one file (``start``/``end``),
-    a whole (compressed or piped) input (both None), or a row range of NPY inputs (``rows``)."""
+    a whole (compressed or piped) input (both None), a row range of NPY inputs (``rows``), or
+    blocks ``[b0, b1)`` of file ``f`` of a columnar input (``blocks``: Parquet row groups, Arrow
+    record batches; ``rows`` is then the range of the whole input they hold, ``line0`` the rows of
+    the file before them)."""
 
     index: int
     spec: int = 0
@@ -50,6 +55,7 @@ class Part:
     end: int | None = None
     line0: int = 0  # lines before ``start`` (text), for error messages
     rows: tuple[int, int] | None = None
+    blocks: tuple[int, int, int] | None = None  # (file, b0, b1)
 
 
 class Reader:
@@ -112,3 +118,17 @@ class Reader:
 
     def progress_done(self) -> int:
         return 0
+
+    def memory_bytes(self) -> int | None:
+        """Estimated in-memory bytes of all the records (shuffle buckets are sized from it); None
+        when only the input's size is known."""
+        return None
+
+    def column_info(self) -> dict[str, dict]:
+        """What ``inspect`` shows of each column beyond its values: the input's own type, the
+        nulls met so far (inputs that have nulls), a type decision."""
+        return {}
+
+    def input_details(self, i: int) -> dict:
+        """What ``inspect`` shows of input ``i`` beyond its size (row groups, record batches...)."""
+        return {}

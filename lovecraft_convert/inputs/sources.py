@@ -26,6 +26,7 @@ class InputSpec:
     size: int | None = None
     mtime: float | None = None
     stdin_spool: str | None = None  # stdin is spooled to this file when it must be read twice
+    notes: dict | None = None  # what the reader decided about it that the manifest records (column types)
 
     @property
     def is_stdin(self) -> bool:
@@ -49,7 +50,7 @@ class InputSpec:
         return os.path.splitext(base)[0]
 
     def describe(self) -> dict:
-        return {
+        d = {
             "name": self.name,
             "path": None if self.is_stdin else os.path.abspath(self.path),
             "size": self.size,
@@ -57,6 +58,13 @@ class InputSpec:
             "format": self.format,
             "compression": self.compression,
         }
+        if self.notes:
+            d.update(self.notes)
+        return d
+
+    @property
+    def is_dir(self) -> bool:
+        return not self.is_stdin and os.path.isdir(self.path)
 
 
 def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[InputSpec]:
@@ -80,6 +88,9 @@ def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[In
     if sum(1 for s in out if s.is_stdin) > 1:
         raise InputError("stdin (-) given more than once")
     for s in out:
+        if s.is_dir:
+            s.format = input_format or s.format
+            continue
         s.compression = detect_compression(s)
         s.format = input_format or detect_format(s)
     return out
@@ -93,12 +104,36 @@ def _check_file(p: str) -> InputSpec:
     except PermissionError:
         raise InputError(f"{p}: permission denied", hint="check the file's permissions") from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(
-            f"{p}: is a directory, not a file", hint="pass the files inside it, e.g. a glob like dir/*.csv"
-        )
+        kind = directory_kind(p)
+        if kind is None:
+            raise InputError(
+                f"{p}: is a directory, not a file", hint="pass the files inside it, e.g. a glob like dir/*.csv"
+            )
+        return InputSpec(p, p, format=kind, size=_tree_size(p), mtime=st.st_mtime)
     if not os.access(p, os.R_OK):
         raise InputError(f"{p}: permission denied", hint="check the file's permissions")
     return InputSpec(p, p, size=st.st_size if stat.S_ISREG(st.st_mode) else None, mtime=st.st_mtime)
+
+
+def directory_kind(path: str) -> str | None:
+    """The input kind of a directory, from the files that mark it (:data:`.kinds.DIRECTORIES`)."""
+    from .kinds import DIRECTORIES
+
+    for marker, kind in DIRECTORIES:
+        if os.path.isfile(os.path.join(path, marker)):
+            return kind
+    return None
+
+
+def _tree_size(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _peek(spec: InputSpec, n: int = 8) -> bytes:

@@ -49,7 +49,7 @@ def inspect(
         raise OptionsError(f"--sample {sample}: give a positive number of rows")
     if num_buckets is not None and num_buckets < 1:
         raise OptionsError(f"--num-buckets {num_buckets}: give at least 1")
-    if len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0]):
+    if len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0]) and not _input_directory(inputs[0]):
         if plot:
             raise OptionsError("--plot draws the length histogram of inputs", hint="give input files, not a dataset")
         from .dataset import inspect_dataset
@@ -84,6 +84,14 @@ def inspect(
         draw_plot(report, plot)
         report["plot"] = plot
     return report
+
+
+def _input_directory(path: str) -> bool:
+    """A directory read as an input (a Hugging Face dataset), not described from a manifest."""
+    from .. import manifest as mf
+    from ..inputs.sources import directory_kind
+
+    return not mf.is_dataset(path) and directory_kind(path) is not None
 
 
 def format_text(report: dict[str, Any]) -> str:

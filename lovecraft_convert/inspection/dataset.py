@@ -59,7 +59,7 @@ def inspect_dataset(path: str) -> dict[str, Any]:
         fmt = for_dataset(m.get("output_format"), path)
     except DatasetError:
         fmt = None
-    for key in fmt.manifest_keys if fmt is not None else ():  # the format's own sections
+    for key in (*(fmt.manifest_keys if fmt is not None else ()), "tokenizer", "packing"):  # format's, tokens'
         if m.get(key):
             report[key] = m[key]
     report["load"] = load_snippets(path, m)

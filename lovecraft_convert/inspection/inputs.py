@@ -141,7 +141,7 @@ def _num(v):
 
 def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[str, Any]:
     budget = parse_size(o.max_memory)
-    reader = open_reader(inputs, budget=budget, **o.read_kwargs())
+    reader = open_reader(inputs, budget=budget, lenient=True, **o.read_kwargs())
     while True:
         schema = select_columns(reader, o.columns)
         profiles = [Profile(f) for f in schema]
@@ -219,15 +219,28 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[s
         "sample_rows": rows if not exact else None,
         "columns": [p.to_dict(num_buckets) for p in profiles],
     }
+    _add_input_figures(report, reader)
     if estimate and kept:
-        report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows, reader.format)
+        report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows)
         floating = [f for f in schema if f.np_dtype.kind == "f" and f.np_dtype.itemsize > 2]
         if floating:
-            report["estimated_bytes_float16"] = estimate_sizes(
-                kept, schema, total_rows or rows, reader.format, dtype="float16"
-            )
+            report["estimated_bytes_float16"] = estimate_sizes(kept, schema, total_rows or rows, dtype="float16")
         report["estimated_exact"] = False
     return report
+
+
+def _add_input_figures(report: dict[str, Any], reader) -> None:
+    """What the reader knows beyond the values: the input's own column types, nulls, type
+    decisions (Parquet, Arrow), row groups and record batches of each input."""
+    for i, entry in enumerate(report["inputs"]):
+        entry.update(reader.input_details(i))
+    info = reader.column_info()
+    for c in report["columns"]:
+        c.update(info.get(c["name"], {}))
+    shown = {c["name"] for c in report["columns"]}
+    left = [{"name": k, **v} for k, v in info.items() if k not in shown]
+    if left:
+        report["columns_not_read"] = left
 
 
 def _estimate_rows(reader, rows: int, done: int) -> int | None:
@@ -251,9 +264,7 @@ def _bar(reader, enabled: bool | None):
     )
 
 
-def estimate_sizes(
-    kept: list, schema, rows: int, input_format: str | None, dtype: str | None = None
-) -> dict[str, int | None]:
+def estimate_sizes(kept: list, schema, rows: int, dtype: str | None = None) -> dict[str, int | None]:
     """Bytes of the dataset each format would write for ``rows`` rows, from writing the sample rows
     ``kept`` (and half of them, to separate fixed overheads such as headers and footers)."""
 
@@ -271,7 +282,7 @@ def estimate_sizes(
         for name in format_names():
             fmt = get_format(name)
             try:
-                fmt.check_schema(schema, "input", input_format)
+                fmt.check_schema(schema, "input")
             except LovecraftError:
                 out[name] = None
                 continue

@@ -40,7 +40,12 @@ def format_text(r: dict[str, Any]) -> str:
     for i in r["inputs"]:
         comp = i["compression"] or "not compressed"
         size = format_size(i["size"]) if i["size"] is not None else "size unknown"
-        out.append(f"{i['name']}: {i['format']}, {comp}, {size}")
+        more = "".join(
+            f", {number(i[k])} {k.replace('_', ' ')}"
+            for k in ("row_groups", "record_batches", "files", "shards")
+            if k in i
+        )
+        out.append(f"{i['name']}: {i['format']}, {comp}, {size}{more}")
     if r["rows_exact"]:
         out.append(f"rows: {number(r['rows'])}")
     else:
@@ -50,6 +55,8 @@ def format_text(r: dict[str, Any]) -> str:
     for c in r["columns"]:
         shape = f" shape per row {tuple(c['shape'])}" if c["shape"] else ""
         out.append(f"column '{c['name']}': {c['type']}{shape}")
+        if "input_type" in c:
+            out.append("  " + _input_type(c))
         if "min" in c:
             out.append(
                 f"  min {number(c['min'])}  max {number(c['max'])}  mean {number(c['mean'])}  NaN {number(c['nan'])}"
@@ -77,6 +84,11 @@ def format_text(r: dict[str, Any]) -> str:
             table = ", ".join(f"K={k}: {v:.1%}" for k, v in ln["efficiency_by_k"].items())
             out.append(f"  efficiency by K: {table}")
         out.append("")
+    for c in r.get("columns_not_read") or []:
+        why = f": it {c['refused']}" if c.get("refused") else f" ({c.get('input_type')}): not selected"
+        out.append(f"column '{c['name']}' not read{why}")
+    if r.get("columns_not_read"):
+        out.append("")
     if r.get("estimated_bytes"):
         approx = "estimated from a sample" if r.get("estimated_exact") is False else ""
         out.append(f"output size per format ({approx}):")
@@ -88,6 +100,20 @@ def format_text(r: dict[str, Any]) -> str:
     if r.get("plot"):
         out.append(f"plot: {r['plot']}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _input_type(c: dict[str, Any]) -> str:
+    """``input type timestamp[ms, tz=UTC], stored as int64 (ms; null = NaT); 3 nulls``."""
+    text = f"input type {c['input_type']}"
+    if c.get("stored_as"):
+        text += f", stored as {c['stored_as']}"
+        if c.get("unit"):
+            text += f" ({c['unit']} since the epoch, null = -2**63 as NumPy's NaT)"
+    if c.get("decoded"):
+        text += f" ({c['decoded']}-decoded)"
+    if "nulls" in c:
+        text += f"; {number(c['nulls'])} nulls"
+    return text
 
 
 def _format_dataset(r: dict[str, Any]) -> str:
@@ -126,6 +152,18 @@ def _format_dataset(r: dict[str, Any]) -> str:
             out.append(
                 f"  {b.get('index')}: lengths {b.get('min_length')}..{b.get('max_length')}, {number(b.get('rows'))} rows"
             )
+    tok = r.get("tokenizer") or (r.get("packing") or {}).get("tokenizer")
+    if tok:
+        marks = ", ".join(f"{k[:3]} {tok[k]}" for k in ("bos_id", "eos_id") if tok.get(k) is not None)
+        out.append(f"tokenizer: {tok.get('path') or tok.get('name')} (vocabulary {number(tok.get('vocab_size'))}"
+                   f"{', ' + marks if marks else ''}), {tok.get('dtype')} ids")  # fmt: skip
+    p = r.get("packing")
+    if p:
+        out.append(
+            f"packed: {number(p.get('documents'))} documents, {number(p.get('tokens'))} tokens in rows of "
+            f"{number(p.get('seq_len'))} ({p.get('order')} order); {number(p.get('dropped_tokens'))} tokens dropped, "
+            f"{number(p.get('padding_tokens'))} padding"
+        )
     for name, h in (r.get("float16") or {}).items():
         out.append(
             f"float16 {name}: {number(h.get('overflow'))} overflowed ({number(h.get('clipped'))} clipped), "

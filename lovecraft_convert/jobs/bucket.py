@@ -38,7 +38,7 @@ from .. import manifest as mf
 from ..engine.driver import Run, run_job
 from ..engine.frames import Grouped, gather_sorted, merge_hist, read_grouped, write_grouped
 from ..engine.journal import SPILL, intact, save_plan
-from ..errors import LovecraftError, SchemaError
+from ..errors import LovecraftError, OptionsError, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
@@ -53,6 +53,24 @@ from .shard import shard_name
 LENGTH = "length"
 TOKENIZER_PART_BYTES = 16 << 20
 TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.int32))
+
+
+def with_length(to: str, seq: Field) -> Schema:
+    """The sequence column and ``length``, which a format holding sequences only leaves out (it
+    stores every sequence's length itself)."""
+    if FIXED in get_format(to).kinds:
+        return Schema((seq, Field(LENGTH, FIXED, "<i4")))
+    return Schema((seq,))
+
+
+def check_layout(o: BucketOptions) -> None:
+    """Refuse a layout of fixed-length rows for a format that holds sequences only."""
+    fmt = get_format(o.to)
+    if o.layout != "ragged" and FIXED not in fmt.kinds:
+        raise OptionsError(
+            f"--layout {o.layout}: {fmt.name} holds sequences as they are, not rows of one length",
+            hint=f"use --layout ragged, or write the documents with `convert --to {fmt.name} --tokenizer ...`",
+        )
 
 
 @dataclass
@@ -248,7 +266,7 @@ def write_unit(ctx: BContext, unit: dict) -> dict[str, Any]:
     if width is not None:
         schema = Schema((Field(column, FIXED, dtype.str, (width,)), Field(LENGTH, FIXED, "<i4")))
     else:
-        schema = Schema((Field(column, SEQUENCE, dtype.str), Field(LENGTH, FIXED, "<i4")))
+        schema = with_length(o.to, Field(column, SEQUENCE, dtype.str))
     pad = np.array(o.pad_id).astype(dtype)
     step = max(1 << 20, ctx.budget() // 16)
     source = _emit(_pieces(ctx, unit, dtype), width, pad, dtype, column, step)
@@ -275,13 +293,18 @@ def bucket(inputs: list[str] | str, output: str, *, argv: list[str] | None = Non
     Keyword arguments are the fields of :class:`BucketOptions` (the CLI's flags).
     """
     o, inputs = BucketOptions.parse(inputs, kwargs)
+    check_layout(o)
     probe = Sequences(inputs, o, o.budget() // 4, threads=True)  # checks inputs and flags first
+    if o.layout == "packed":
+        from .packed import pack
+
+        return pack(o, inputs, output, probe, argv)
     return run_job(
         o,
         output=output,
         inputs=inputs,
         specs=probe.specs,
-        sources=probe.describe_sources(),
+        sources=probe.describe_sources() + o.tokenizer_source(),
         body=lambda run: _run(o, run, probe),
         command="bucket",
         protect_more=(os.path.abspath(probe.dataset),) if probe.dataset is not None else (),
@@ -302,6 +325,8 @@ def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
         est = sum((s.size or (256 << 20)) * (6 if s.compression else 1) for s in probe.specs) if probe.specs else 0
         if probe.dataset is not None:
             est = sum(f["bytes"] for f in probe.ds.manifest["files"])
+        elif probe.memory_bytes() is not None:
+            est = probe.memory_bytes()
         est *= 4 if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 else 1
         plan.setdefault("hash_buckets", max(1, math.ceil(est / max(1, ctx.budget() // 4))))
         save_plan(work, plan)
@@ -474,7 +499,7 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
     fmt = get_format(o.to)
     dtype = layout["dtype"]
     column = probe.column
-    schema = Schema((Field(column, SEQUENCE, dtype.str), Field(LENGTH, FIXED, "<i4")))
+    schema = with_length(o.to, Field(column, SEQUENCE, dtype.str))
     by_bucket: dict[int, list[dict]] = {}
     for fr in frags:
         by_bucket.setdefault(fr["bucket"], []).append(fr)
@@ -539,6 +564,6 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         files=[{**f, "bucket": fr["bucket"], "shard": fr["shard"]} for fr in frags for f in fr["files"]],
         stats=merged(schema, frags),
         float16={},
-        sources=probe.describe_sources(),
+        sources=probe.describe_sources() + o.tokenizer_source(),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

@@ -41,7 +41,8 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
         try:
             while True:
                 try:
-                    files, schema, rows, stats, report, extra = _run_once(reader, fmt, out, o, budget)
+                    files, plan, rows, stats, report, extra = _run_once(reader, fmt, out, o, budget)
+                    schema = plan.schema
                     break
                 except SchemaChanged:
                     out.reset()
@@ -57,13 +58,22 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
             files=[f.to_dict() for f in files],
             stats=stats,
             float16=report,
-            sources=[s.describe() for s in reader.specs],
+            sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
             argv=argv,
             seconds=round(time.time() - started, 3),
+            **tokens_extra(plan),
             **fmt.dataset_extra(schema, [extra]),
         )
         out.commit(manifest)
     return manifest
+
+
+def tokens_extra(plan: OutputPlan) -> dict[str, Any]:
+    """The manifest's ``tokenizer`` section of a tokenized dataset: which tokenizer, the text column,
+    the markers' ids and the token dtype (nothing when nothing was tokenized)."""
+    if plan.tokenize is None:
+        return {}
+    return {"tokenizer": {**plan.tokenize.tokens.describe(), "column": plan.tokenize.column}}
 
 
 def select_columns(reader: Reader, columns: list[str] | None) -> Schema:
@@ -78,30 +88,42 @@ def select_columns(reader: Reader, columns: list[str] | None) -> Schema:
 
 @dataclass
 class OutputPlan:
-    """What is written from a reader's batches: ``prepare`` keeps the ``--columns`` and stacks the
-    ``--stack-columns``; ``down`` (None when nothing is narrowed) then downcasts to ``schema``."""
+    """What is written from a reader's batches: ``prepare`` keeps the ``--columns``, tokenizes the
+    ``--column`` (``--tokenizer``) and stacks the ``--stack-columns``; ``down`` (None when nothing
+    is narrowed) then downcasts to ``schema``."""
 
     schema: Schema
     down: Any
-    source: Schema  # the reader's columns that are kept, before stacking
+    source: Schema  # the reader's columns that are kept, before tokenizing and stacking
     stack: Any = None
+    tokenize: Any = None  # transforms.tokenize.Tokenize, or None
 
     def prepare(self, batch: Batch) -> Batch:
         names = self.source.names
         if list(batch.columns) != names:
             batch = Batch({n: batch.columns[n] for n in names}, batch.num_rows)
+        if self.tokenize is not None:
+            batch = self.tokenize(batch)
         return self.stack(batch) if self.stack is not None else batch
 
 
 def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
-    """The written schema (``--columns``, ``--stack-columns``, then ``--dtype``/float16 column
-    types) and the transforms that produce it."""
+    """The written schema (``--columns``, ``--tokenizer``, ``--stack-columns``, then
+    ``--dtype``/float16 column types) and the transforms that produce it."""
     from ..transforms.downcast import Downcast
 
-    source = select_columns(reader, o.columns)
-    schema = source
-    stack = None
     where = ", ".join(s.name for s in reader.specs)
+    tokenize = None
+    if o.tokenizer is not None:
+        from ..transforms.tokenize import Tokenize, Tokens
+
+        tokenize = Tokenize(reader.schema, Tokens(o.tokenizer, o.eos, o.bos), o.column, o.columns, where)
+        source = Schema(tuple(reader.schema[n] for n in tokenize.source_names))
+        schema = tokenize.schema
+    else:
+        source = select_columns(reader, o.columns)
+        schema = source
+    stack = None
     if o.stack_columns:
         from ..transforms.stack import Stack
 
@@ -112,7 +134,7 @@ def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
     if down is not None:
         down.source = where
         schema = down.schema
-    return OutputPlan(schema, down, source, stack)
+    return OutputPlan(schema, down, source, stack, tokenize)
 
 
 READ_COLUMN_FLOOR = 8 << 10  # what reading holds per column at least (the CSV parser's per-column state)
@@ -166,7 +188,7 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     plan = output_schema(reader, o)
     schema, down = plan.schema, plan.down
     source = ", ".join(s.name for s in reader.specs)
-    fmt.check_schema(schema, source, getattr(reader, "format", None))
+    fmt.check_schema(schema, source)
     check_memory(schema, fmt, budget, source)
     writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
     stats = BatchStats(schema)
@@ -184,4 +206,4 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
         progress.close()
     if rows == 0:
         raise InputError(f"{source}: empty input (no records)", hint="check the file")
-    return files, schema, rows, stats.to_dict(), (down.report() if down else {}), writer.manifest_extra()
+    return files, plan, rows, stats.to_dict(), (down.report() if down else {}), writer.manifest_extra()

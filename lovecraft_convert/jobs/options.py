@@ -18,9 +18,10 @@ from ..util import parse_size
 FLOAT_TARGETS = ("float16", "float32")
 MIN_MEMORY = 16 << 20
 PART_BYTES = 64 << 20
-LAYOUTS = ("padded", "ragged")
+LAYOUTS = ("padded", "ragged", "packed")
 READ_KEYS = (
     "input_format", "errors", "header", "delimiter", "column_types", "skip_rows", "comment", "max_expansion",
+    "columns",
 )  # fmt: skip
 
 
@@ -45,6 +46,10 @@ class ConvertOptions:
     errors: str = "strict"
     max_expansion: float = 1000.0
     hash: str = DEFAULT_HASH  # how every file is hashed in the manifest (blake3 | sha256)
+    tokenizer: str | None = None  # bytes | chars | a tokenizer.json: --column's text becomes token ids
+    column: str | None = None  # the text column to tokenize (default: text)
+    eos: str | int | None = None  # a token (or id) appended to every document
+    bos: str | int | None = None  # a token (or id) put before every document
     progress: bool | None = None  # None: on when stderr is a terminal
 
     @classmethod
@@ -91,6 +96,7 @@ class ConvertOptions:
             raise OptionsError(f"--hash {self.hash}: use one of {', '.join(HASHES)}")
         if self.errors not in ("strict", "replace"):
             raise OptionsError(f"--errors {self.errors}: use strict or replace")
+        self.validate_tokens()
         self.validate_inputs()
         self.compression = fmt.check_compression(self.compression)
         try:
@@ -102,6 +108,30 @@ class ConvertOptions:
         self.max_memory = budget  # bytes from here on: what the manifest and the fingerprint record
         if self.max_expansion < 0:
             raise OptionsError(f"--max-expansion {self.max_expansion}: give a ratio (0: no limit)")
+
+    def validate_tokens(self) -> None:
+        """--column, --eos and --bos go with --tokenizer; the markers are looked up when it is loaded."""
+        if self.tokenizer is None:
+            for flag, v in (("--column", self.column), ("--eos", self.eos), ("--bos", self.bos)):
+                if v is not None:
+                    raise OptionsError(
+                        f"{flag} goes with --tokenizer", hint="add --tokenizer bytes|chars|tokenizer.json"
+                    )
+        elif not isinstance(self.tokenizer, str) or not self.tokenizer:
+            raise OptionsError(f"--tokenizer {self.tokenizer!r}: give bytes, chars or the path of a tokenizer.json")
+
+    def tokenizer_source(self) -> list[dict]:
+        """The tokenizer file as the manifest's sources list it (a changed file is a changed input for
+        ``--resume``), or nothing for the built-in tokenizers."""
+        import os
+
+        from ..transforms.tokenize import BUILTIN
+
+        if self.tokenizer is None or self.tokenizer in BUILTIN or not os.path.isfile(self.tokenizer):
+            return []
+        st = os.stat(self.tokenizer)
+        path = os.path.abspath(self.tokenizer)
+        return [{"name": self.tokenizer, "path": path, "size": st.st_size, "mtime": st.st_mtime, "format": "tokenizer"}]
 
     def validate_inputs(self) -> None:
         """The CSV syntax options (inspect takes them too)."""
@@ -134,6 +164,8 @@ class ShardOptions(ConvertOptions):
     workers: int | None = None
     resume: bool = False
     part_bytes: int = PART_BYTES
+    engine: str = "local"  # local processes, or Ray tasks (--engine ray)
+    ray_address: str | None = None  # the Ray cluster (default RAY_ADDRESS, else a local Ray for the run)
 
     def fingerprint(self) -> dict[str, Any]:
         """What must not change between a run and its ``--resume``."""
@@ -162,6 +194,12 @@ class ShardOptions(ConvertOptions):
             self.shard_size = size
         if self.workers is not None and self.workers < 1:
             raise OptionsError("--workers must be at least 1")
+        from ..engine.executors import ENGINES
+
+        if self.engine not in ENGINES:
+            raise OptionsError(f"--engine {self.engine}: use one of {', '.join(ENGINES)}")
+        if self.ray_address and self.engine != "ray":
+            raise OptionsError("--ray-address applies to --engine ray")
 
     def check_inputs(self, inputs: list[str]) -> None:
         if "-" in inputs and self.resume:
@@ -172,8 +210,7 @@ class ShardOptions(ConvertOptions):
 class BucketOptions(ShardOptions):
     """``shard``'s options plus the bucketing ones."""
 
-    tokenizer: str = "bytes"
-    column: str | None = None
+    tokenizer: str | None = "bytes"
     ragged: bool = False
     num_buckets: int | None = None
     boundaries: list[int] | None = None
@@ -183,6 +220,8 @@ class BucketOptions(ShardOptions):
     min_length: int = 0
     layout: str = "padded"
     pad_id: int | float = 0
+    seq_len: int | None = None  # packed: tokens per row
+    pad_last: bool = False  # packed: pad the last partial row instead of dropping it
 
     def limit(self) -> int | None:
         """The longest sequence kept (longer ones are truncated or dropped), if any."""
@@ -204,12 +243,19 @@ class BucketOptions(ShardOptions):
                 raise OptionsError(
                     f"--boundaries {','.join(map(str, b))}: give increasing positive lengths, like 32,64,128"
                 )
-        if (self.num_buckets is None) == (self.boundaries is None):
+        if self.layout not in LAYOUTS:
+            raise OptionsError(f"--layout {self.layout}: use padded, ragged or packed")
+        if self.layout == "packed":
+            self.validate_packed()
+        elif self.seq_len is not None or self.pad_last:
+            raise OptionsError(
+                f"{'--seq-len' if self.seq_len is not None else '--pad-last'} goes with --layout packed",
+                hint="add --layout packed, or drop it",
+            )
+        elif (self.num_buckets is None) == (self.boundaries is None):
             raise OptionsError("give exactly one of --num-buckets and --boundaries")
         if self.num_buckets is not None and self.num_buckets < 1:
             raise OptionsError("--num-buckets must be at least 1")
-        if self.layout not in LAYOUTS:
-            raise OptionsError(f"--layout {self.layout}: use padded or ragged")
         if self.truncate and self.drop_longer:
             raise OptionsError("give only one of --truncate and --drop-longer")
         if self.max_length is not None and self.max_length < 1:
@@ -236,7 +282,38 @@ class BucketOptions(ShardOptions):
             raise OptionsError("--stack-columns does not apply to bucket")
         if self.column_types:
             raise OptionsError("--column-type does not apply to bucket")
+        if self.ragged and (self.eos is not None or self.bos is not None):
+            raise OptionsError("--eos and --bos mark documents of text; --ragged rows are numbers", hint="drop them")
         super().validate(shards_required=shards_required)
+
+    def validate_packed(self) -> None:
+        """--layout packed: rows of exactly --seq-len tokens, no length buckets."""
+        if self.seq_len is None:
+            raise OptionsError("--layout packed needs --seq-len L", hint="the tokens of every row, e.g. --seq-len 2048")
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 1:
+            raise OptionsError(f"--seq-len {self.seq_len!r}: give the tokens of every row, 1 or more")
+        given = [
+            flag
+            for flag, v in (
+                ("--num-buckets", self.num_buckets is not None),
+                ("--boundaries", self.boundaries is not None),
+                ("--max-length", self.max_length is not None),
+                ("--truncate", self.truncate),
+                ("--drop-longer", self.drop_longer),
+                ("--min-length", bool(self.min_length)),
+            )
+            if v
+        ]
+        if given:
+            raise OptionsError(
+                f"{given[0]} does not apply to --layout packed", hint="packed rows all have --seq-len tokens"
+            )
+
+    def validate_tokens(self) -> None:
+        """bucket always reads text through a tokenizer (bytes by default); --column also names a
+        dataset's sequence column."""
+        if not isinstance(self.tokenizer, str) or not self.tokenizer:
+            raise OptionsError(f"--tokenizer {self.tokenizer!r}: give bytes, chars or the path of a tokenizer.json")
 
 
 def takes_options(cls: type[ConvertOptions]):

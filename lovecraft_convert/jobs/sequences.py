@@ -1,5 +1,6 @@
 """Where ``bucket``'s sequences come from: text lines through a tokenizer, CSV rows of numbers of any
-length (``--ragged``), a CSV text column, or a variable-length column of a lovecraft dataset."""
+length (``--ragged``), a CSV text column, a text or sequence column of a Parquet, Arrow or Hugging
+Face input (only that column is read), or a variable-length column of a lovecraft dataset."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from .. import manifest as mf
 from ..errors import InputError, SchemaError
 from ..inputs import Part, open_reader
+from ..inputs.base import SchemaChanged
 from ..schema import SEQUENCE, VarColumn
 from ..util import parse_size
 from .options import BucketOptions
@@ -42,7 +44,7 @@ class Sequences:
     (VarColumn of tokens or values, first line or row of the batch, 'line' | 'row')."""
 
     def __init__(self, inputs: list[str], o: BucketOptions, budget: int, threads: bool = False) -> None:
-        from ..transforms.tokenize import load_tokenizer
+        from ..transforms.tokenize import Tokens
 
         self.o = o
         self.tokenizer = None
@@ -77,9 +79,15 @@ class Sequences:
             self.field = fld
             self.kind = "dataset"
             if fld.kind == "string":
-                self.tokenizer = load_tokenizer(o.tokenizer)
+                self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
                 self.column = "tokens"
             else:
+                if o.eos is not None or o.bos is not None:
+                    raise SchemaError(
+                        f"{self.dataset}: column '{fld.name}' holds token ids already; --eos and --bos mark text "
+                        "as it is tokenized",
+                        hint="drop them",
+                    )
                 self.column = fld.name
             self.specs = []
             self.name = self.dataset
@@ -107,6 +115,11 @@ class Sequences:
                 hint="bucket text lines, ragged CSV rows (--ragged) or a dataset's variable-length column",
             )
         self.reader = probe
+        from ..inputs.columnar import ColumnarReader
+
+        if isinstance(probe, ColumnarReader):
+            self._columnar(inputs, probe, o, budget, threads, kw)
+            return
         if fmt == "csv":
             names = probe.schema.names
             if o.column is None:
@@ -126,11 +139,47 @@ class Sequences:
             self.source_column = o.column
         else:
             if o.column is not None:
-                raise SchemaError(f"--column applies to CSV and dataset inputs; {self.name} is {fmt}")
+                raise SchemaError(
+                    f"--column applies to CSV, Parquet, Arrow, Hugging Face and dataset inputs; {self.name} is {fmt}"
+                )
             self.kind = "text"
             self.source_column = "text"
-        self.tokenizer = load_tokenizer(o.tokenizer)
+        self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
         self.column = "tokens"
+
+    def _columnar(self, inputs: list[str], probe, o: BucketOptions, budget: int, threads: bool, kw: dict) -> None:
+        """A Parquet, Arrow or Hugging Face input: its one variable-length column (or ``--column``),
+        text through the tokenizer, a sequence column (token ids) as it is; only it is read."""
+        from ..transforms.tokenize import load_tokenizer
+
+        var = [f for f in probe.schema if f.kind in (SEQUENCE, "string")]
+        if o.column is None:
+            if len(var) != 1:
+                names = ", ".join(f.name for f in var) or "none"
+                raise SchemaError(
+                    f"{self.name}: say which column holds the text or sequences (variable-length columns: {names})",
+                    hint="pass --column NAME",
+                )
+            fld = var[0]
+        else:
+            if o.column not in probe.schema.names:
+                raise SchemaError(
+                    f"{self.name}: no column '{o.column}'", hint=f"columns are {', '.join(probe.schema.names)}"
+                )
+            fld = probe.schema[o.column]
+            if fld not in var:
+                raise SchemaError(
+                    f"{self.name}: column '{fld.name}' is {fld.describe()}, not text or sequences",
+                    hint="choose a text or sequence column",
+                )
+        self.reader = open_reader(inputs, budget=budget, threads=threads, **{**kw, "columns": [fld.name]})
+        self.kind = "columnar"
+        self.source_column = fld.name
+        if fld.kind == "string":
+            self.tokenizer = load_tokenizer(o.tokenizer)
+            self.column = "tokens"
+        else:
+            self.column = fld.name
 
     # -- parts --------------------------------------------------------------------------------
 
@@ -142,6 +191,10 @@ class Sequences:
                     parts.append(Part(len(parts), 0, rows=(gi, pi)))
             return parts
         return self.reader.partitions(target, mapper=mapper)
+
+    def memory_bytes(self) -> int | None:
+        """Estimated in-memory bytes of the input (None: only its size is known)."""
+        return self.reader.memory_bytes() if self.kind == "columnar" else None
 
     def describe_sources(self) -> list[dict]:
         if self.kind == "dataset":
@@ -174,15 +227,21 @@ class Sequences:
         first_part = part.start in (None, 0) and part.spec == 0
         self._header_pending = first_part  # the first row kept may be a header (ragged)
         line = part.line0
-        for batch in self.reader.part_batches(part):
-            col = batch.columns[self.source_column]
-            if self.kind == "ragged":
-                yield from self._ragged(col, line, part)
+        try:
+            for batch in self.reader.part_batches(part):
+                col = batch.columns[self.source_column]
+                if self.kind == "ragged":
+                    yield from self._ragged(col, line, part)
+                    line += batch.num_rows
+                    continue
+                where = "line" if self.kind == "text" else "row"
+                yield (self.tokenizer.encode(col) if self.tokenizer else col), line, where
                 line += batch.num_rows
-                continue
-            where = "line" if self.kind == "text" else "row"
-            yield self.tokenizer.encode(col), line, where
-            line += batch.num_rows
+        except SchemaChanged:  # an int sequence column holding nulls: not token ids
+            raise InputError(
+                f"{self.name}, column '{self.source_column}': its sequences hold nulls",
+                hint="fill them (or drop those rows) before bucketing",
+            ) from None
 
     def o_budget(self) -> int:
         return parse_size(self.o.max_memory) // 4

@@ -40,7 +40,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import check_memory, output_schema, write_unit_files
+from .convert import check_memory, output_schema, tokens_extra, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -259,7 +259,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         output=output,
         inputs=inputs,
         specs=probe.specs,
-        sources=[s.describe() for s in probe.specs],
+        sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
         body=lambda run: _run(o, run, probe),
         argv=argv,
     )
@@ -274,9 +274,10 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     while True:
         ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0)
         reader = ctx.reader()
-        schema = output_schema(reader, o).schema
+        out_plan = output_schema(reader, o)
+        schema = out_plan.schema
         source = ", ".join(s.name for s in reader.specs)
-        fmt.check_schema(schema, source, getattr(reader, "format", None))
+        fmt.check_schema(schema, source)
         check_memory(schema, fmt, o.budget(), source)
         ctx.out_schema = schema.to_list()
         trace("planning parts")
@@ -311,7 +312,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
     run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n})
     trace("phase 2 done")
-    return _manifest(o, ctx, reader, schema, [done[k] for k in range(n)], split, total)
+    return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total)
 
 
 def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions) -> list[dict]:
@@ -345,6 +346,9 @@ def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict)
 
 def _estimate_bytes(reader) -> int:
     """Roughly how many bytes the records take in memory (for the number of shuffle buckets)."""
+    known = reader.memory_bytes()
+    if known is not None:
+        return known
     total = 0
     for s in reader.specs:
         size = s.size or (256 << 20)
@@ -403,9 +407,10 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     return per
 
 
-def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list[dict], split, total: int) -> dict:
+def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict], split, total: int) -> dict:
     from ..transforms.downcast import Downcast
 
+    schema = out_plan.schema
     reports = [p["float16"] for p in (split or [])] + [fr["float16"] for fr in frags]
     float16 = {}
     if any(reports):
@@ -436,6 +441,7 @@ def _manifest(o: ShardOptions, ctx: Context, reader, schema: Schema, frags: list
         files=[{**f, "shard": fr["shard"]} for fr in frags for f in fr["files"]],
         stats=merged(schema, frags),
         float16=float16,
-        sources=[s.describe() for s in reader.specs],
+        sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
+        **tokens_extra(out_plan),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

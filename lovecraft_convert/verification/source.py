@@ -180,7 +180,7 @@ class SourceComparer:
         self.shuffled = bool(manifest.get("shuffle")) or bool(manifest.get("buckets"))
         self.mode = "multiset" if self.shuffled else "rows"
         try:
-            self.o = ConvertOptions(**_options(manifest.get("options"), ConvertOptions))
+            self.o = ConvertOptions(**_tokenizer_path(_options(manifest.get("options"), ConvertOptions), manifest))
             self.o.validate()
         except (TypeError, ValueError, LovecraftError) as e:
             self._source_problem(f"the manifest's options cannot be used to read the source ({e})", who="manifest")
@@ -469,7 +469,24 @@ _OPTION_TYPES = {
     "header": (bool,),
     "errors": (str,),
     "max_expansion": (int, float),
+    "tokenizer": (str, type(None)),
+    "column": (str, type(None)),
+    "eos": (str, int, type(None)),
+    "bos": (str, int, type(None)),
 }
+TOKEN_OPTIONS = ("tokenizer", "column", "eos", "bos")
+
+
+def _tokenizer_path(options: dict[str, Any], manifest: dict) -> dict[str, Any]:
+    """The token options of a tokenized ``convert`` or ``shard`` dataset, with the tokenizer file at the
+    absolute path the manifest records (the run may have named it relative to another directory);
+    none for ``bucket``, whose sequences are not the source's rows."""
+    if manifest.get("command") == "bucket":
+        return {k: v for k, v in options.items() if k not in TOKEN_OPTIONS}
+    info = manifest.get("tokenizer")
+    if isinstance(info, dict) and isinstance(info.get("path"), str) and options.get("tokenizer"):
+        options = {**options, "tokenizer": info["path"]}
+    return options
 
 
 def _options(raw: Any, cls) -> dict[str, Any]:

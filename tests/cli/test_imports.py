@@ -9,7 +9,7 @@ import sys
 def test_cli_import_is_light():
     code = (
         "import sys, lovecraft_convert.cli, lovecraft_convert;"
-        "heavy = [m for m in ('tensorflow', 'h5py', 'pyarrow', 'torch', 'polars', 'numpy', 'matplotlib') if m in sys.modules];"
+        "heavy = [m for m in ('tensorflow', 'h5py', 'pyarrow', 'torch', 'polars', 'numpy', 'matplotlib', 'ray') if m in sys.modules];"
         "print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

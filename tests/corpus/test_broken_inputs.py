@@ -90,6 +90,30 @@ def _bomb(d: str) -> list[str]:
     return [p]
 
 
+def _bomb_in(kind: str, body: str = "npy") -> Callable[[str], list[str]]:
+    """80 MB in a few KB of zstd, xz or bz2 (streamed, fast presets): a .npy of zeros, or CSV rows."""
+
+    def make(d: str) -> list[str]:
+        p = os.path.join(d, f"z.{body}.{kind}")
+        opener = {
+            "zst": lambda: zstandard.open(p, "wb", cctx=zstandard.ZstdCompressor(level=1, write_checksum=True)),
+            "xz": lambda: lzma.open(p, "wb", preset=0),  # noqa: SIM115
+            "bz2": lambda: bz2.open(p, "wb", compresslevel=1),  # noqa: SIM115
+        }[kind]
+        with opener() as f:
+            if body == "npy":
+                f.write(_npy_header("<f8", (10_000_000,)))
+                block = bytes(8 << 20)
+            else:
+                f.write(b"a,b\n")
+                block = b"1,2\n" * (2 << 20)
+            for _ in range(10):
+                f.write(block)
+        return [p]
+
+    return make
+
+
 def _bad_unicode() -> bytes:
     """A ``<U2`` array whose last code unit is 0x110000, beyond Unicode."""
     b = bytearray(_npy(np.array(["ab", "cd"])))
@@ -185,6 +209,7 @@ def _cannot_hold(*fmts: str) -> Callable[[dict], None]:
 
     def check(report: dict) -> None:
         est = report["estimated_bytes"]
+        assert est.pop("megatron") is None  # it holds token sequences only: none of these inputs
         assert sorted(k for k, v in est.items() if v is None) == sorted(fmts), est
 
     return check
@@ -271,6 +296,10 @@ CASES: dict[str, Case] = {
     "gz named .gz but plain": Case(_file("p.csv.gz", CSV), "parquet", "Error: {d}/p.csv.gz: named .gz but is not gzip-compressed; rename it or re-create it"),
     "gz empty file": Case(_file("e.csv.gz", b""), "hdf5", "Error: {d}/e.csv.gz: empty input (no header, no rows); check the file"),
     "gz bomb beyond --max-expansion": Case(_bomb, "parquet", "Error: {d}/z.npy.gz: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "zst bomb beyond --max-expansion": Case(_bomb_in("zst"), "hdf5", "Error: {d}/z.npy.zst: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "xz bomb beyond --max-expansion": Case(_bomb_in("xz"), "tfrecord", "Error: {d}/z.npy.xz: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "bz2 bomb beyond --max-expansion": Case(_bomb_in("bz2"), "memmap", "Error: {d}/z.npy.bz2: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
+    "csv.zst bomb beyond --max-expansion": Case(_bomb_in("zst", "csv"), "parquet", "Error: {d}/z.csv.zst: inflates more than 10x its compressed size (decompression bomb?); if the file is genuine, raise the limit with --max-expansion", input_opts=["--max-expansion", "10"]),
     "zst truncated": Case(_file("t.txt.zst", ZST[: len(ZST) // 2]), "memmap", f"Error: {{d}}/t.txt.zst: truncated zstd stream (ends inside a frame); {REDOWNLOAD}"),
     "zst corrupt": Case(_file("c.txt.zst", _flip(ZST, len(ZST) // 2)), "parquet", f"Error: {{d}}/c.txt.zst: corrupt zstd stream (Restored data doesn't match checksum); {REDOWNLOAD}"),
     "zst corrupt frame header": Case(_file("f.txt.zst", _flip(ZST, 4)), "hdf5", f"Error: {{d}}/f.txt.zst: corrupt zstd stream (Unsupported frame parameter); {REDOWNLOAD}"),

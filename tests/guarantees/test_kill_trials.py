@@ -8,7 +8,7 @@ resumable command with ``--resume`` (it must end byte-identical to an uninterrup
 equal but for times, argv and worker counts), any other command by running it again (the stale
 temporary is cleaned); afterwards nothing is left beside the output. A SIGINT (sent to the whole
 process group, as a terminal's Ctrl-C is) must end the run with exit 130 and the one-line message
-as the last line of stderr.
+as the whole of stderr (a resumable run's count of committed shards equal to its journal's).
 
 Each trial's delay comes from ``random.Random(seed)`` (between 0.2 s and the measured full-run
 time); the seed is in every assertion message. Replay one with ``KILL_TRIAL_SEED=<seed>``.
@@ -31,7 +31,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import leftovers
+from tests.conftest import SUBPROCESS_ENV, leftovers
 from tests.jobs.test_shard import _digest
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ CASES: list[tuple[str, list[str]]] = [
 ]
 RESUMABLE = {"shard", "bucket"}  # commands with --resume
 KILL_TRIALS = 2  # per case: 26 SIGKILL trials
-SIGINT_CASES = [2, 5, 9, 11]  # indexes into CASES
+SIGINT_CASES = [2, 5, 9, 10, 11]  # indexes into CASES: convert, shard and bucket, with workers
 IGNORED_IN_MANIFEST = ("created_at", "argv", "seconds", "workers")
 
 
@@ -133,7 +133,9 @@ def references(big_csv, tmp_path_factory):
         if i not in cache:
             out = str(base / f"ref{i}")
             t0 = time.time()
-            r = subprocess.run(_argv(CASES[i], big_csv, out), capture_output=True, text=True, timeout=600)
+            r = subprocess.run(
+                _argv(CASES[i], big_csv, out), capture_output=True, text=True, timeout=600, env=SUBPROCESS_ENV
+            )
             took = time.time() - t0
             assert r.returncode == 0, r.stderr
             cache[i] = (took, _digest(out), _manifest(out))
@@ -178,7 +180,12 @@ def _wait_group(pgid: int, why: str, timeout: float = 20.0) -> None:
 
 def _interrupt(case, src: str, out: str, delay: float, sig: int) -> subprocess.Popen:
     p = subprocess.Popen(
-        _argv(case, src, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        _argv(case, src, out),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=SUBPROCESS_ENV,
     )
     time.sleep(delay)
     if sig == signal.SIGKILL:
@@ -195,13 +202,13 @@ def _interrupt(case, src: str, out: str, delay: float, sig: int) -> subprocess.P
 def _check_invariant(d: str, out: str, ref_digest: dict, why: str) -> None:
     """The output is absent or complete and right; a leftover temporary never passes for a dataset."""
     if os.path.exists(out):
-        r = subprocess.run([LOVECRAFT, "verify", out, "-q"], capture_output=True, text=True)
+        r = subprocess.run([LOVECRAFT, "verify", out, "-q"], capture_output=True, text=True, env=SUBPROCESS_ENV)
         assert (r.returncode, r.stdout) == (0, ""), f"{why}: a dataset at the output that verify refuses: {r.stdout}"
         assert _digest(out) == ref_digest, f"{why}: a complete-looking output that differs from an uninterrupted run"
     for name in leftovers(d):
         p = os.path.join(d, name)
         if os.path.isdir(p):
-            r = subprocess.run([LOVECRAFT, "verify", p, "-q"], capture_output=True, text=True)
+            r = subprocess.run([LOVECRAFT, "verify", p, "-q"], capture_output=True, text=True, env=SUBPROCESS_ENV)
             assert r.returncode != 0, f"{why}: the leftover {name} passes verify as a dataset"
     assert sorted(n for n in os.listdir(d) if not n.startswith(".")) in ([], ["out"]), f"{why}: {os.listdir(d)}"
 
@@ -212,7 +219,9 @@ def _finish(case, src: str, d: str, out: str, ref, why: str) -> None:
     command = case[0]
     if not os.path.exists(out):
         extra = ["--resume"] if command in RESUMABLE else []
-        r = subprocess.run(_argv(case, src, out, *extra), capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            _argv(case, src, out, *extra), capture_output=True, text=True, timeout=600, env=SUBPROCESS_ENV
+        )
         assert r.returncode == 0, f"{why}: finishing with {extra or 'a new run'} failed: {r.stderr[-2000:]}"
     assert _digest(out) == ref_digest, f"{why}: files differ from an uninterrupted run"
     assert _manifest(out) == ref_manifest, f"{why}: manifest differs from an uninterrupted run"
@@ -254,17 +263,22 @@ def test_sigint_trial(tmp_path, big_csv, references, index, seed):
         assert p.stderr_text == "", why
     else:
         assert p.returncode == 130, f"{why}: rc {p.returncode}: {p.stderr_text[-2000:]}"
-        last = p.stderr_text.rstrip("\n").split("\n")[-1]
+        assert p.stdout_text == "", f"{why}: stdout {p.stdout_text[-2000:]!r}"
         if case[0] in RESUMABLE:
+            what = "bucket shard" if case[0] == "bucket" else "shard"
             want = re.compile(
-                rf"Error: interrupted; \d+ (bucket )?shards? committed in {re.escape(d)}/\.out\.partial; "
-                r"run the same command with --resume to finish, or --overwrite to start over"
+                rf"Error: interrupted; (\d+) {what}s? committed in {re.escape(d)}/\.out\.partial; "
+                r"run the same command with --resume to finish, or --overwrite to start over\n"
             )
         else:
-            want = re.compile(rf"Error: interrupted; nothing was written to {re.escape(out)}")
-        assert want.fullmatch(last), f"{why}: last line of stderr: {last!r}"
-        lines = p.stderr_text.rstrip("\n").count("\n") + 1
-        print(f"\n{why}: rc 130, {lines} line(s) on stderr, left {leftovers(d)}")
+            want = re.compile(rf"Error: interrupted; nothing was written to {re.escape(out)}\n")
+        m = want.fullmatch(p.stderr_text)  # the whole of stderr: that one line and nothing else
+        assert m, f"{why}: stderr is not the one line: {p.stderr_text[-2000:]!r}"
+        if case[0] in RESUMABLE:  # the count it gives is the journal's
+            with open(os.path.join(d, ".out.partial", "journal.jsonl")) as f:
+                committed = sum(1 for line in f if json.loads(line).get("phase") == 2)
+            assert int(m.group(1)) == committed, f"{why}: says {m.group(1)} committed, the journal {committed}"
+        print(f"\n{why}: rc 130, one line on stderr, left {leftovers(d)}")
         assert not os.path.exists(out), why
     _check_invariant(d, out, ref[1], why)
     _finish(case, big_csv, d, out, ref, why)

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, SUBPROCESS_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -34,10 +34,14 @@ FREE_BYTES = 12 * 10**9
 LOVECRAFT = os.path.join(os.path.dirname(sys.executable), "lovecraft")
 FORMATS = ["memmap", "hdf5", "parquet", "tfrecord"]
 TIMINGS: list[tuple[str, float, int | None]] = []
+EXPECTED: dict[str, object] = {}  # per input kind: what the test wrote, to compare the outputs with
+COLUMNS = {"csv": [f"x{i}" for i in range(8)] + ["label"], "npy": ["x"], "text": ["text"]}
 
 
 def _capped(*cmd: str, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, int | None]:
-    r = subprocess.run([MEMCAP, str(CAP_MIB), *cmd], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [MEMCAP, str(CAP_MIB), *cmd], capture_output=True, text=True, timeout=timeout, env=SUBPROCESS_ENV
+    )
     m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
     return r, int(m.group(1)) if m else None
 
@@ -91,6 +95,11 @@ def inputs(memcap, tmp_path_factory) -> dict[str, tuple[str, int]]:
         for _ in range(reps):
             f.write(buf)
     out["csv"] = (csv, block_rows * reps)
+    fields = [line.split(",") for line in buf.decode().splitlines()]  # the block, parsed here
+    EXPECTED["csv"] = {
+        **{f"x{i}": np.array([float(r[i]) for r in fields]) for i in range(8)},
+        "label": np.array([int(r[8]) for r in fields], dtype=np.int64),
+    }
 
     txt = str(d / "corpus.txt")
     words = np.array(["the", "of", "and", "memory", "bounded", "stream", "shard", "record", "lovecraft", "zstd"])
@@ -101,6 +110,7 @@ def inputs(memcap, tmp_path_factory) -> dict[str, tuple[str, int]]:
         for _ in range(reps):
             f.write(buf)
     out["text"] = (txt, len(lines) * reps)
+    EXPECTED["text"] = lines
     for p, _ in out.values():
         assert os.path.getsize(p) >= INPUT_BYTES
     print(
@@ -124,6 +134,9 @@ def test_convert_under_memcap(tmp_path, inputs, kind, to):
         m = json.load(f)
     assert m["rows"] == rows
     assert m["complete"] is True
+    t0 = time.time()
+    _check_output(out, to, kind, src, rows)  # the files themselves, through their own readers
+    print(f"  read back in {time.time() - t0:.0f}s")
     if kind == "npy":  # verify, bounded too: every file decoded and hashed under the same cap
         t0 = time.time()
         v, vpeak = _capped(LOVECRAFT, "verify", out, "--max-memory", "256MiB", "-q")
@@ -171,6 +184,152 @@ def test_a_wide_csv_converts_to_every_format_under_a_256_mib_cap(tmp_path, wide_
         np.testing.assert_allclose(
             np.column_stack([np.asarray(got[f"c{i}"])[:5] for i in range(2000)]), head, rtol=1e-6
         )
+
+
+CHUNK = 1 << 20  # rows per comparison step (memmap, HDF5); Parquet by row group, TFRecord by 64 Ki records
+
+
+def _text_chunk(strings) -> tuple[np.ndarray, bytes]:
+    """A run of text rows as (their byte lengths, their bytes joined): compared in one go."""
+    return np.fromiter(map(len, strings), dtype=np.int64, count=len(strings)), b"".join(strings)
+
+
+def _arrow_text(arr) -> tuple[np.ndarray, bytes]:
+    """:func:`_text_chunk` of an Arrow string array, from its offsets and data buffers."""
+    import pyarrow as pa
+
+    wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)
+    offsets = offsets[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = arr.buffers()[2]
+    return np.diff(offsets), data[int(offsets[0]) : int(offsets[-1])].to_pybytes()
+
+
+def _chunks(out: str, to: str, kind: str):
+    """Every row of the output in order, as (first row, {column: values}), read with np.load,
+    h5py, pyarrow or tf.data (a parse spec written here); text columns as :func:`_text_chunk`."""
+    names = COLUMNS[kind]
+    if to == "memmap":
+        if kind == "text":
+            values = np.load(os.path.join(out, "text.values.npy"), mmap_mode="r")
+            offsets = np.load(os.path.join(out, "text.offsets.npy"), mmap_mode="r")
+            for a in range(0, len(offsets) - 1, CHUNK):
+                o = np.asarray(offsets[a : a + CHUNK + 1])
+                yield a, {"text": (np.diff(o), values[o[0] : o[-1]].tobytes())}
+            return
+        arrays = {n: np.load(os.path.join(out, f"{n}.npy"), mmap_mode="r") for n in names}
+        rows = {len(a) for a in arrays.values()}
+        assert len(rows) == 1, rows
+        for a in range(0, rows.pop(), CHUNK):
+            yield a, {n: np.asarray(v[a : a + CHUNK]) for n, v in arrays.items()}
+    elif to == "hdf5":
+        import h5py
+
+        with h5py.File(os.path.join(out, "data.h5"), "r") as h:
+            rows = {h[n].shape[0] for n in names}
+            assert len(rows) == 1, rows
+            for a in range(0, rows.pop(), CHUNK):
+                got = {n: h[n][a : a + CHUNK] for n in names}
+                yield a, ({"text": _text_chunk(list(got["text"]))} if kind == "text" else got)
+    elif to == "parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(os.path.join(out, "data.parquet"))
+        a = 0
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=names)
+            if kind == "text":
+                got = {"text": _arrow_text(t.column("text").combine_chunks())}
+            elif kind == "npy":
+                got = {"x": t.column("x").combine_chunks().flatten().to_numpy().reshape(t.num_rows, 64)}
+            else:
+                got = {n: t.column(n).to_numpy() for n in names}
+            yield a, got
+            a += t.num_rows
+        assert a == pf.metadata.num_rows
+    else:
+        import tensorflow as tf
+
+        if kind == "text":
+            spec = {"text": tf.io.FixedLenFeature([], tf.string)}
+        elif kind == "npy":
+            spec = {"x": tf.io.FixedLenFeature([64], tf.float32)}
+        else:
+            # float64 columns are one bytes value per row (their little-endian values, exact)
+            spec = {f"x{i}": tf.io.FixedLenFeature([], tf.string) for i in range(8)}
+            spec["label"] = tf.io.FixedLenFeature([], tf.int64)
+        a = 0
+        d = tf.data.TFRecordDataset(os.path.join(out, "data.tfrecord")).batch(1 << 16)
+        for batch in d.map(lambda r: tf.io.parse_example(r, spec), num_parallel_calls=2):
+            got = {
+                n: (tf.io.decode_raw(v, tf.float64) if n.startswith("x") and kind == "csv" else v).numpy()
+                for n, v in batch.items()
+            }
+            got = {n: v.reshape(-1) if kind == "csv" else v for n, v in got.items()}
+            if kind == "text":
+                got = {"text": _text_chunk(list(got["text"]))}
+            yield a, got
+            a += _count(got, kind)
+
+
+def _count(got: dict, kind: str) -> int:
+    return len(got["text"][0]) if kind == "text" else len(next(iter(got.values())))
+
+
+class _Expected:
+    """The input's values for any run of rows: the block the test generated (CSV, text: the
+    inputs repeat it) or np.load of the NPY input."""
+
+    def __init__(self, kind: str, src: str) -> None:
+        self.kind = kind
+        if kind == "npy":
+            self.npy = np.load(src, mmap_mode="r")
+        elif kind == "text":
+            block = [line.encode() for line in EXPECTED["text"]]
+            self.lens = np.array([len(b) for b in block], dtype=np.int64)
+            self.cum = np.concatenate([[0], np.cumsum(self.lens)])
+            self.data = b"".join(block)
+        else:
+            self.block = EXPECTED["csv"]
+
+    def rows(self, a: int, b: int) -> dict[str, object]:
+        if self.kind == "npy":
+            return {"x": np.asarray(self.npy[a:b])}
+        if self.kind == "csv":
+            n = len(self.block["label"])
+            return {name: col[np.arange(a, b) % n] for name, col in self.block.items()}
+        n = len(self.lens)
+        (qa, ra), (qb, rb) = divmod(a, n), divmod(b, n)
+        if qa == qb:
+            joined = self.data[self.cum[ra] : self.cum[rb]]
+        else:
+            joined = self.data[self.cum[ra] :] + self.data * (qb - qa - 1) + self.data[: self.cum[rb]]
+        return {"text": (self.lens[np.arange(a, b) % n], joined)}
+
+
+def _check_output(out: str, to: str, kind: str, src: str, rows: int) -> None:
+    """Every row of the output equals the input's, read back with the format's own reader."""
+    expected = _Expected(kind, src)
+    count = 0
+    for a, got in _chunks(out, to, kind):
+        assert a == count
+        n = _count(got, kind)
+        for name, want in expected.rows(a, a + n).items():
+            g = got[name]
+            if kind == "text":
+                np.testing.assert_array_equal(g[0], want[0], err_msg=f"{to}: line lengths of rows {a}..{a + n}")
+                assert g[1] == want[1], f"{to}: the bytes of rows {a}..{a + n} differ"
+                continue
+            if to == "tfrecord":
+                want = (
+                    want
+                    if want.dtype == np.float64
+                    else want.astype(np.float32 if want.dtype.kind == "f" else np.int64)
+                )
+            assert g.dtype == want.dtype, (name, g.dtype, want.dtype)
+            np.testing.assert_array_equal(g, want, err_msg=f"{to}: column {name}, rows {a}..{a + n}")
+        count += n
+    assert count == rows, f"{to}: the files hold {count} rows, the input {rows}"
 
 
 def test_numpy_load_of_the_same_npy_is_killed(inputs):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from lovecraft_convert import bucket as run_bucket
 from lovecraft_convert.transforms.bucketing import padding_stats
 from tests.conftest import leftovers, lovecraft, write
-from tests.readback import entry_digest, file_matches
+from tests.readback import assert_manifest_matches_disk, disk_digest, file_matches
 
 FORMATS = ["memmap", "hdf5", "parquet", "tfrecord"]
 
@@ -164,8 +164,9 @@ def test_shards_within_buckets_and_shuffle(corpus, tmp_path):
     assert lovecraft("bucket", src, "-o", again, *args, "--shuffle", "--seed", "5", "--workers", "1").exit_code == 0
     other = str(tmp_path / "other")
     assert lovecraft("bucket", src, "-o", other, *args, "--shuffle", "--seed", "6", "--workers", "2").exit_code == 0
-    digests = [{f["path"]: entry_digest(f)[1] for f in manifest(d)["files"]} for d in (out, again, other)]
+    digests = [disk_digest(d) for d in (out, again, other)]  # hashed here, from the files
     assert digests[0] == digests[1]
+    assert assert_manifest_matches_disk(out) == digests[0]
     assert digests[0] != digests[2]
     assert collections.Counter(read_all(other)[1]) == as_bytes(lines)
     assert lovecraft("verify", out).exit_code == 0
@@ -178,12 +179,10 @@ def test_workers_do_not_change_the_bytes(corpus, tmp_path):
         out = str(tmp_path / f"w{w}")
         args = ["--to", "hdf5", "--boundaries", "8,32,64", "--num-shards", "2", "--workers", w, "-q"]
         assert lovecraft("bucket", src, "-o", out, *args, "--max-memory", "16MiB").exit_code == 0
-        m = manifest(out)
-        digest = {f["path"]: entry_digest(f)[1] for f in m["files"]}
-        digest[m["hdf5_index"]["path"]] = entry_digest(m["hdf5_index"])[1]
-        outs.append(digest)
+        outs.append(disk_digest(out))  # every file of the directory, the index included, hashed here
+        assert assert_manifest_matches_disk(out) == outs[-1]
     assert outs[0] == outs[1]
-    assert "buckets.h5" in outs[0]
+    assert "buckets.h5" in outs[0] and len(outs[0]) > 4
 
 
 def _index_rows(group, col: str) -> list:
@@ -270,6 +269,16 @@ def test_truncate_drop_longer_and_min_length(corpus, tmp_path):
     assert collections.Counter(seqs2) == collections.Counter(tuple(e) for e in enc if len(e) <= 64)
     assert m2["bucketing"]["dropped_longer"] == sum(len(e) > 64 for e in enc)
     assert m2["bucketing"]["boundaries"] == [16, 64]
+
+
+@pytest.mark.parametrize("text", [b"ab\ncd\n", b"ab\n", b"ab\ncde\nfg\n"])
+def test_hdf5_ragged_bucket_of_equal_lengths(tmp_path, text):
+    src = write(tmp_path / "same.txt", text)
+    out = str(tmp_path / "b")
+    r = lovecraft("bucket", src, "-o", out, "--to", "hdf5", "--layout", "ragged", "--boundaries", "2,3", "-q")
+    assert (r.exit_code, r.stderr) == (0, "")
+    _, seqs = read_all(out)
+    assert collections.Counter(seqs) == as_bytes(text.decode().splitlines())
 
 
 def test_chars_tokenizer_and_token_dtype(tmp_path):
@@ -417,18 +426,29 @@ def test_bucketed_tfrecord_feeds_padded_batches_and_bucket_by_sequence_length(co
     out = str(tmp_path / "tf")
     assert lovecraft("bucket", src, "-o", out, "--to", "tfrecord", "--num-buckets", "4", "-q").exit_code == 0
     m = manifest(out)
-    seen = collections.Counter()
+    seen, seen_unpadded = collections.Counter(), collections.Counter()
     for b in m["buckets"]:
         width = b["max_length"]
-        spec = {"tokens": tf.io.FixedLenFeature([width], tf.int64), "length": tf.io.FixedLenFeature([], tf.int64)}
         assert b["feature_spec"]["tokens"] == {"type": "FixedLenFeature", "shape": [width], "dtype": "int64"}
-        d = tf.data.TFRecordDataset([os.path.join(out, f) for f in b["files"]]).batch(64)
-        d = d.map(lambda r, spec=spec: tf.io.parse_example(r, spec))
-        for batch in d:
-            assert batch["tokens"].shape[1] == width  # every batch has the bucket's shape
-            for row, n in zip(batch["tokens"].numpy(), batch["length"].numpy(), strict=True):
+        spec = {"tokens": tf.io.FixedLenFeature([width], tf.int64), "length": tf.io.FixedLenFeature([], tf.int64)}
+
+        def cut(r, spec=spec):  # each row back to its own length: padded_batch pads it again
+            ex = tf.io.parse_single_example(r, spec)
+            return ex["tokens"][: ex["length"]], ex["length"]
+
+        rows = tf.data.TFRecordDataset([os.path.join(out, f) for f in b["files"]]).map(cut)
+        # to the bucket's width, whatever the batch holds: the shape every batch of the bucket has
+        for tokens, lengths in rows.padded_batch(64, padded_shapes=([width], [])):
+            assert tokens.shape[1] == width
+            for row, n in zip(tokens.numpy(), lengths.numpy(), strict=True):
+                assert (row[n:] == 0).all()
                 seen[tuple(row[:n].tolist())] += 1
-    assert seen == as_bytes(lines)
+        # to each batch's longest row
+        for tokens, lengths in rows.padded_batch(64):
+            assert tokens.shape[1] == int(lengths.numpy().max())
+            for row, n in zip(tokens.numpy(), lengths.numpy(), strict=True):
+                seen_unpadded[tuple(row[:n].tolist())] += 1
+    assert seen == seen_unpadded == as_bytes(lines)
 
     # the ragged layout straight into tf.data's own bucketing
     rag = str(tmp_path / "rag")
@@ -439,6 +459,11 @@ def test_bucketed_tfrecord_feeds_padded_batches_and_bucket_by_sequence_length(co
     spec = {"tokens": tf.io.VarLenFeature(tf.int64)}
     files = [os.path.join(rag, f["path"]) for f in m["files"]]
     d = tf.data.TFRecordDataset(files).map(lambda r: tf.sparse.to_dense(tf.io.parse_single_example(r, spec)["tokens"]))
+    got = collections.Counter()
+    for batch in d.padded_batch(32, padding_values=tf.constant(-1, tf.int64)):
+        assert batch.shape[1] == max(int((row != -1).sum()) for row in batch.numpy())
+        got.update(tuple(int(x) for x in row if x != -1) for row in batch.numpy())
+    assert got == as_bytes(lines)
     d = d.bucket_by_sequence_length(
         lambda t: tf.shape(t)[0], [b + 1 for b in bounds[:-1]], [32] * len(bounds), pad_to_bucket_boundary=False
     )
@@ -584,7 +609,7 @@ def test_property_round_trip(tmp_path_factory, lines, k, layout, fmt, tokenizer)
 
 
 def _digest(out: str) -> dict[str, str]:
-    return {f["path"]: entry_digest(f)[1] for f in manifest(out)["files"]}
+    return disk_digest(out)
 
 
 @pytest.mark.parametrize("fmt, shuffle", [("memmap", False), ("tfrecord", True)])
@@ -614,11 +639,13 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, fmt, shuffle):
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
         p.wait()
-        complete = os.path.exists(os.path.join(out, "_manifest.json"))
-        assert not complete or _digest(out) == want, f"trial {trial}, delay {delay:.2f}s"
-        if not os.path.exists(out):
+        if os.path.exists(out):  # only a finished run may have put anything at the output path
+            assert os.path.exists(os.path.join(out, "_manifest.json")), f"trial {trial}: an incomplete {out}"
+            assert _digest(out) == want, f"trial {trial}, delay {delay:.2f}s"
+        else:
             resume = f"from lovecraft_convert import bucket; bucket({src!r}, {out!r}, resume=True, **{kw!r})"
             subprocess.run([sys.executable, "-c", resume], check=True)
         assert _digest(out) == want, f"trial {trial}, delay {delay:.2f}s"
         assert [n for n in leftovers(d) if n != ".out.lock"] == []
         assert lovecraft("verify", out).exit_code == 0
+        assert assert_manifest_matches_disk(out) == want

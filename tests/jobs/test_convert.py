@@ -4,6 +4,7 @@ with the independent client and compared with values parsed from the source by t
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import os
 
@@ -59,7 +60,8 @@ def test_csv(tmp_path, fmt, comp):
     r = lovecraft(*args)
     assert r.exit_code == 0, r.stderr
     want = _parsed_csv(data)
-    got = read_back(out, fmt)
+    tf_cols = {"id": ("fixed", np.int64, ()), "x": ("fixed", np.float64, ()), "name": ("string", None, ())}
+    got = read_back(out, fmt, tf_cols)
     m = manifest(out)
     assert m["rows"] == len(ROWS)
     types = {f["name"]: (f["kind"], f["dtype"]) for f in m["schema"]}
@@ -96,7 +98,7 @@ def test_npy(tmp_path, fmt, comp):
     out = str(tmp_path / "out")
     r = lovecraft("convert", *paths, "-o", out, "--to", fmt, "--quiet")
     assert r.exit_code == 0, r.stderr
-    got = read_back(out, fmt)
+    got = read_back(out, fmt, {name: ("fixed", a.dtype, a.shape[1:]) for name, a in want.items()})
     m = manifest(out)
     assert [f["name"] for f in m["schema"]] == ["x", "y", "z"]
     assert [tuple(f["shape"]) for f in m["schema"]] == [(3, 2), (), (4,)]
@@ -121,7 +123,7 @@ def test_text(tmp_path, fmt, comp):
     out = str(tmp_path / "out")
     r = lovecraft("convert", src, "-o", out, "--to", fmt, "--quiet")
     assert r.exit_code == 0, r.stderr
-    got = read_back(out, fmt)
+    got = read_back(out, fmt, {"text": ("string", None, ())})
     assert list(got["text"]) == TEXT_LINES
 
 
@@ -163,8 +165,30 @@ def test_tfrecord_gzip(tmp_path):
     assert r.exit_code == 0, r.stderr
     m = manifest(out)
     assert m["tfrecord"]["compression"] == "GZIP"
-    assert os.listdir(out) == sorted(os.listdir(out), key=lambda n: n) or True
-    np.testing.assert_array_equal(read_back(out, "tfrecord")["x"], np.arange(12, dtype=np.float32).reshape(4, 3))
+    assert sorted(os.listdir(out)) == ["_manifest.json", "data.tfrecord.gz"]
+    path = os.path.join(out, "data.tfrecord.gz")
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert raw[:3] == b"\x1f\x8b\x08"  # a gzip member (deflate), not a plain TFRecord under a .gz name
+    records = _tfrecord_payloads(gzip.decompress(raw))
+    assert len(records) == 4
+    # tf.data, told GZIP by the test and given a spec written here, reads the same values
+    tf = pytest.importorskip("tensorflow")
+    spec = {"x": tf.io.FixedLenFeature([3], tf.float32)}
+    got = [tf.io.parse_single_example(r, spec)["x"].numpy() for r in tf.data.TFRecordDataset(path, "GZIP")]
+    np.testing.assert_array_equal(np.stack(got), np.arange(12, dtype=np.float32).reshape(4, 3))
+    assert [r.numpy() for r in tf.data.TFRecordDataset(path, "GZIP")] == records
+
+
+def _tfrecord_payloads(data: bytes) -> list[bytes]:
+    """The records of an uncompressed TFRecord stream, framing walked here: u64 length, u32 CRC, data, u32 CRC."""
+    out, i = [], 0
+    while i < len(data):
+        n = int.from_bytes(data[i : i + 8], "little")
+        out.append(data[i + 12 : i + 12 + n])
+        i += 12 + n + 4
+    assert i == len(data)
+    return out
 
 
 def test_hdf5_compression_and_chunks(tmp_path):

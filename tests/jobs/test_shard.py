@@ -16,7 +16,7 @@ import pytest
 
 from lovecraft_convert import shard
 from tests.conftest import leftovers, lovecraft
-from tests.readback import file_matches, manifest
+from tests.readback import assert_manifest_matches_disk, file_matches, manifest
 
 
 def _digest(out: str) -> dict[str, str]:
@@ -77,11 +77,14 @@ def _ids(out: str, fmt: str) -> np.ndarray:
 def test_shard_size_within_ten_percent(tmp_path, npy_inputs, fmt):
     out = str(tmp_path / "out")
     m = shard(npy_inputs, out, to=fmt, shard_size="1MiB", progress=False, workers=1)
-    sizes = [sum(f["bytes"] for f in m["files"] if f["shard"] == s["index"]) for s in m["shards"]]
+    # the sizes of the files on disk, not the manifest's "bytes"; every file belongs to one shard
+    sizes = [sum(os.path.getsize(os.path.join(out, p)) for p in s["files"]) for s in m["shards"]]
+    assert sorted(p for s in m["shards"] for p in s["files"]) == sorted(n for n in os.listdir(out) if n[0] != "_")
     assert len(sizes) >= 5
     for s in sizes[:-1]:
         assert abs(s - (1 << 20)) <= 0.1 * (1 << 20), sizes
     assert sum(s["rows"] for s in m["shards"]) == 100_000
+    assert_manifest_matches_disk(out)
     names = [s["name"] for s in m["shards"]]
     assert names == sorted(names) and names[0] == f"part-00000-of-{len(names):05d}"
     np.testing.assert_array_equal(_ids(out, fmt), np.arange(100_000))  # input order kept
@@ -227,20 +230,33 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, csv_input, fmt, shuffle
     shard([csv_input], ref, progress=False, part_bytes=1 << 20, max_memory="32MiB", workers=2, **kw)
     want = _digest(ref)
     rng = random.Random(f"{fmt}-{shuffle}")  # seeded: a failing trial can be replayed
+    # trial 0 is killed once a shard is journalled (surely mid-run); the others at seeded random moments
     for trial in range(3):
         d = tmp_path / f"t{trial}"
         d.mkdir()
         out = str(d / "out")
         p = subprocess.Popen([sys.executable, "-c", _runner_code(csv_input, out, **kw)])
-        time.sleep(rng.uniform(0.3, 2.5))
+        if trial == 0:
+            assert _wait_for(lambda d=d: _journal_lines(d) >= 1, p), "no shard was journalled"
+            why = "killed after the first journal line"
+        else:
+            delay = rng.uniform(0.3, 2.5)
+            time.sleep(delay)
+            why = f"trial {trial}, killed at {delay:.2f}s"
+        finished = p.poll() is not None
         p.send_signal(signal.SIGKILL)
         p.wait()
-        assert not _looks_complete(out) or _digest(out) == want
-        if not os.path.exists(out):
-            assert not os.path.exists(out)  # nothing at the output path before resuming
+        if os.path.exists(out):  # only a finished run may have put anything at the output path
+            assert _looks_complete(out), f"{why}: an incomplete output at {out}: {os.listdir(out)}"
+            assert manifest(out)["complete"] is True, why
+            assert _digest(out) == want, why
+        else:
+            assert not finished, f"{why}: the run exited before the kill without writing {out}"
+            if trial == 0:  # a run killed mid-way keeps its work directory for --resume
+                assert os.path.exists(d / ".out.partial" / "journal.jsonl"), f"{why}: {leftovers(d)}"
             code = _runner_code(csv_input, out, resume=True, **kw)
             subprocess.run([sys.executable, "-c", code], check=True)
-        assert _digest(out) == want
-        assert [n for n in leftovers(d) if n != ".out.lock"] == []
+        assert _digest(out) == want, why
+        assert [n for n in leftovers(d) if n != ".out.lock"] == [], why
         m = manifest(out)
-        assert m["rows"] == 200_000
+        assert (m["rows"], m["complete"]) == (200_000, True)

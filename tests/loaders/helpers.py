@@ -1,5 +1,5 @@
-"""Small datasets for the loader tests: written by ``lovecraft_convert.convert``/``shard``, or by hand
-(bucketed and sequence datasets, whose writers do not exist yet) as NumPy files plus a manifest."""
+"""Small datasets for the loader tests: written by ``lovecraft_convert.convert``/``shard``/``bucket``,
+or by hand (a plain sequence dataset, which no command writes) as NumPy files plus a manifest."""
 
 from __future__ import annotations
 
@@ -128,66 +128,61 @@ def build_sequences(directory, n: int = 50, seed: int = 0) -> tuple[str, list[np
     return directory, seqs
 
 
-BUCKETS = ((1, 8, 37, "padded"), (9, 16, 50, "padded"), (17, 32, 23, "padded"), (33, 48, 11, "ragged"))
+BOUNDARIES = (8, 16, 32, 48)  # given to ``bucket``: the test knows each bucket's range without its manifest
+RANGES = tuple(zip((0, *(b + 1 for b in BOUNDARIES[:-1])), BOUNDARIES, strict=True))  # (min, max) per bucket
 
 
-def build_bucketed(directory, buckets=BUCKETS, seed: int = 0) -> tuple[str, dict[int, np.ndarray]]:
-    """A bucketed memmap dataset in the shape the ``bucket`` command is to write: per bucket
-    (min_length, max_length, rows, layout), a dense ``[rows, max_length]`` ``tokens`` file plus
-    ``length`` (padded) or values + offsets (ragged), and an ``id`` column. Returns the path and
-    ``{id: tokens}``."""
+def bucket_of(length: int) -> int:
+    return next(k for k, (lo, hi) in enumerate(RANGES) if lo <= length <= hi)
+
+
+def bucket_lines(n: int = 320, seed: int = 0) -> list[str]:
+    """``n`` distinct lines (a unique three-letter prefix, then letters), of lengths spread evenly
+    over each bucket's range (3..48 bytes), so every bucket and shard holds several lengths."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    lines = []
+    for i in range(n):
+        lo, hi = RANGES[i % len(RANGES)]
+        length = int(rng.integers(max(lo, 3), hi + 1))
+        prefix = "".join(letters[[i // 676 % 26, i // 26 % 26, i % 26]])
+        lines.append(prefix + "".join(rng.choice(letters, length - 3)))
+    return lines
+
+
+def build_bucketed(
+    directory, fmt: str = "memmap", layout: str = "padded", shuffle: bool = False, seed: int = 0
+) -> tuple[str, dict[bytes, int]]:
+    """A dataset written by ``lovecraft_convert.bucket`` itself (bytes tokenizer: uint8 tokens and
+    an int32 ``length``; two shards per bucket; ``--shuffle`` when ``shuffle``) from
+    :func:`bucket_lines`. Returns its path and ``{line bytes: line number}``: a row is known by its
+    tokens, as real bucketed datasets have no id column."""
     directory = str(directory)
-    os.makedirs(directory)
-    files, entries, truth = [], [], {}
-    next_id = 0
-    total = 0
-    for b, (lo, hi, rows, layout) in enumerate(buckets):
-        seqs = random_sequences(rows, lo, hi, seed + b)
-        ids = np.arange(next_id, next_id + rows, dtype=np.int64)
-        next_id += rows
-        for i, s in zip(ids.tolist(), seqs, strict=True):
-            truth[i] = s
-        lengths = np.array([len(s) for s in seqs], dtype=np.int64)
-        stem = f"bucket-{b:05d}"
-        names = []
-        if layout == "padded":
-            dense = np.zeros((rows, hi), dtype=np.int32)
-            for i, s in enumerate(seqs):
-                dense[i, : len(s)] = s
-            np.save(os.path.join(directory, f"{stem}.tokens.npy"), dense)
-            names.append((f"{stem}.tokens.npy", "tokens", "data"))
-        else:
-            offs = np.zeros(rows + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offs[1:])
-            np.save(os.path.join(directory, f"{stem}.tokens.values.npy"), np.concatenate(seqs).astype(np.int32))
-            np.save(os.path.join(directory, f"{stem}.tokens.offsets.npy"), offs)
-            names += [
-                (f"{stem}.tokens.values.npy", "tokens", "values"),
-                (f"{stem}.tokens.offsets.npy", "tokens", "offsets"),
-            ]
-        np.save(os.path.join(directory, f"{stem}.length.npy"), lengths)
-        np.save(os.path.join(directory, f"{stem}.id.npy"), ids)
-        names += [(f"{stem}.length.npy", "length", "data"), (f"{stem}.id.npy", "id", "data")]
-        bucket_files = [_file_entry(directory, name, rows, col, role) for name, col, role in names]
-        files += bucket_files
-        entries.append(
-            {
-                "index": b,
-                "min_length": lo,
-                "max_length": hi,
-                "rows": rows,
-                "files": [f["path"] for f in bucket_files],
-                "layout": layout,
-            }
-        )
-        total += rows
-    schema = [
-        {"name": "tokens", "kind": "sequence", "dtype": "<i4", "shape": []},
-        {"name": "length", "kind": "fixed", "dtype": "<i8", "shape": []},
-        {"name": "id", "kind": "fixed", "dtype": "<i8", "shape": []},
-    ]
-    _manifest(directory, schema, total, files, buckets=entries)
-    return directory, truth
+    os.makedirs(directory, exist_ok=True)
+    lines = bucket_lines(seed=seed)
+    src = os.path.join(directory, "corpus.txt")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    out = os.path.join(directory, f"bucketed-{fmt}-{layout}-{'shuffled' if shuffle else 'ordered'}")
+    lc.bucket(
+        src,
+        out,
+        to=fmt,
+        boundaries=list(BOUNDARIES),
+        layout=layout,
+        num_shards=2,
+        shuffle=shuffle,
+        seed=seed + 1 if shuffle else None,
+        workers=1,
+        progress=False,
+    )
+    return out, {line.encode(): i for i, line in enumerate(lines)}
+
+
+def row_ids(batch, truth: dict[bytes, int]) -> np.ndarray:
+    """The line number of each row of a bucketed batch, from its tokens up to its length."""
+    tokens, lengths = np.asarray(batch["tokens"]), np.asarray(batch["length"]).reshape(-1)
+    return np.array([truth[bytes(row[:n].astype(np.uint8))] for row, n in zip(tokens, lengths, strict=True)])
 
 
 def ids_of(batches) -> np.ndarray:

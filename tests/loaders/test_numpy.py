@@ -16,13 +16,16 @@ from lovecraft_convert.loaders.common import Permutation
 
 from .helpers import (
     FORMATS,
+    RANGES,
     assert_each_once,
+    bucket_of,
     build,
     build_all,
     build_bucketed,
     build_sequences,
     build_text,
     ids_of,
+    row_ids,
 )
 
 N = 1000
@@ -254,46 +257,77 @@ def test_sequence_columns_are_padded_with_lengths(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def bucketed(tmp_path):
-    return build_bucketed(tmp_path / "bucketed")
+# real ``bucket`` output: (format, layout, written shuffled or not), each built once
+BUCKETED = [(fmt, layout, shuffled) for fmt in FORMATS for layout in ("padded", "ragged") for shuffled in (False, True)]
 
 
-def _bucket_of(length: int) -> int:
-    from .helpers import BUCKETS
+@pytest.fixture(scope="module")
+def bucketed_sets(tmp_path_factory):
+    made: dict = {}
 
-    return next(i for i, (lo, hi, _, _) in enumerate(BUCKETS) if lo <= length <= hi)
+    def get(fmt: str, layout: str = "padded", shuffled: bool = False):
+        key = (fmt, layout, shuffled)
+        if key not in made:
+            made[key] = build_bucketed(tmp_path_factory.mktemp("bucketed"), fmt, layout, shuffled)
+        return made[key]
+
+    return get
+
+
+def _bucket_id(param) -> str:
+    fmt, layout, shuffled = param
+    return f"{fmt}-{layout}-{'shuffled' if shuffled else 'ordered'}"
 
 
 @pytest.mark.parametrize("pad_to", ["bucket", "batch"])
-def test_bucketed_batches_have_the_promised_shapes(bucketed, pad_to):
-    from .helpers import BUCKETS
-
-    path, truth = bucketed
+@pytest.mark.parametrize("case", BUCKETED, ids=_bucket_id)
+def test_bucketed_batches_have_the_promised_shapes(bucketed_sets, case, pad_to):
+    """Every batch from one bucket, as wide as the bucket (or its longest row), padded with the
+    pad id 0; each row a line of the corpus, each line once."""
+    path, truth = bucketed_sets(*case)
     ds = open_dataset(path)
-    assert ds.bucketed and len(ds) == sum(b[2] for b in BUCKETS)
+    assert ds.bucketed and len(ds) == len(truth)
     seen = []
     for b in ds.batches(batch_size=8, shuffle=True, seed=1, pad_to=pad_to):
         lengths = b["length"]
-        buckets = {_bucket_of(int(n)) for n in lengths}
+        buckets = {bucket_of(int(n)) for n in lengths}
         assert len(buckets) == 1, "a batch mixes buckets"
         k = buckets.pop()
-        width = BUCKETS[k][1] if pad_to == "bucket" else int(lengths.max())
+        width = RANGES[k][1] if pad_to == "bucket" else int(lengths.max())
         assert b["tokens"].shape == (len(lengths), width)
-        assert b["tokens"].dtype == np.int32 and lengths.dtype == np.int64
-        for row, n, i in zip(b["tokens"], lengths, b["id"], strict=True):
-            np.testing.assert_array_equal(row[:n], truth[int(i)])
+        assert b["tokens"].dtype == np.uint8 and lengths.dtype == np.int64
+        for row, n in zip(b["tokens"], lengths, strict=True):
             assert (row[n:] == 0).all()
-        seen.append(b["id"])
-    assert_each_once(np.concatenate(seen), len(ds))
+        seen.append(row_ids(b, truth))
+    assert_each_once(np.concatenate(seen), len(truth))
 
 
-def test_bucketed_order_is_seeded_and_interleaved(bucketed):
-    path, _ = bucketed
+@pytest.mark.parametrize("case", BUCKETED, ids=_bucket_id)
+def test_bucketed_unshuffled_order_is_the_files_order(bucketed_sets, case):
+    """Without shuffling, the loader gives the rows bucket by bucket in the order the format's own
+    reader (np.load, h5py, polars, tf.data: tests/test_bucket.py) finds them in the files."""
+    from tests.jobs.test_bucket import read_all
+
+    path, truth = bucketed_sets(*case)
+    _, in_files = read_all(path)
+    got = [
+        tuple(row[:n].tolist())
+        for b in open_dataset(path).batches(batch_size=16)
+        for row, n in zip(b["tokens"], b["length"], strict=True)
+    ]
+    assert got == in_files
+    assert [bucket_of(len(r)) for r in got] == sorted(bucket_of(len(r)) for r in got)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bucketed_order_is_seeded_and_interleaved(bucketed_sets, fmt):
+    path, truth = bucketed_sets(fmt, "ragged", True)
     ds = open_dataset(path, columns=["tokens"])
 
     def order(seed):
-        return [(_bucket_of(int(b["length"][0])), tuple(b["length"])) for b in ds.batches(4, shuffle=True, seed=seed)]
+        return [
+            (bucket_of(int(b["length"][0])), tuple(row_ids(b, truth))) for b in ds.batches(4, shuffle=True, seed=seed)
+        ]
 
     a = order(7)
     assert a == order(7)
@@ -303,21 +337,21 @@ def test_bucketed_order_is_seeded_and_interleaved(bucketed):
     # first half of the epoch already holds batches of every bucket
     assert set(kinds[: len(kinds) // 2]) == {0, 1, 2, 3}
     # without shuffling: bucket by bucket, in order
-    plain = [_bucket_of(int(b["length"][0])) for b in ds.batches(4)]
+    plain = [bucket_of(int(b["length"][0])) for b in ds.batches(4)]
     assert plain == sorted(plain)
 
 
-def test_bucketed_drop_remainder_and_worker_split(bucketed):
-    from .helpers import BUCKETS
-
-    path, _ = bucketed
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bucketed_drop_remainder_and_worker_split(bucketed_sets, fmt):
+    path, truth = bucketed_sets(fmt, "padded", True)
     ds = open_dataset(path)
+    per_bucket = np.bincount([bucket_of(len(line)) for line in truth], minlength=len(RANGES))
     full = list(ds.batches(batch_size=8, drop_remainder=True, shuffle=True, seed=0))
-    assert all(len(b["id"]) == 8 for b in full)
-    assert len(full) == sum(rows // 8 for _, _, rows, _ in BUCKETS)
+    assert all(len(b["length"]) == 8 for b in full)
+    assert len(full) == sum(int(n) // 8 for n in per_bucket)
     plan = ds.plan(8, True, 0)
-    seen = np.concatenate([ids_of(plan.epoch(0, (w, 3))) for w in range(3)])
-    assert_each_once(seen, len(ds))
+    seen = np.concatenate([row_ids(b, truth) for w in range(3) for b in plan.epoch(0, (w, 3))])
+    assert_each_once(seen, len(truth))
 
 
 # --------------------------------------------------------------------------------------------

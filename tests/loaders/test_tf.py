@@ -11,7 +11,7 @@ keras = pytest.importorskip("keras")
 
 from lovecraft_convert.loaders import open_dataset  # noqa: E402
 
-from .helpers import FORMATS, assert_each_once, build_all, build_bucketed  # noqa: E402
+from .helpers import FORMATS, RANGES, assert_each_once, bucket_of, build_all, build_bucketed, row_ids  # noqa: E402
 
 N = 600
 
@@ -144,18 +144,24 @@ def test_text_through_tf(tmp_path):
         assert got == lines
 
 
-def test_bucketed_through_tf(tmp_path):
-    from .helpers import BUCKETS
-
-    path, truth = build_bucketed(tmp_path / "b")
+@pytest.mark.parametrize("pad_to", ["batch", "bucket"])
+@pytest.mark.parametrize("shuffled", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bucketed_through_tf(tmp_path, fmt, shuffled, pad_to):
+    """Real ``bucket`` output (ragged layout, written shuffled or not) through to_tf_dataset: every
+    batch from one bucket, as wide as its longest row or its bucket, each line once."""
+    path, truth = build_bucketed(tmp_path / "b", fmt, "ragged", shuffled)
     ds = open_dataset(path)
-    d = ds.to_tf_dataset(batch_size=8, shuffle=True, seed=0, pad_to="batch", y=None)
+    d = ds.to_tf_dataset(batch_size=8, shuffle=True, seed=0, pad_to=pad_to, y=None)
     assert d.element_spec["tokens"].shape.as_list() == [None, None]
+    assert d.element_spec["tokens"].dtype == tf.uint8
     ids = []
     for b in d.as_numpy_iterator():
-        assert b["tokens"].shape == (len(b["length"]), b["length"].max())
-        ids.append(b["id"])
-    assert_each_once(np.concatenate(ids), sum(r for _, _, r, _ in BUCKETS))
+        (k,) = {bucket_of(int(n)) for n in b["length"]}
+        width = int(b["length"].max()) if pad_to == "batch" else RANGES[k][1]
+        assert b["tokens"].shape == (len(b["length"]), width)
+        ids.append(row_ids(b, truth))
+    assert_each_once(np.concatenate(ids), len(truth))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from lovecraft_convert.errors import DatasetError  # noqa: E402
 from lovecraft_convert.loaders import open_dataset  # noqa: E402
 
-from .helpers import assert_each_once, build_all, build_bucketed  # noqa: E402
+from .helpers import RANGES, assert_each_once, bucket_of, build_all, build_bucketed, row_ids  # noqa: E402
 
 N = 640
 
@@ -136,12 +136,12 @@ def test_map_style_dataset_pickles_without_open_files(datasets):
 
 
 def test_iterable_datasets_pickle(datasets, tmp_path):
-    bucketed, _ = build_bucketed(tmp_path / "b")
-    for path in (datasets["parquet", 4], bucketed):
+    bucketed, _ = build_bucketed(tmp_path / "b", "parquet", "ragged", shuffle=True)
+    for path, key in ((datasets["parquet", 4], "id"), (bucketed, "tokens")):
         ds = open_dataset(path).to_torch(batch_size=16, shuffle=True, seed=1)
         clone = pickle.loads(pickle.dumps(ds))
-        a = [b["id"].tolist() for b in ds]
-        assert a == [b["id"].tolist() for b in clone]
+        a = [b[key].tolist() for b in ds]
+        assert a == [b[key].tolist() for b in clone]
 
 
 def test_spawned_workers(datasets):
@@ -172,19 +172,21 @@ def test_no_hdf5_handle_crosses_a_fork(datasets):
     assert int(ods.take([4])["id"][0]) == 4  # and the parent reopens it too
 
 
-def test_bucketed_batches_through_torch(tmp_path):
-    from .helpers import BUCKETS
-
-    path, truth = build_bucketed(tmp_path / "b")
+@pytest.mark.parametrize("layout", ["padded", "ragged"])
+@pytest.mark.parametrize("shuffled", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("fmt", ["memmap", "hdf5", "parquet", "tfrecord"])
+def test_bucketed_batches_through_torch(tmp_path, fmt, shuffled, layout):
+    """Real ``bucket`` output through to_torch and a DataLoader with two workers: batches of one
+    bucket, as wide as the bucket, each line of the corpus once."""
+    path, truth = build_bucketed(tmp_path / "b", fmt, layout, shuffled)
     ds = open_dataset(path).to_torch(batch_size=8, shuffle=True, seed=0)
     ids = []
     for b in DataLoader(ds, batch_size=None, num_workers=2):
-        assert b["tokens"].shape == (
-            len(b["length"]),
-            max(hi for lo, hi, _, _ in BUCKETS if lo <= b["length"][0] <= hi),
-        )
-        ids.append(b["id"].numpy())
-    assert_each_once(np.concatenate(ids), sum(r for _, _, r, _ in BUCKETS))
+        (k,) = {bucket_of(int(n)) for n in b["length"]}
+        assert b["tokens"].shape == (len(b["length"]), RANGES[k][1])
+        assert b["tokens"].dtype == torch.uint8
+        ids.append(row_ids({"tokens": b["tokens"].numpy(), "length": b["length"].numpy()}, truth))
+    assert_each_once(np.concatenate(ids), len(truth))
     with pytest.raises(DatasetError, match="whole batches"):
         open_dataset(path).to_torch()
 

@@ -60,7 +60,7 @@ class Hdf5Writer(Writer):
     extension = ".h5"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         for f in schema:
             if not f.name or "/" in f.name or "\x00" in f.name or f.name in (".", ".."):
                 raise SchemaError(
@@ -139,9 +139,11 @@ class Hdf5Writer(Writer):
                     data = col.values.tobytes()
                     o = col.offsets
                     obj[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
-                else:
-                    obj[:] = np.split(col.values, col.offsets[1:-1]) if n else []
-                self._strings(ds, start, stop, obj, fd.name)
+                    self._strings(ds, start, stop, obj, fd.name)
+                elif n:
+                    for i, row in enumerate(np.split(col.values, col.offsets[1:-1])):
+                        obj[i] = row  # one by one: rows of equal length would make numpy build a 2-d array
+                    self._vlen(ds, start, obj)
             elif fd.np_dtype.kind == "U":
                 obj = np.empty(n, dtype=object)
                 obj[:] = col.tolist()
@@ -150,6 +152,15 @@ class Hdf5Writer(Writer):
                 if n:
                     ds.write_direct(np.ascontiguousarray(col), dest_sel=np.s_[start:stop])
         self.rows = stop
+
+    def _vlen(self, ds, start: int, obj) -> None:
+        """Variable-length numeric rows, through the low-level write: h5py's ``ds[a:b] = obj``
+        turns rows that all have the same length into a 2-d array and fails to broadcast it."""
+        from h5py import h5s, h5t
+
+        fspace = ds.id.get_space()
+        fspace.select_hyperslab((start,), (len(obj),))
+        ds.id.write(h5s.create_simple((len(obj),)), fspace, obj, mtype=h5t.py_create(ds.dtype))
 
     def _strings(self, ds, start: int, stop: int, obj, name: str) -> None:
         try:

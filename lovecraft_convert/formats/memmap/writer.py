@@ -93,7 +93,7 @@ class MemmapWriter(Writer):
     extension = ".npy"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         for f in schema:
             bad = file_name_problem(f.name)
             if bad:

@@ -19,7 +19,7 @@ class ParquetWriter(Writer):
     extension = ".parquet"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         from ...arrowconv import arrow_schema
 
         arrow_schema(schema)

@@ -21,7 +21,7 @@ class TfrecordWriter(Writer):
     extension = ".tfrecord"
 
     @classmethod
-    def check_schema(cls, schema: Schema, source: str, input_format: str | None = None) -> None:
+    def check_schema(cls, schema: Schema, source: str) -> None:
         from .example import feature_kind
 
         for f in schema:

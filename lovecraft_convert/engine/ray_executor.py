@@ -1,0 +1,152 @@
+"""The Ray executor: the same units of work as the local one, as Ray tasks on a cluster.
+
+Each unit is a task with one CPU and the memory one unit may use (a quarter of ``--max-memory``),
+so Ray places as many per node as its CPUs and memory allow. The driver (this process) alone keeps
+the journal and writes the manifest: tasks only leave finished files in the work directory and
+return their JSON fragment, so a task that Ray re-runs (its worker process died) writes the same
+files again under a temporary name and the output is the same. A unit that fails on bad input
+raises the library's own error, which surfaces here unchanged (one line, the same exit code as
+locally); the tasks still queued are cancelled and the ones running are let finish, so nothing
+writes into the work directory while the driver cleans it. Ctrl-C cancels every task.
+
+The work directory and the output must be storage every node reaches (a shared file system);
+a task that cannot see the work directory says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from ..errors import LovecraftError, OptionsError, OutputError
+
+RETRIES = 3  # a task whose worker process dies is run again this many times
+
+
+def _unit(fn, args: tuple, plugins: list, work: str):
+    """Run one unit in a Ray worker process (formats registered in the driver known here too)."""
+    if plugins:
+        from ..formats import load_plugins
+
+        load_plugins(plugins)
+    if work and not os.path.isdir(work):
+        import socket
+
+        raise OutputError(
+            f"{work}: the work directory is not visible on Ray node {socket.gethostname()}",
+            hint="the output (and its work directory) must be on storage every node reaches, e.g. a shared file system",
+        )
+    try:
+        import pyarrow as pa
+
+        pa.set_cpu_count(1)  # one unit, one core: Ray runs as many units as there are cores
+        pa.set_memory_pool(pa.system_memory_pool())
+    except ImportError:
+        pass
+    return fn(*args)
+
+
+class RayExecutor:
+    """Runs units as Ray tasks on the cluster at ``address`` (``RAY_ADDRESS`` when None), or on a
+    local Ray started for the run (with ``workers`` CPUs) and stopped after it."""
+
+    name = "ray"
+
+    def __init__(
+        self, workers: int, plugins: list | None = None, *, address: str | None, memory: int, work: str = ""
+    ) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise OptionsError(
+                "--engine ray needs the ray package", hint="pip install 'lovecraft-convert[ray]' (or ray)"
+            ) from None
+        self.ray = ray
+        self.plugins = list(plugins or [])
+        self.work = work
+        self.memory = memory
+        self.started = False
+        address = address or os.environ.get("RAY_ADDRESS")
+        if not ray.is_initialized():
+            import logging
+
+            logging.getLogger("ray").setLevel(logging.ERROR)  # stderr is for our one-line errors
+            quiet = {"log_to_driver": False, "include_dashboard": False, "logging_level": logging.ERROR}
+            try:
+                if address:
+                    ray.init(address=address, **quiet)
+                else:
+                    ray.init(num_cpus=workers, **quiet)
+                    self.started = True
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise OutputError(
+                    f"cannot reach the Ray cluster at {address or 'a new local Ray'} ({' '.join(str(e).split())[:200]})",
+                    hint="start it (`ray start --head`), check --ray-address / RAY_ADDRESS, or use --engine local",
+                ) from None
+        self.remote = ray.remote(_unit).options(
+            num_cpus=1, memory=max(1 << 20, int(memory)), max_retries=RETRIES, retry_exceptions=False
+        )
+        self.pending: list = []
+
+    def _submit(self, fn, calls: list[tuple]) -> list:
+        refs = [self.remote.remote(fn, args, self.plugins, self.work) for args in calls]
+        self.pending.extend(refs)
+        return refs
+
+    def _get(self, ref):
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as e:
+            cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else None
+            if isinstance(cause, LovecraftError):
+                raise cause from None  # the library's own error: the same line as locally
+            raise
+        finally:
+            if ref in self.pending:
+                self.pending.remove(ref)
+
+    def map_ordered(self, fn, calls: list[tuple]) -> list:
+        """Results in the order of ``calls``."""
+        refs = self._submit(fn, calls)
+        try:
+            return [self._get(r) for r in refs]
+        except BaseException:
+            self._stop(refs)
+            raise
+
+    def map(self, fn, calls: list[tuple]) -> Iterator[dict]:
+        """Yield results as units finish (any order); the first error cancels what is queued and
+        waits for what is running, then surfaces."""
+        refs = self._submit(fn, calls)
+        left = list(refs)
+        try:
+            while left:
+                done, left = self.ray.wait(left, num_returns=1)
+                for r in done:
+                    yield self._get(r)
+        except BaseException:
+            self._stop(left)
+            raise
+
+    def _stop(self, refs: list, force: bool = False) -> None:
+        """Cancel queued tasks; wait for running ones (or kill them with ``force``)."""
+        for r in refs:
+            try:
+                self.ray.cancel(r, force=force)
+            except Exception:  # noqa: BLE001 - already finished or gone
+                pass
+        if not force and refs:
+            try:
+                self.ray.wait(refs, num_returns=len(refs), timeout=600)
+            except Exception:  # noqa: BLE001 - cancelled tasks raise when waited on
+                pass
+        for r in refs:
+            if r in self.pending:
+                self.pending.remove(r)
+
+    def close(self, kill: bool = False) -> None:
+        if self.pending:
+            self._stop(list(self.pending), force=kill)
+        if self.started:
+            self.ray.shutdown()
+            self.started = False
