@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import lovecraft_convert as lc
 from lovecraft_convert.errors import DatasetError
@@ -247,3 +249,38 @@ def test_the_buffer_shuffle_keeps_no_state(wide):
     with pytest.raises(DatasetError) as e:
         it.state_dict()
     assert _message(e) == "shuffle='buffer' keeps no state; use shuffle=True to resume mid-epoch"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kind=st.sampled_from(KINDS),
+    batch=st.integers(1, 700),
+    window=st.integers(1, 5000),
+    world=st.integers(1, 5),
+    world_after=st.integers(1, 5),
+    stop=st.floats(0, 1, exclude_max=True),
+    seed=st.integers(0, 2**40),
+)
+def test_any_stop_and_any_new_world_size_see_every_sample_once(
+    wide, kind, batch, window, world, world_after, stop, seed
+):
+    """Property: stop every rank of ``world`` after any number of global steps, resume on
+    ``world_after`` ranks from any rank's state: each row exactly once; on one rank, the order of
+    the uninterrupted epoch exactly."""
+    ds = open_dataset(wide[kind])
+    opts = dict(shuffle=True, seed=seed, shuffle_buffer=window)
+    ranks = [ds.batches(batch, **opts, rank=r, world_size=world) for r in range(world)]
+    seen = []
+    for _ in range(int(stop * -(-N // (batch * world)))):
+        for it in ranks:
+            b = next(it, None)
+            if b is not None:
+                seen.append(b["id"])
+    state = json.loads(json.dumps(ranks[-1].state_dict()))
+    for it in ranks:
+        it.close()
+    rest = [list(ds.batches(batch, **opts, rank=r, world_size=world_after, state=state)) for r in range(world_after)]
+    assert state["epoch"] == 0
+    assert_each_once(np.concatenate(seen + [b["id"] for r in rest for b in r]), N)
+    if world == world_after == 1:
+        assert np.array_equal(np.concatenate(seen + [b["id"] for b in rest[0]]), ids_of(ds.batches(batch, **opts)))
