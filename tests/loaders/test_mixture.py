@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import lovecraft_convert as lc
 from lovecraft_convert.errors import DatasetError
@@ -155,3 +157,31 @@ def test_bad_mixtures_are_refused_in_one_line(members, tmp_path):
         f"{tmp_path / 'other'}: columns id, y; {members[0]} has id, x; "
         "a mixture needs the same columns (select them with columns=)"
     )
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    weights=st.lists(st.floats(0.05, 1.0), min_size=3, max_size=3),
+    exhausted=st.sampled_from(["stop", "cycle"]),
+    batch=st.integers(1, 500),
+    world=st.integers(1, 4),
+    world_after=st.integers(1, 4),
+    stop=st.floats(0, 1, exclude_max=True),
+    seed=st.integers(0, 2**40),
+)
+def test_any_mixture_resumes_on_any_world_size(members, weights, exhausted, batch, world, world_after, stop, seed):
+    mix = open_dataset(members, weights=weights, seed=seed, exhausted=exhausted)
+    opts = dict(shuffle=True, seed=seed + 1)
+    want = np.sort(ids_of(mix.batches(batch, **opts)))
+    ranks = [mix.batches(batch, **opts, rank=r, world_size=world) for r in range(world)]
+    seen = []
+    for _ in range(int(stop * -(-len(mix) // (batch * world)))):
+        for it in ranks:
+            b = next(it, None)
+            if b is not None:
+                seen.append(b["id"])
+    state = json.loads(json.dumps(ranks[0].state_dict()))
+    again = open_dataset(members, weights=weights, seed=seed, exhausted=exhausted)
+    for r in range(world_after):
+        seen += [b["id"] for b in again.batches(batch, **opts, rank=r, world_size=world_after, state=state)]
+    assert np.array_equal(np.sort(np.concatenate(seen)), want)
