@@ -18,7 +18,8 @@ The dataset of ``bench/loader_bench.py`` (``x`` float32 [64] and ``label`` int64
   distinct 1%-of-the-dataset runs of rows a batch draws from (uniform: ~63 for batches of 256).
 * **The standard DataLoader**: a shuffled epoch of ``DataLoader(ds.to_torch(), batch_size=B,
   shuffle=True)`` (memmap, HDF5: map-style, whole batches through ``__getitems__``; Parquet,
-  TFRecord: the iterable dataset yielding rows, and the one yielding whole batches) against our
+  TFRecord: the iterable dataset yielding rows, and the one yielding whole batches; memmap, HDF5
+  also with ``batch_sampler=loaders.torch.BatchSampler``) against our
   ``batches(B, shuffle=True)``; target >= 0.8x. HDF5 (exact shuffle reads a chunk per row) is
   timed on its first 200 batches.
 
@@ -186,7 +187,7 @@ def bench_shuffled(paths: dict, bs: int, runs: int, only: list[str]) -> list[tup
 # ----------------------------------------------------------------------------------------------
 
 
-def dataloader_epoch(path: str, bs: int, limit: int | None, whole: bool = False) -> int:
+def dataloader_epoch(path: str, bs: int, limit: int | None, whole: bool = False, sampler: bool = False) -> int:
     """The standard DataLoader: map-style (random access) or an iterable of rows batched by the
     DataLoader; ``whole``: the iterable of whole batches (``to_torch(batch_size=B)``, DataLoader
     ``batch_size=None``)."""
@@ -195,7 +196,11 @@ def dataloader_epoch(path: str, bs: int, limit: int | None, whole: bool = False)
     from lovecraft_convert.loaders import open_dataset
 
     ds = open_dataset(path)
-    if whole:
+    if sampler:
+        from lovecraft_convert.loaders.torch import BatchSampler
+
+        loader = DataLoader(ds.to_torch(), batch_sampler=BatchSampler(len(ds), bs, seed=1))
+    elif whole:
         loader = DataLoader(ds.to_torch(batch_size=bs, shuffle=True, seed=1), batch_size=None)
     elif ds.random_access:
         loader = DataLoader(ds.to_torch(), batch_size=bs, shuffle=True)
@@ -230,12 +235,16 @@ def bench_dataloader(paths: dict, bs: int, runs: int, only: list[str]) -> list[t
         }
         if fmt in ("parquet", "tfrecord"):
             fns["whole"] = partial(dataloader_epoch, paths[fmt], bs, limit, True)
+        else:
+            fns["sampler"] = partial(dataloader_epoch, paths[fmt], bs, limit, False, True)
         t = rounds(f"DataLoader {fmt}", fns, runs)
         note = "first 200 batches" if limit else ""
         kind = "map-style, __getitems__" if fmt in ("memmap", "hdf5") else "iterable of rows"
         out.append((f"{fmt} ({kind})", t["DataLoader"], t["batches"], note))
         if "whole" in t:
             out.append((f"{fmt} (iterable of batches, DataLoader batch_size=None)", t["whole"], t["batches"], note))
+        if "sampler" in t:
+            out.append((f"{fmt} (map-style, batch_sampler=BatchSampler)", t["sampler"], t["batches"], note))
     return out
 
 

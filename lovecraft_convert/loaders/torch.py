@@ -379,3 +379,70 @@ def to_torch(
     if state is not None:
         out.load_state_dict(state)
     return out
+
+
+class BatchSampler:
+    """Whole batches of indices for a map-style dataset, drawn as :meth:`Dataset.batches` draws
+    them: ``DataLoader(ds.to_torch(), batch_sampler=BatchSampler(len(ds), 256, seed=0))`` hands
+    ``__getitems__`` one NumPy array per batch, without PyTorch's per-index sampler (which costs more
+    than reading a memmap epoch). The order of an epoch is a pure function of (seed, epoch), the
+    order ``batches(shuffle=True, seed=seed)`` reads a memmap/HDF5 dataset in; rank
+    ``r`` of ``world_size`` takes batch ``r`` of every global step; ``state_dict()`` /
+    ``load_state_dict()`` (JSON-able) resume mid-epoch, with any world size. PyTorch is not needed
+    to make one. Its state counts the batches it has handed out (DataLoader workers prefetch a few
+    ahead: use torchdata's StatefulDataLoader, which keeps track of them, to save mid-epoch)."""
+
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        for name, v in (("n", n), ("batch_size", batch_size), ("seed", seed)):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < (1 if name == "batch_size" else 0):
+                raise DatasetError(
+                    f"{name} must be a {'positive' if name == 'batch_size' else 'non-negative'} integer, not {v!r}"
+                )
+        self.n, self.batch_size, self.shuffle, self.seed = int(n), int(batch_size), bool(shuffle), int(seed)
+        self.drop_last = bool(drop_last)
+        self.rank, self.world_size = check_reader(rank, world_size)
+        self.epoch = 0
+        self.position = 0  # batches of the epoch whose global steps are done
+
+    def _steps(self) -> int:
+        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
+
+    def __len__(self) -> int:
+        return len(range(self.position + self.rank, self._steps(), self.world_size))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.position = int(epoch), 0
+
+    def identity(self) -> dict:
+        return {"sampler": self.n, "batch_size": self.batch_size, "shuffle": self.shuffle, "seed": self.seed}
+
+    def state_dict(self) -> dict:
+        return make_state(self.identity(), self.epoch, self.position)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = check_state(state, self.identity())
+
+    def __iter__(self):
+        from .common import Permutation
+
+        epoch, bs, w = self.epoch, self.batch_size, self.world_size
+        key = [self.seed, epoch, 0, 0]  # the key of batches()' permutation
+        perm = Permutation(self.n, np.random.default_rng(key)) if self.shuffle else None
+        steps = self._steps()
+        start = self.position
+        for k in range(start + self.rank, steps, w):
+            lo, hi = k * bs, min(self.n, (k + 1) * bs)
+            self.position = min(steps, k - self.rank + w)
+            yield perm[lo:hi] if perm is not None else np.arange(lo, hi, dtype=np.int64)
+        if self.epoch == epoch:  # an epoch done: the next one next time
+            self.epoch, self.position = epoch + 1, 0

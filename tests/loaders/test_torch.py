@@ -3,6 +3,7 @@ datasets for Parquet/TFRecord split over DataLoader workers and ranks, each reco
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -248,3 +249,32 @@ def test_iterable_four_ranks_then_two(datasets):
         ds = open_dataset(path).to_torch(batch_size=16, shuffle=True, rank=r, world_size=2, state=states[r])
         seen += [b["id"].numpy() for b in DataLoader(ds, batch_size=None)]
     assert_each_once(np.concatenate(seen), N)
+
+
+def test_batch_sampler_reads_the_batches_order_through_the_dataloader(datasets):
+    from lovecraft_convert.loaders.torch import BatchSampler
+
+    ods = open_dataset(datasets["memmap", 4])
+    want = [b["id"] for b in ods.batches(64, shuffle=True, seed=9, epochs=2)]
+    sampler = BatchSampler(len(ods), 64, seed=9)
+    loader = DataLoader(ods.to_torch(), batch_sampler=sampler, num_workers=0)
+    got = [b["id"].numpy() for b in loader] + [b["id"].numpy() for b in loader]  # epochs 0 and 1
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # stop after 4 batches, resume from the JSON state on 2 ranks: every row once
+    s = BatchSampler(len(ods), 64, seed=9)
+    it = iter(DataLoader(ods.to_torch(), batch_sampler=s))
+    seen = [next(it)["id"].numpy() for _ in range(4)]
+    state = json.loads(json.dumps(s.state_dict()))
+    for r in range(2):
+        s2 = BatchSampler(len(ods), 64, seed=9, rank=r, world_size=2)
+        s2.load_state_dict(state)
+        seen += [b["id"].numpy() for b in DataLoader(ods.to_torch(), batch_sampler=s2, num_workers=2)]
+    assert_each_once(np.concatenate(seen), N)
+    with pytest.raises(DatasetError) as e:
+        BatchSampler(len(ods), 32, seed=9).load_state_dict(state)
+    assert str(e.value) == (
+        "the saved state is of another batch size (batch size 64; this loader has batch size 32); "
+        "resume with the dataset and options the state was saved with"
+    )
