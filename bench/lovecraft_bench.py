@@ -9,7 +9,7 @@ that has imported the same libraries: a memmap's page cache inflates RSS without
     python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR] [--save FILE]
 
 ``--only`` runs a selection of the benchmarks (default all: csv, npy, shard, bucket, verify, jsonl,
-parquet, memory, jsonl_memory, help); results.md is rewritten by full runs only, ``--save FILE``
+parquet, ray, wide, memory, jsonl_memory, help); results.md is rewritten by full runs only, ``--save FILE``
 writes the table to FILE whatever the selection.
 
 Inputs are generated once (fixed seed) and cached in the work directory.
@@ -31,6 +31,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import engine_bench  # noqa: E402
 import jsonl_inputs  # noqa: E402
 from measure import Result, run  # noqa: E402
 
@@ -685,8 +686,10 @@ BENCHES = {
     "verify": bench_verify,
     "jsonl": bench_jsonl,
     "parquet": bench_parquet,
+    "ray": lambda b, size: engine_bench.bench_ray(b, size, Row, mbps, make_csv),
+    "wide": lambda b, size: engine_bench.bench_wide(b, size, Row, mbps),
 }
-ALL = "csv,npy,shard,bucket,verify,jsonl,parquet,memory,jsonl_memory,help"
+ALL = "csv,npy,shard,bucket,verify,jsonl,parquet,ray,wide,memory,jsonl_memory,help"
 
 
 def main() -> None:
