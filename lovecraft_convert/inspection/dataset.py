@@ -15,6 +15,7 @@ from ..formats import for_dataset
 def inspect_dataset(path: str) -> dict[str, Any]:
     """What a dataset directory holds, from its manifest alone (``verify`` checks it against the files)."""
     m = mf.read(path)
+    mf.check_paths(path, m)  # its load snippets would read what they name
     files = [f for f in m.get("files") or [] if isinstance(f, dict)]
     by_path = {f.get("path"): f for f in files}
     shards = []

@@ -13,7 +13,8 @@ Checks, each problem one line naming the file:
   shard and overall, and in bucketed datasets every length lies within its bucket.
 
 ``against`` (:mod:`.source`): the source is re-read with the reader and options recorded in the
-manifest and compared, row by row or as a multiset of row hashes when shuffled or bucketed.
+manifest and compared, row by row or as a multiset of row hashes when shuffled; a bucketed dataset
+(:mod:`.bucketsource`) against the sequences ``bucket`` makes of its source (packed ones are refused).
 
 Memory is bounded: files are read in batches sized from ``max_memory``; hostile files (headers
 claiming terabytes, truncated files, decompression bombs) are refused before anything is allocated.
@@ -114,7 +115,12 @@ class Verifier:
         self.files.strays(set(st.info))
         self.ctx = CheckContext(self.root, m, st.info, self.budget, self.step_rows)
         comparer = None
-        if against:
+        if against and m.get("command") == "bucket":  # the source's sequences, not its rows
+            from .bucketsource import BucketComparer, refuse_packed
+
+            refuse_packed(self.root, m)
+            comparer = BucketComparer(self, against, m, self.schema)
+        elif against:
             from .source import SourceComparer
 
             comparer = SourceComparer(self, against, m, self.schema)

@@ -90,6 +90,10 @@ class Files:
         if not stat.S_ISREG(st.st_mode):
             self.add(p, "decode", "not a regular file")
             return False
+        why = mf.outside(self.root, p)  # a directory on its way is a link leaving the dataset
+        if why is not None:
+            self.add(MANIFEST, "manifest", why)
+            return False
         want = self.info[p].get("bytes")
         if is_count(want) and st.st_size != want:
             what = " (truncated?)" if st.st_size < want else ""
