@@ -22,6 +22,25 @@ from ..errors import OutputError
 from ..util import format_size, fsync_path, trim_heap
 
 
+def output_dir(
+    path: str,
+    *,
+    overwrite: bool = False,
+    protect: list[str] | None = None,
+    resume: bool | None = None,
+    budget: int = 256 << 20,
+):
+    """The output of a run: an :class:`OutputDir` for a local path (or ``file://`` URI), a
+    :class:`~lovecraft_convert.storage.output.RemoteOutputDir` for an object-store URI."""
+    from ..storage import is_remote, local_path
+
+    if is_remote(path):
+        from ..storage.output import RemoteOutputDir
+
+        return RemoteOutputDir(path, overwrite=overwrite, resume=resume, budget=budget)
+    return OutputDir(local_path(path), overwrite=overwrite, protect=protect, resume=resume)
+
+
 class OutputDir:
     def __init__(
         self, path: str, *, overwrite: bool = False, protect: list[str] | None = None, resume: bool | None = None

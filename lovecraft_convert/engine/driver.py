@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Interrupted
-from .commit import OutputDir
+from .commit import output_dir
 from .executors import make_executor
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
 from .pipeline import unit_bar
@@ -112,7 +112,7 @@ def run_job(
             return done
 
     started = time.time()
-    with SigTerm(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:
+    with SigTerm(), output_dir(output, overwrite=overwrite, protect=protect, resume=resume, budget=o.budget()) as out:
         work = out.tmp
         os.makedirs(os.path.join(work, SPILL), exist_ok=True)
         if stdin_spec is not None:
