@@ -24,6 +24,7 @@ part of the value. Each such candidate line becomes one map: outside at its star
 
 from __future__ import annotations
 
+from ..storage import open_input
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -478,7 +479,7 @@ def block_map(path: str, start: int, end: int, origin: int, delimiter: int, comm
     holds whole runs of quotes, so no run straddles blocks. None: a line too long to scan."""
     syntax = Syntax(delimiter, comment)
     kind = ID
-    with open(path, "rb", buffering=0) as f:
+    with open_input(path, buffering=0) as f:
         start = first_line_start(f, start, origin, end)
         if start >= end:
             return ID
@@ -508,7 +509,7 @@ def next_record_start(f, line: int, state: int, syntax: Syntax) -> int | None:
 def data_origin(path: str, syntax: Syntax, skip_rows: int, header: bool) -> int | None:
     """Offset of the first data record: after a BOM, ``skip_rows`` lines, blank and comment lines,
     and the header. Parts are cut after it, so the first part holds all of these. None: not found."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         pos = 3 if f.read(3) == BOM else 0
         f.seek(pos)
         if skip_rows:

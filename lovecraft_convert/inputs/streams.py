@@ -250,7 +250,9 @@ def open_stream(spec: InputSpec, *, max_ratio: float = DEFAULT_MAX_RATIO) -> io.
     elif spec.is_stdin:
         raw = stdin_buffer()
     else:
-        raw = open(spec.path, "rb")  # noqa: SIM115
+        from ..storage import open_input
+
+        raw = open_input(spec.path, buffering=0)
     counter = CountingReader(raw)
     if spec.compression is None:
         stream = io.BufferedReader(counter, buffer_size=1 << 20)
@@ -299,7 +301,9 @@ class _RangeReader(io.RawIOBase):
 
 def open_range(path: str, start: int, end: int) -> io.BufferedReader:
     """Bytes ``[start, end)`` of an uncompressed file as a stream with ``raw_count()``."""
-    f = open(path, "rb", buffering=0)  # noqa: SIM115
+    from ..storage import open_input
+
+    f = open_input(path, buffering=0)
     f.seek(start)
     counter = CountingReader(_RangeReader(f, end - start))
     stream = io.BufferedReader(counter, buffer_size=1 << 20)

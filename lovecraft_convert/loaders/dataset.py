@@ -33,12 +33,21 @@ from .plan import Plan
 
 
 def open_dataset(path: str | os.PathLike, columns: list[str] | str | None = None, **options: Any) -> Dataset:
-    """Open the dataset directory ``path`` (or its ``_manifest.json``).
+    """Open the dataset directory ``path`` (or its ``_manifest.json``); an ``s3://``/``gs://`` URI
+    is copied to a local cache first (:mod:`lovecraft_convert.storage.dataset`).
 
     ``columns`` selects columns (in that order). ``options``: ``hdf5_cache_bytes`` (the chunk cache
     for exact shuffling of HDF5 datasets, default 512 MiB per process).
     """
+    from ..storage import is_remote, local_path
+
     path = os.fspath(path)
+    if is_remote(path):
+        from ..storage.dataset import local_copy
+
+        uri = path[: -len(mf.MANIFEST_NAME)] if path.endswith("/" + mf.MANIFEST_NAME) else path
+        path = local_copy(uri)  # the format readers need local files: a checked copy, made once
+    path = local_path(path)
     if os.path.basename(path) == mf.MANIFEST_NAME and os.path.isfile(path):
         path = os.path.dirname(path) or "."
     if not os.path.isdir(path):

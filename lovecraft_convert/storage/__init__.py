@@ -72,12 +72,49 @@ def store_for(uri: str):
     return get_store(uri)
 
 
-def open_input(path: str, buffer: int = 1 << 20):
-    """A readable, seekable binary file of ``path``: the local file, or ranged reads of the object."""
+def open_input(path: str, buffering: int = -1, readahead: int = 8 << 20):
+    """A readable, seekable binary file of ``path`` (``open(path, "rb", buffering)`` alike): the
+    local file, or ranged reads of the object (``buffering=0``: the raw file)."""
     if is_remote(path):
         import io
 
         from .rangefile import RangeFile
 
-        return io.BufferedReader(RangeFile(path, readahead=buffer), buffer_size=min(buffer, 1 << 20))
-    return open(local_path(path), "rb")  # noqa: SIM115 - the caller closes it
+        raw = RangeFile(path, readahead=readahead)
+        return raw if buffering == 0 else io.BufferedReader(raw, buffer_size=1 << 20)
+    return open(local_path(path), "rb", buffering=buffering)  # noqa: SIM115 - the caller closes it
+
+
+def list_matches(uri: str) -> list[tuple[str, int]]:
+    """(URI, size) of the objects ``uri`` names: the object itself; every object under it when it
+    names a prefix ("directory"); the objects matching it when it holds a glob (``*``, ``?``,
+    ``[``; ``**`` crosses ``/``). Sorted by key; objects whose name starts with ``_`` or ``.`` in
+    a listed prefix are skipped (markers and manifests, as Spark and pyarrow skip them)."""
+    import fnmatch
+
+    scheme, bucket, key = split(uri)
+    store = store_for(uri)
+    base = f"{scheme}://{bucket}/"
+    magic = min((i for i, c in enumerate(key) if c in "*?["), default=-1)
+    if magic >= 0:
+        listed = store.list(key[:magic])
+        pattern = key
+        out = []
+        for k, size in listed:
+            if fnmatch.fnmatchcase(k, pattern) and (
+                "**" in pattern or k.count("/") == pattern.count("/")
+            ):
+                out.append((base + k, size))
+        return sorted(out)
+    if key and not key.endswith("/"):
+        size = store.size(key)
+        if size is not None:
+            return [(uri, size)]
+    prefix = key if key.endswith("/") or not key else key + "/"
+    out = []
+    for k, size in store.list(prefix):
+        name = k[len(prefix) :]
+        if any(part.startswith(("_", ".")) for part in name.split("/")) or k.endswith("/"):
+            continue
+        out.append((base + k, size))
+    return sorted(out)

@@ -182,7 +182,18 @@ class RemoteOutputDir:
         if self.resumable:
             self.store.delete([self.key(PARTIAL)])
         if self.old_run is not None and self.old_run != self.run:
-            self.remove_run(self.old_run)
+            self.store.abort_uploads(self.key(self.old_run + "/"))
+        self.remove_strays()
+
+    def remove_strays(self) -> None:
+        """After the commit: delete every object under the prefix the manifest does not name (the
+        replaced run's, a dead run's). A run still writing there has lost the race already: its
+        own commit will find the manifest and remove what it wrote."""
+        mine = self.key(self.run + "/")
+        keep = {self.key(mf.MANIFEST_NAME)}
+        stray = [k for k, _ in self.store.list(self.prefix) if k not in keep and not k.startswith(mine)]
+        if stray:
+            self.store.delete(stray)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.keep or not self.tmp:

@@ -41,7 +41,7 @@ class S3Store(Store):
     # -- reading -------------------------------------------------------------------------------
 
     def check(self, key: str = "") -> None:
-        with errors(self.uri(key), bucket_op=True):
+        with errors(self.uri(key.rstrip("/")), bucket_op=True):
             self.client.head_bucket(Bucket=self.bucket)
 
     def size(self, key: str) -> int | None:
@@ -191,7 +191,7 @@ def errors(uri: str, *, missing_ok: bool = False, precondition: bool = False, bu
     except bx.NoCredentialsError:
         raise StorageError(f"{uri}: no credentials found", hint=CONFIG_HINTS["creds"]) from None
     except (bx.EndpointConnectionError, bx.ConnectTimeoutError) as e:
-        endpoint = getattr(e, "kwargs", {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL") or "the endpoint"
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or getattr(e, "kwargs", {}).get("endpoint_url") or "the endpoint"
         raise StorageError(
             f"{uri}: cannot connect to {endpoint}",
             hint="check the network and AWS_ENDPOINT_URL/AWS_REGION, then run the command again",
