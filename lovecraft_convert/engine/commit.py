@@ -204,4 +204,7 @@ def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:
         os.rename(os.path.join(tmp, f.path), os.path.join(work, f.path))
     fsync_path(work)
     os.rmdir(tmp)
+    from ..storage.output import upload_unit
+
+    upload_unit(work, files)  # a run writing to a store: the unit's files go up now
     return files, extra

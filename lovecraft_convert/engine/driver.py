@@ -167,10 +167,22 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
     from ..errors import OptionsError, OutputError
     from .journal import VOLATILE_OPTIONS, difference
 
-    path = os.path.abspath(output.rstrip("/") or output)
-    if not mf.is_dataset(path):
-        return None
-    m, problem = mf.load(path)
+    from ..storage import child_path, is_remote
+
+    remote = is_remote(output)
+    if remote:
+        from ..storage import dataset as stored
+
+        path = output.rstrip("/")
+        m, problem = stored.load(path)
+        if problem is not None and problem[0] == "missing":
+            return None
+        sizes = stored.sizes(path)
+    else:
+        path = os.path.abspath(output.rstrip("/") or output)
+        if not mf.is_dataset(path):
+            return None
+        m, problem = mf.load(path)
     if problem is not None or mf.problems(m):
         raise OutputError(
             f"{path}: already exists and is not a complete dataset", hint="pass --overwrite to replace it"
@@ -190,8 +202,12 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
             hint="run the same command as before, or pass --overwrite to replace it",
         )
     for f in m.get("files") or []:
-        full = os.path.join(path, str(f.get("path")))
-        if not os.path.isfile(full) or os.path.getsize(full) != f.get("bytes"):
+        full = child_path(path, str(f.get("path")))
+        if remote:
+            size = sizes.get(str(f.get("path")))
+        else:
+            size = os.path.getsize(full) if os.path.isfile(full) else None
+        if size != f.get("bytes"):
             raise OutputError(
                 f"{full}: the finished dataset's file is missing or of another size",
                 hint="run `lovecraft verify` on it, or pass --overwrite to write it again",

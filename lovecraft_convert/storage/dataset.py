@@ -44,6 +44,12 @@ def load(uri: str) -> tuple[dict | None, tuple[str, str] | None]:
         return None, ("unreadable", f"unreadable ({text[:297] + '...' if len(text) > 300 else text})")
 
 
+def sizes(uri: str) -> dict[str, int]:
+    """Relative key -> size of every object under the dataset's prefix."""
+    prefix = _key(uri, "")
+    return {k[len(prefix) :]: size for k, size in store_for(uri).list(prefix)}
+
+
 def strays(uri: str, listed: set[str]) -> list[tuple[str, str]]:
     """(relative key, why) of every object under the dataset's prefix its manifest does not name:
     the objects of a dead or losing run, a ``_partial.json`` of an unfinished one, anything else."""

@@ -39,6 +39,8 @@ from . import split, store_for
 from .base import PreconditionFailed, part_size
 
 PARTIAL = "_partial.json"
+MARKER = "_remote.json"  # in the local work directory: where units upload their files
+UPLOADED = "_uploaded"  # in the local work directory: one record per file already uploaded
 
 
 def new_run_id() -> str:
@@ -103,6 +105,7 @@ class RemoteOutputDir:
                 os.makedirs(self.tmp)
             else:
                 self.store.abort_uploads(self.key(self.run + "/"))
+            self._mark()
             return self
         self.run = new_run_id()
         os.makedirs(scratch_root(), exist_ok=True)
@@ -114,7 +117,13 @@ class RemoteOutputDir:
             self.store.put(self.key(PARTIAL), body)
         else:
             self.tmp = tempfile.mkdtemp(prefix=f"{os.path.basename(local)}.tmp-", dir=scratch_root())
+        self._mark()
         return self
+
+    def _mark(self) -> None:
+        """Tell the units (in any process) where their files go: see :func:`upload_unit`."""
+        with open(os.path.join(self.tmp, MARKER), "w") as f:
+            json.dump({"uri": self.path, "run": self.run, "part": part_size(self.budget)}, f)
 
     def _manifest(self) -> dict | None:
         data = self.store.read_all(self.key(mf.MANIFEST_NAME))
@@ -153,9 +162,12 @@ class RemoteOutputDir:
         part = part_size(self.budget)
         for rel, entry in names.items():
             local = os.path.join(self.tmp, *rel.split("/"))
-            nbytes, digest = self.store.upload(
-                local, self.key(f"{self.run}/{rel}"), part=part, hash=mf.file_digest(entry)[0] or mf.DEFAULT_HASH
-            )
+            if not os.path.exists(local):  # a unit uploaded it already
+                nbytes, digest = uploaded(self.tmp, rel)
+            else:
+                nbytes, digest = self.store.upload(
+                    local, self.key(f"{self.run}/{rel}"), part=part, hash=mf.file_digest(entry)[0] or mf.DEFAULT_HASH
+                )
             want = mf.file_digest(entry)[1]
             if nbytes != entry.get("bytes") or (want is not None and digest != want):
                 raise OutputError(
@@ -206,6 +218,45 @@ class RemoteOutputDir:
                     self.store.delete([self.key(PARTIAL)])
             except Exception:  # noqa: BLE001 - the original error is the one to report
                 pass
+
+
+def upload_unit(work: str, records: list) -> None:
+    """Upload the files of a unit just committed into the work directory ``work`` when the run
+    writes to a store (``work`` holds the marker), each checked against its record (size and
+    digest) and recorded as uploaded; the local copy is then removed, so local scratch holds only
+    the units in flight. Called in the unit's process (any worker that has the credentials)."""
+    marker = os.path.join(work, MARKER)
+    if not os.path.exists(marker):
+        return
+    with open(marker) as f:
+        where = json.load(f)
+    store = store_for(where["uri"])
+    _, _, key = split(where["uri"])
+    prefix = key.strip("/") + "/" if key.strip("/") else ""
+    os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
+    for r in records:
+        local = os.path.join(work, *r.path.split("/"))
+        nbytes, digest = store.upload(local, f"{prefix}{where['run']}/{r.path}", part=where["part"], hash=r.hash)
+        if nbytes != r.bytes or digest != r.digest:
+            raise OutputError(
+                f"{where['uri']}/{where['run']}/{r.path}: the uploaded bytes differ from those written",
+                hint="the scratch file changed during the upload; run the command again with --resume",
+            )
+        record = os.path.join(work, UPLOADED, r.path.replace("/", "%2F") + ".json")
+        with open(record + ".tmp", "w") as f:
+            json.dump({"bytes": nbytes, "digest": digest}, f)
+        os.rename(record + ".tmp", record)
+        os.unlink(local)
+
+
+def uploaded(work: str, rel: str) -> tuple[int, str | None]:
+    """(bytes, digest) of a file a unit uploaded; (-1, None) when there is no record of it."""
+    try:
+        with open(os.path.join(work, UPLOADED, rel.replace("/", "%2F") + ".json")) as f:
+            d = json.load(f)
+        return int(d["bytes"]), str(d["digest"])
+    except (OSError, ValueError, KeyError):
+        return -1, None
 
 
 def run_of(m: dict | None) -> str | None:
