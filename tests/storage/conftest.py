@@ -4,6 +4,7 @@ where moto or boto3 is not installed."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 
@@ -17,6 +18,7 @@ def s3_server(tmp_path_factory):
         from moto.server import ThreadedMotoServer
     except ImportError as e:
         pytest.skip(f"moto[server] and boto3 are needed for the object-storage tests ({e})")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
