@@ -165,9 +165,8 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
     None when there is no complete dataset at ``output`` (the run goes ahead)."""
     from .. import manifest as mf
     from ..errors import OptionsError, OutputError
-    from .journal import VOLATILE_OPTIONS, difference
-
     from ..storage import child_path, is_remote
+    from .journal import VOLATILE_OPTIONS, difference
 
     remote = is_remote(output)
     if remote:
@@ -203,10 +202,8 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
         )
     for f in m.get("files") or []:
         full = child_path(path, str(f.get("path")))
-        if remote:
-            size = sizes.get(str(f.get("path")))
-        else:
-            size = os.path.getsize(full) if os.path.isfile(full) else None
+        local_size = None if remote or not os.path.isfile(full) else os.path.getsize(full)
+        size = sizes.get(str(f.get("path"))) if remote else local_size
         if size != f.get("bytes"):
             raise OutputError(
                 f"{full}: the finished dataset's file is missing or of another size",

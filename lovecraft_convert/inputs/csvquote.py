@@ -24,11 +24,12 @@ part of the value. Each such candidate line becomes one map: outside at its star
 
 from __future__ import annotations
 
-from ..storage import open_input
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..storage import open_input
 
 QUOTE, NL, CR = 0x22, 0x0A, 0x0D
 BOM = b"\xef\xbb\xbf"

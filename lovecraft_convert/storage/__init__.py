@@ -90,6 +90,15 @@ def list_matches(uri: str) -> list[tuple[str, int]]:
     names a prefix ("directory"); the objects matching it when it holds a glob (``*``, ``?``,
     ``[``; ``**`` crosses ``/``). Sorted by key; objects whose name starts with ``_`` or ``.`` in
     a listed prefix are skipped (markers and manifests, as Spark and pyarrow skip them)."""
+    from .base import StorageError, named
+
+    try:
+        return _list_matches(uri)
+    except StorageError as e:
+        raise named(e, uri) from None
+
+
+def _list_matches(uri: str) -> list[tuple[str, int]]:
     import fnmatch
 
     scheme, bucket, key = split(uri)
@@ -101,9 +110,7 @@ def list_matches(uri: str) -> list[tuple[str, int]]:
         pattern = key
         out = []
         for k, size in listed:
-            if fnmatch.fnmatchcase(k, pattern) and (
-                "**" in pattern or k.count("/") == pattern.count("/")
-            ):
+            if fnmatch.fnmatchcase(k, pattern) and ("**" in pattern or k.count("/") == pattern.count("/")):
                 out.append((base + k, size))
         return sorted(out)
     if key and not key.endswith("/"):

@@ -16,6 +16,11 @@ class StorageError(LovecraftError):
     kind = "storage"
 
 
+def named(e: StorageError, where: str) -> StorageError:
+    """The same error naming ``where`` (what the user gave) instead of the object it failed on."""
+    return StorageError(e.detail, where=where, hint=e.hint, kind=e.kind)
+
+
 class PreconditionFailed(Exception):
     """A conditional write found the object already there (S3's 412 to ``If-None-Match: *``)."""
 

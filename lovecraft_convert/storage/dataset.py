@@ -27,7 +27,12 @@ def _key(uri: str, rel: str) -> str:
 
 
 def manifest_bytes(uri: str) -> bytes | None:
-    return store_for(uri).read_all(_key(uri, mf.MANIFEST_NAME))
+    from .base import StorageError, named
+
+    try:
+        return store_for(uri).read_all(_key(uri, mf.MANIFEST_NAME))
+    except StorageError as e:
+        raise named(e, uri) from None
 
 
 def load(uri: str) -> tuple[dict | None, tuple[str, str] | None]:

@@ -189,20 +189,24 @@ def errors(uri: str, *, missing_ok: bool = False, precondition: bool = False, bu
             return
         raise client_error(uri, code, status, str(err.get("Message") or ""), bucket_op) from None
     except bx.NoCredentialsError:
-        raise StorageError(f"{uri}: no credentials found", hint=CONFIG_HINTS["creds"]) from None
+        raise StorageError(where=uri, message="no credentials found", hint=CONFIG_HINTS["creds"]) from None
     except (bx.EndpointConnectionError, bx.ConnectTimeoutError) as e:
         endpoint = os.environ.get("AWS_ENDPOINT_URL") or getattr(e, "kwargs", {}).get("endpoint_url") or "the endpoint"
         raise StorageError(
-            f"{uri}: cannot connect to {endpoint}",
+            where=uri,
+            message=f"cannot connect to {endpoint}",
             hint="check the network and AWS_ENDPOINT_URL/AWS_REGION, then run the command again",
         ) from None
     except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError) as e:
         raise StorageError(
-            f"{uri}: the connection failed after retries ({type(e).__name__})",
+            where=uri,
+            message=f"the connection failed after retries ({type(e).__name__})",
             hint="check the network, then run the command again (shard and bucket resume with --resume)",
         ) from None
     except bx.BotoCoreError as e:
-        raise StorageError(f"{uri}: {' '.join(str(e).split())}", hint="check the URI and AWS settings") from None
+        raise StorageError(
+            where=uri, message=f"{' '.join(str(e).split())}", hint="check the URI and AWS settings"
+        ) from None
 
 
 def client_error(uri: str, code: str, status: int | None, message: str, bucket_op: bool = False) -> StorageError:
@@ -210,19 +214,25 @@ def client_error(uri: str, code: str, status: int | None, message: str, bucket_o
     bucket = rest.split("/", 1)[0]
     if code == "NoSuchBucket" or (bucket_op and code in ("404", "NotFound")):
         return StorageError(
-            f"{uri}: no such bucket '{bucket}'", hint="check the bucket name, AWS_REGION and AWS_ENDPOINT_URL"
+            where=uri,
+            message=f"no such bucket '{bucket}'",
+            hint="check the bucket name, AWS_REGION and AWS_ENDPOINT_URL",
         )
     if code in ("NoSuchKey", "404", "NotFound"):
-        return StorageError(f"{uri}: no such object", hint="check the path")
+        return StorageError(where=uri, message="no such object", hint="check the path")
     if code in ("ExpiredToken", "TokenRefreshRequired", "RequestExpired"):
         return StorageError(
-            f"{uri}: the credentials have expired", hint="renew them (a new AWS_SESSION_TOKEN) and run again"
+            where=uri, message="the credentials have expired", hint="renew them (a new AWS_SESSION_TOKEN) and run again"
         )
     if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken"):
-        return StorageError(f"{uri}: the credentials were refused ({code})", hint=CONFIG_HINTS["creds"])
+        return StorageError(where=uri, message=f"the credentials were refused ({code})", hint=CONFIG_HINTS["creds"])
     if code in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
         return StorageError(
-            f"{uri}: access denied", hint="check the credentials and that they may read and write this bucket"
+            where=uri,
+            message="access denied",
+            hint="check the credentials and that they may read and write this bucket",
         )
     text = f" ({' '.join(message.split())[:200]})" if message else ""
-    return StorageError(f"{uri}: the store answered {code or status}{text}", hint="check the URI and AWS settings")
+    return StorageError(
+        where=uri, message=f"the store answered {code or status}{text}", hint="check the URI and AWS settings"
+    )

@@ -82,7 +82,10 @@ def test_two_processes_racing(s3, bucket, tmp_path):
     src = _csv(tmp_path / "in.csv", 20000)
     fmt = builtin_names()[0]
     cmd = [sys.executable, "-m", "lovecraft_convert", "convert", src, "-o", f"s3://{bucket}/out", "--to", fmt, "-q"]
-    procs = [subprocess.Popen(cmd, env=SUBPROCESS_ENV | dict(os.environ), stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, env=SUBPROCESS_ENV | dict(os.environ), stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [(p.wait(120), p.stderr.read()) for p in procs]
     codes = sorted(c for c, _ in outs)
     assert codes == [0, 1], outs
@@ -93,7 +96,9 @@ def test_two_processes_racing(s3, bucket, tmp_path):
         "this run wrote); nothing of this run was kept; pass --overwrite to replace it, or choose another path\n",
     )
     m = json.loads(get(s3, bucket, "out/_manifest.json"))
-    assert sorted(objects(s3, bucket, "out/")) == sorted(["out/_manifest.json"] + [f"out/{f['path']}" for f in m["files"]])
+    assert sorted(objects(s3, bucket, "out/")) == sorted(
+        ["out/_manifest.json"] + [f"out/{f['path']}" for f in m["files"]]
+    )
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 

@@ -74,7 +74,10 @@ def test_verify_names_the_flipped_object_and_strays(s3, bucket, csv_on_s3):
     r = lovecraft("verify", f"s3://{bucket}/out")
     assert r.exit_code == 1
     lines = r.stdout.splitlines()
-    assert any(line.startswith(f"s3://{bucket}/out/{victim}: blake3 ") and "differs from the manifest's" in line for line in lines), lines
+    assert any(
+        line.startswith(f"s3://{bucket}/out/{victim}: blake3 ") and "differs from the manifest's" in line
+        for line in lines
+    ), lines
     assert (
         f"s3://{bucket}/out/run-dead/x.npy: an object of another run, not listed in the manifest "
         "(stray: --overwrite removes it)" in lines

@@ -48,7 +48,9 @@ def test_list_matches_objects_prefixes_globs(s3, bucket):
     base = f"s3://{bucket}/"
     assert [u for u, _ in list_matches(base + "d/*.csv")] == [base + "d/a.csv", base + "d/b.csv"]
     assert [u for u, _ in list_matches(base + "d/**.csv")] == [base + "d/a.csv", base + "d/b.csv", base + "d/sub/e.csv"]
-    assert [u for u, _ in list_matches(base + "d")] == [base + k for k in ("d/a.csv", "d/b.csv", "d/c.txt", "d/sub/e.csv")]
+    assert [u for u, _ in list_matches(base + "d")] == [
+        base + k for k in ("d/a.csv", "d/b.csv", "d/c.txt", "d/sub/e.csv")
+    ]
     assert list_matches(base + "d/a.csv") == [(base + "d/a.csv", 1)]
 
 
