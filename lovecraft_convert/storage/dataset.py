@@ -17,8 +17,9 @@ import tempfile
 
 from .. import manifest as mf
 from ..errors import DatasetError
-from . import split, store_for
 from .output import PARTIAL
+from .stores import get_store as store_for
+from .uri import split
 
 
 def _key(uri: str, rel: str) -> str:

@@ -35,8 +35,9 @@ import tempfile
 
 from .. import manifest as mf
 from ..errors import OutputError
-from . import split, store_for
 from .base import PreconditionFailed, part_size
+from .stores import get_store as store_for
+from .uri import split
 
 PARTIAL = "_partial.json"
 MARKER = "_remote.json"  # in the local work directory: where units upload their files

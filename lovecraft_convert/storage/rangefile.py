@@ -15,7 +15,8 @@ from typing import Any
 
 class RangeFile(io.RawIOBase):
     def __init__(self, uri: str, *, start: int = 0, end: int | None = None, readahead: int = 8 << 20) -> None:
-        from . import split, store_for
+        from .stores import get_store as store_for
+        from .uri import split
 
         self.uri = uri
         self.name = uri
@@ -112,7 +113,8 @@ class RangeFile(io.RawIOBase):
 
 def read_range(uri: str, start: int, end: int) -> bytes:
     """Bytes ``[start, end)`` of an object, in one request."""
-    from . import split, store_for
+    from .stores import get_store as store_for
+    from .uri import split
 
     body = store_for(uri).open_body(split(uri)[2], start, end)
     try:

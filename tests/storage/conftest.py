@@ -33,7 +33,7 @@ def s3_server(tmp_path_factory):
     }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    from lovecraft_convert.storage.base import drop_stores
+    from lovecraft_convert.storage.stores import drop_stores
 
     drop_stores()
     try:

@@ -61,7 +61,7 @@ def test_dataset_in_missing_bucket(s3_server):
 def test_connection_refused(s3_server, csv, monkeypatch):
     import socket
 
-    from lovecraft_convert.storage.base import drop_stores
+    from lovecraft_convert.storage.stores import drop_stores
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -81,7 +81,7 @@ def test_connection_refused(s3_server, csv, monkeypatch):
 
 
 def test_no_credentials(s3_server, bucket, tmp_path, monkeypatch):
-    from lovecraft_convert.storage.base import drop_stores
+    from lovecraft_convert.storage.stores import drop_stores
 
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(k, raising=False)

@@ -107,3 +107,17 @@ def test_missing_object_is_none(s3, bucket):
 
     store = store_for(f"s3://{bucket}")
     assert store.size("nope") is None and store.read_all("nope") is None
+
+
+def test_gcs_round_trip():
+    """gs:// needs a GCS server: none is started here (no emulator installed), so this skips unless
+    LOVECRAFT_TEST_GCS names a bucket to write to."""
+    bucket = os.environ.get("LOVECRAFT_TEST_GCS")
+    if not bucket:
+        pytest.skip("no GCS emulator or bucket (set LOVECRAFT_TEST_GCS=<bucket> to run against one)")
+    from lovecraft_convert.storage import store_for
+
+    store = store_for(f"gs://{bucket}")
+    store.put("lovecraft-test/x", b"abc")
+    assert store.read_all("lovecraft-test/x") == b"abc"
+    store.delete(["lovecraft-test/x"])
