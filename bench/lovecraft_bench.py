@@ -691,8 +691,9 @@ BENCHES = {
     "bucket": bench_bucket,
     "verify": bench_verify,
     "parquet": bench_parquet,
+    "s3": lambda b, size: __import__("s3_bench").bench_s3(b, size),  # bench/s3_bench.py
 }
-ALL = "csv,npy,shard,bucket,verify,parquet,memory,help"
+ALL = "csv,npy,shard,bucket,verify,parquet,s3,memory,help"
 
 
 def main() -> None:
