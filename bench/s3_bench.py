@@ -30,7 +30,6 @@ def start_server() -> dict[str, str]:
 
 def bench_s3(b, size: int) -> None:
     import boto3
-
     from lovecraft_bench import LOVECRAFT, Row, make_csv, mbps, run
 
     env = start_server()

@@ -27,6 +27,7 @@ class InputSpec:
     mtime: float | None = None
     stdin_spool: str | None = None  # stdin is spooled to this file when it must be read twice
     notes: dict | None = None  # what the reader decided about it that the manifest records (column types)
+    directory: bool = False  # a dataset on an object store (a prefix holding a manifest)
 
     @property
     def is_stdin(self) -> bool:
@@ -64,7 +65,7 @@ class InputSpec:
 
     @property
     def is_dir(self) -> bool:
-        return not self.is_stdin and "://" not in self.path and os.path.isdir(self.path)
+        return self.directory or (not self.is_stdin and "://" not in self.path and os.path.isdir(self.path))
 
 
 def _absolute(path: str) -> str:
@@ -110,8 +111,13 @@ def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[In
 
 def _remote_specs(uri: str) -> list[InputSpec]:
     """The objects a URI names (an object, a prefix, a glob), as inputs."""
-    from ..storage import list_matches
+    from ..storage import is_remote, list_matches
 
+    if is_remote(uri) and not any(c in uri for c in "*?["):
+        from ..storage.dataset import manifest_bytes
+
+        if manifest_bytes(uri.rstrip("/")) is not None:  # a dataset lovecraft wrote, read as an input
+            return [InputSpec(uri.rstrip("/"), uri.rstrip("/"), format="dataset", directory=True)]
     found = list_matches(uri)
     if not found:
         what = "no object matches this pattern" if any(c in uri for c in "*?[") else "no such object or prefix"

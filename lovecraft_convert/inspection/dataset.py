@@ -12,9 +12,9 @@ from ..errors import DatasetError
 from ..formats import for_dataset
 
 
-def inspect_dataset(path: str) -> dict[str, Any]:
+def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
     """What a dataset directory holds, from its manifest alone (``verify`` checks it against the files)."""
-    m = mf.read(path)
+    m = manifest if manifest is not None else mf.read(path)  # given: read from an object store
     files = [f for f in m.get("files") or [] if isinstance(f, dict)]
     by_path = {f.get("path"): f for f in files}
     shards = []

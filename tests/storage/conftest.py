@@ -85,7 +85,8 @@ def same_as_local(s3, bucket: str, prefix: str, local_dir: str) -> list[str]:
     m = json.loads(get(s3, bucket, f"{prefix}/_manifest.json"))
     local = sorted(n for n in os.listdir(local_dir) if n != "_manifest.json")
     names = []
-    for f in m["files"]:
+    extra = [v for v in m.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]  # an index file
+    for f in m["files"] + extra:
         run, _, name = f["path"].partition("/")
         assert run.startswith("run-"), f["path"]
         with open(os.path.join(local_dir, name), "rb") as fh:

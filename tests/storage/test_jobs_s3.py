@@ -183,3 +183,40 @@ def test_file_uri_is_a_local_path(tmp_path, csv_on_s3):
     r = lovecraft("convert", f"file://{local_in}", "-o", f"file://{tmp_path / 'o'}", "--to", fmt, "-q")
     assert r.exit_code == 0, r.stderr
     assert os.path.isfile(tmp_path / "o" / "_manifest.json")
+
+
+@pytest.mark.parametrize("fmt", [f for f in builtin_names() if f != builtin_names()[-1]][:2])
+def test_bucket_s3_to_s3_equals_local(fmt, s3, bucket, tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("".join("x" * (1 + i % 37) + "\n" for i in range(4000)))
+    s3.put_object(Bucket=bucket, Key="in/t.txt", Body=text.read_bytes())
+    args = ["--to", fmt, "--num-buckets", "3", "-q"]
+    assert lovecraft("bucket", str(text), "-o", str(tmp_path / "loc"), *args).exit_code == 0
+    r = lovecraft("bucket", f"s3://{bucket}/in/t.txt", "-o", f"s3://{bucket}/bk", *args)
+    assert r.exit_code == 0, r.stderr
+    same_as_local(s3, bucket, "bk", str(tmp_path / "loc"))
+    r = lovecraft("verify", f"s3://{bucket}/bk")
+    assert r.exit_code == 0, r.stdout
+
+    from lovecraft_convert import open_dataset
+
+    remote, local = open_dataset(f"s3://{bucket}/bk"), open_dataset(str(tmp_path / "loc"))
+    assert remote.bucketed and len(remote) == len(local) == 4000
+
+
+def test_dataset_on_s3_as_input_and_inspected(s3, bucket, csv_on_s3, tmp_path):
+    local_in, remote_in = csv_on_s3
+    fmt = builtin_names()[0]
+    assert lovecraft("convert", remote_in, "-o", f"s3://{bucket}/ds", "--to", fmt, "-q").exit_code == 0
+    r = lovecraft("inspect", f"s3://{bucket}/ds")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.startswith(f"s3://{bucket}/ds: lovecraft dataset, {fmt}, 5,000 rows")
+    r = lovecraft("convert", f"s3://{bucket}/ds", "-o", str(tmp_path / "again"), "--to", fmt, "-q")
+    assert r.exit_code == 0, r.stderr
+
+    from lovecraft_convert import open_dataset
+
+    a = open_dataset(str(tmp_path / "again")).take(np.arange(5000))
+    b = open_dataset(f"s3://{bucket}/ds").take(np.arange(5000))
+    for k in b:
+        np.testing.assert_array_equal(a[k], b[k])
