@@ -301,10 +301,15 @@ class _RangeReader(io.RawIOBase):
 
 def open_range(path: str, start: int, end: int) -> io.BufferedReader:
     """Bytes ``[start, end)`` of an uncompressed file as a stream with ``raw_count()``."""
-    from ..storage import open_input
+    from ..storage import is_remote
 
-    f = open_input(path, buffering=0)
-    f.seek(start)
+    if is_remote(path):  # ranged GETs inside [start, end) only
+        from ..storage.rangefile import RangeFile
+
+        f = RangeFile(path, start=start, end=end)
+    else:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115
+        f.seek(start)
     counter = CountingReader(_RangeReader(f, end - start))
     stream = io.BufferedReader(counter, buffer_size=1 << 20)
     stream.raw_count = lambda: counter.count  # type: ignore[attr-defined]

@@ -14,6 +14,8 @@ from typing import Any
 
 
 class RangeFile(io.RawIOBase):
+    FIRST = 256 << 10  # the first GET after a seek; each one continuing where the last ended doubles
+
     def __init__(self, uri: str, *, start: int = 0, end: int | None = None, readahead: int = 8 << 20) -> None:
         from .stores import get_store as store_for
         from .uri import split
@@ -32,8 +34,10 @@ class RangeFile(io.RawIOBase):
         self.end = size if end is None else min(end, size)
         self.pos = start
         self.readahead = readahead
+        self._span = min(readahead, self.FIRST)
         self._body: Any = None
         self._body_pos = -1
+        self._body_end = -1
 
     def readable(self) -> bool:
         return True
@@ -69,10 +73,13 @@ class RangeFile(io.RawIOBase):
             return 0
         for attempt in range(3):
             if self._body is None or self._body_pos != self.pos:
+                sequential = self.pos == self._body_end
                 self._drop()
-                # one GET covers the read-ahead (or the caller's larger read), not the rest of the object:
-                # a reader that seeks about (Parquet footers, NPY headers) does not open long streams
-                stop = min(self.end, self.pos + max(want, self.readahead))
+                # A GET covers what is read next, not the rest of the object: small after a seek (a
+                # reader that seeks about, cutting parts or reading footers, opens short requests),
+                # doubling while reading goes on where the last one ended, up to the read-ahead.
+                self._span = min(self.readahead, self._span * 2) if sequential else min(self.readahead, self.FIRST)
+                stop = min(self.end, self.pos + max(want, self._span))
                 self._body = self.store.open_body(self.key, self.pos, stop)
                 self._body_pos = self.pos
                 self._body_end = stop
@@ -95,7 +102,9 @@ class RangeFile(io.RawIOBase):
             self.pos += n
             self._body_pos = self.pos
             if self.pos >= self._body_end:
+                end = self._body_end
                 self._drop()
+                self._body_end = end  # the next read here continues this stretch
             return n
         return 0
 
