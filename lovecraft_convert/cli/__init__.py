@@ -22,11 +22,26 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LovecraftError as e:  # OptionsError exits 2, as a bad flag does
+            if e.exit_code == 130:
+                _ignore_interrupts()
             click.echo(f"Error: {e.one_line()}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
+            _ignore_interrupts()
             click.echo("Error: interrupted", err=True)
             sys.exit(130)
+
+
+def _ignore_interrupts() -> None:
+    """The run is over and says so: a second Ctrl-C or SIGTERM (or one a library re-sends) must
+    not turn exit 130 into death by signal while the interpreter shuts down."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -30,6 +30,12 @@ class SigTerm:
 
     def __enter__(self):
         self.old = None
+        try:  # pyarrow would otherwise catch SIGINT/SIGTERM during its reads and re-send them later
+            import pyarrow as pa
+
+            pa.enable_signal_handlers(False)
+        except ImportError:
+            pass
         try:
             self.old = signal.signal(signal.SIGTERM, self._raise)
         except ValueError:  # not the main thread
