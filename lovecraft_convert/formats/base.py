@@ -200,9 +200,10 @@ class CheckContext:
     step_rows: Any  # Callable[[Schema], int]
 
     def full(self, path: str) -> str:
-        import os
 
-        return os.path.join(self.root, path)
+        from ..storage import child_path
+
+        return child_path(self.root, path)
 
 
 def _problem_kind(e: LovecraftError) -> str:

@@ -68,9 +68,11 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
 
 def load_snippets(path: str, m: dict[str, Any]) -> dict[str, str]:
     """The few lines of code that load the dataset, per client library (the format's, then ours)."""
+    from ..storage import is_remote
+
     d = path.rstrip("/") or path
-    try:
-        out = dict(for_dataset(m.get("output_format"), path).load_snippets(d, m))
+    try:  # the format's own libraries read local files: a dataset on a store is opened by ours (a local copy)
+        out = {} if is_remote(d) else dict(for_dataset(m.get("output_format"), path).load_snippets(d, m))
     except DatasetError:
         out = {}
     out["lovecraft"] = (

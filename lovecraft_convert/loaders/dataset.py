@@ -27,6 +27,7 @@ from ..errors import DatasetError
 from ..formats import for_dataset
 from ..formats.base import PartFiles, PartReader
 from ..schema import Batch, Field, Schema
+from ..storage import child_path
 from .buckets import bucket_groups
 from .common import Group, Part
 from .plan import Plan
@@ -154,7 +155,7 @@ class Dataset:
             for p in g.parts:
                 for rel in p.files:
                     info = self._file_info.get(rel)
-                    full = os.path.join(self.path, rel)
+                    full = child_path(self.path, rel)
                     try:
                         size = os.stat(full).st_size
                     except OSError:
@@ -187,7 +188,7 @@ class Dataset:
         if self._shared is None:
             self._shared = {"hdf5_cache_bytes": self.hdf5_cache_bytes}
         files = PartFiles(
-            paths=[os.path.join(self.path, f) for f in part.files],
+            paths=[child_path(self.path, f) for f in part.files],
             entries=[self._file_info.get(f, {}) for f in part.files],
             rows=part.rows,
             schema=group.schema,
