@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any
 
-from .base import PreconditionFailed, StorageError, Store
+from .base import MAX_PARTS, PreconditionFailed, StorageError, Store
 
 CONFIG_HINTS = {
     "creds": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)",
@@ -106,6 +106,7 @@ class S3Store(Store):
 
         h = new_hash(hash)
         size = os.path.getsize(local)
+        part = max(part, -(-size // MAX_PARTS))  # S3 takes at most 10,000 parts
         uri = self.uri(key)
         with open(local, "rb", buffering=0) as f:
             if size <= part:
