@@ -80,6 +80,10 @@ class Store:
         way); (bytes, hex digest). A failed or interrupted upload is aborted."""
         raise NotImplementedError
 
+    def uploads(self, prefix: str) -> list[str]:
+        """Keys of unfinished multipart uploads under ``prefix``."""
+        return []
+
     def abort_uploads(self, prefix: str) -> int:
         """Abort unfinished multipart uploads under ``prefix``; how many."""
         return 0

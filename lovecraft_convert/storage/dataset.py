@@ -72,6 +72,8 @@ def strays(uri: str, listed: set[str]) -> list[tuple[str, str]]:
             out.append((rel, "an object of another run, not listed in the manifest (stray: --overwrite removes it)"))
         else:
             out.append((rel, "not listed in the manifest (a stray object)"))
+    for key in store.uploads(prefix):
+        out.append((key[len(prefix) :], "an unfinished multipart upload (of a dead run: --overwrite aborts it)"))
     return out
 
 

@@ -207,6 +207,9 @@ class RemoteOutputDir:
         stray = [k for k, _ in self.store.list(self.prefix) if k not in keep and not k.startswith(mine)]
         if stray:
             self.store.delete(stray)
+        for key in self.store.uploads(self.prefix):  # a dead run's unfinished uploads (ours are complete)
+            if not key.startswith(mine):
+                self.store.abort_uploads(key)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.keep or not self.tmp:

@@ -88,6 +88,14 @@ class S3Store(Store):
                     Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
                 )
 
+    def uploads(self, prefix: str) -> list[str]:
+        out = []
+        with errors(self.uri(prefix)):
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                out.extend(u["Key"] for u in page.get("Uploads", []))
+        return sorted(out)
+
     def abort_uploads(self, prefix: str) -> int:
         n = 0
         with errors(self.uri(prefix)):

@@ -71,6 +71,7 @@ def test_verify_names_the_flipped_object_and_strays(s3, bucket, csv_on_s3):
     data[len(data) // 2] ^= 0x01
     s3.put_object(Bucket=bucket, Key=f"out/{victim}", Body=bytes(data))
     s3.put_object(Bucket=bucket, Key="out/run-dead/x.npy", Body=b"left by a dead run")
+    s3.create_multipart_upload(Bucket=bucket, Key="out/run-dead/y.npy")  # an upload a SIGKILL left open
     r = lovecraft("verify", f"s3://{bucket}/out")
     assert r.exit_code == 1
     lines = r.stdout.splitlines()
@@ -82,6 +83,10 @@ def test_verify_names_the_flipped_object_and_strays(s3, bucket, csv_on_s3):
         f"s3://{bucket}/out/run-dead/x.npy: an object of another run, not listed in the manifest "
         "(stray: --overwrite removes it)" in lines
     )
+    assert (
+        f"s3://{bucket}/out/run-dead/y.npy: an unfinished multipart upload (of a dead run: --overwrite aborts it)"
+        in lines
+    )
     # open_dataset refuses the damaged object
     from lovecraft_convert import open_dataset
     from lovecraft_convert.errors import DatasetError
@@ -92,6 +97,7 @@ def test_verify_names_the_flipped_object_and_strays(s3, bucket, csv_on_s3):
     assert lovecraft("convert", remote_in, "-o", f"s3://{bucket}/out", "--to", fmt, "-q", "--overwrite").exit_code == 0
     runs = {k.split("/")[1] for k in objects(s3, bucket, "out/")} - {"_manifest.json"}
     assert len(runs) == 1 and victim.split("/")[0] not in runs
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert lovecraft("verify", f"s3://{bucket}/out").exit_code == 0
 
 
