@@ -278,3 +278,15 @@ def test_shard_parts_read_their_byte_ranges(s3, bucket, tmp_path, monkeypatch):
         == 0
     )
     same_as_local(s3, bucket, "sh", str(tmp_path / "loc"))
+
+
+def test_jsonl_input_from_s3_sharded(s3, bucket, tmp_path):
+    src = tmp_path / "t.jsonl"
+    src.write_text("".join(json.dumps({"a": i, "s": "w" * (i % 9), "f": i / 3}) + "\n" for i in range(20000)))
+    s3.put_object(Bucket=bucket, Key="in/t.jsonl", Body=src.read_bytes())
+    fmt = builtin_names()[0]
+    args = ["--to", fmt, "--num-shards", "2", "--max-memory", "64MiB", "-q"]
+    assert lovecraft("shard", str(src), "-o", str(tmp_path / "loc"), *args).exit_code == 0
+    r = lovecraft("shard", f"s3://{bucket}/in/t.jsonl", "-o", f"s3://{bucket}/jl", *args)
+    assert r.exit_code == 0, r.stderr
+    same_as_local(s3, bucket, "jl", str(tmp_path / "loc"))
