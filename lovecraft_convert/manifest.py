@@ -241,6 +241,10 @@ def relative_path(raw: Any) -> str | None:
 def escapes(root: str, rel: str) -> bool:
     """Does ``rel`` (relative, see :func:`relative_path`) lead outside ``root`` once symbolic links
     (of the file or of a directory on its way) are resolved?"""
+    from .storage.uri import is_remote
+
+    if is_remote(root):  # an object store has no links: the lexical check is all there is
+        return False
     real_root = os.path.realpath(root)
     real = os.path.realpath(os.path.join(root, rel))
     return os.path.commonpath([real_root, real]) != real_root
@@ -297,7 +301,9 @@ def file_path(root: str, rel: str) -> str:
         raise DatasetError(
             f"{path_of(root)}: {why}", hint="the manifest was edited; re-create the dataset", kind="manifest"
         )
-    return os.path.join(root, rel)
+    from .storage.uri import child_path
+
+    return child_path(root, rel)
 
 
 def is_dataset(path: str) -> bool:

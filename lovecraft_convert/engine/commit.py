@@ -24,6 +24,25 @@ from ..util import format_size, fsync_path, trim_heap
 from .interrupts import held
 
 
+def output_dir(
+    path: str,
+    *,
+    overwrite: bool = False,
+    protect: list[str] | None = None,
+    resume: bool | None = None,
+    budget: int = 256 << 20,
+):
+    """The output of a run: an :class:`OutputDir` for a local path (or ``file://`` URI), a
+    :class:`~lovecraft_convert.storage.output.RemoteOutputDir` for an object-store URI."""
+    from ..storage import is_remote, local_path
+
+    if is_remote(path):
+        from ..storage.output import RemoteOutputDir
+
+        return RemoteOutputDir(path, overwrite=overwrite, resume=resume, budget=budget)
+    return OutputDir(local_path(path), overwrite=overwrite, protect=protect, resume=resume)
+
+
 class OutputDir:
     def __init__(
         self, path: str, *, overwrite: bool = False, protect: list[str] | None = None, resume: bool | None = None
@@ -212,4 +231,7 @@ def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:
         os.rename(os.path.join(tmp, f.path), os.path.join(work, f.path))
     fsync_path(work)
     os.rmdir(tmp)
+    from ..storage.output import upload_unit
+
+    upload_unit(work, files)  # a run writing to a store: the unit's files go up now
     return files, extra

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Interrupted
-from .commit import OutputDir
+from .commit import output_dir
 from .executors import make_executor
 from .interrupts import Signals, raise_pending
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
@@ -113,7 +113,7 @@ def run_job(
             return done
 
     started = time.time()
-    with Signals(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:
+    with Signals(), output_dir(output, overwrite=overwrite, protect=protect, resume=resume, budget=o.budget()) as out:
         work = out.tmp
         os.makedirs(os.path.join(work, SPILL), exist_ok=True)
         if stdin_spec is not None:
@@ -163,12 +163,23 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
     None when there is no complete dataset at ``output`` (the run goes ahead)."""
     from .. import manifest as mf
     from ..errors import OptionsError, OutputError
+    from ..storage import child_path, is_remote
     from .journal import VOLATILE_OPTIONS, difference
 
-    path = os.path.abspath(output.rstrip("/") or output)
-    if not mf.is_dataset(path):
-        return None
-    m, problem = mf.load(path)
+    remote = is_remote(output)
+    if remote:
+        from ..storage import dataset as stored
+
+        path = output.rstrip("/")
+        m, problem = stored.load(path)
+        if problem is not None and problem[0] == "missing":
+            return None
+        sizes = stored.sizes(path)
+    else:
+        path = os.path.abspath(output.rstrip("/") or output)
+        if not mf.is_dataset(path):
+            return None
+        m, problem = mf.load(path)
     if problem is not None or mf.problems(m):
         raise OutputError(
             f"{path}: already exists and is not a complete dataset", hint="pass --overwrite to replace it"
@@ -189,8 +200,10 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
         )
     mf.check_paths(path, m)
     for f in m.get("files") or []:
-        full = os.path.join(path, str(f.get("path")))
-        if not os.path.isfile(full) or os.path.getsize(full) != f.get("bytes"):
+        full = child_path(path, str(f.get("path")))
+        local_size = None if remote or not os.path.isfile(full) else os.path.getsize(full)
+        size = sizes.get(str(f.get("path"))) if remote else local_size
+        if size != f.get("bytes"):
             raise OutputError(
                 f"{full}: the finished dataset's file is missing or of another size",
                 hint="run `lovecraft verify` on it, or pass --overwrite to write it again",

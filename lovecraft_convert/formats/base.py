@@ -216,7 +216,7 @@ class CheckContext:
     step_rows: Any  # Callable[[Schema], int]
 
     def full(self, path: str) -> str:
-        """The full path of manifest path ``path``; DatasetError when it leaves the dataset directory."""
+        """The full path (or URI) of manifest path ``path``; DatasetError when it leaves the dataset."""
         return file_path(self.root, path)
 
 

@@ -26,6 +26,7 @@ from ..errors import DatasetError
 from ..formats import for_dataset
 from ..formats.base import PartFiles, PartReader
 from ..schema import Batch, Field, Schema
+from ..storage import child_path
 from .buckets import bucket_groups
 from .common import Group, Part
 from .mixture import Mixture
@@ -46,7 +47,8 @@ def open_dataset(
     exhausted: str = "stop",
     **options: Any,
 ) -> Dataset | Mixture:
-    """Open the dataset directory ``path`` (or its ``_manifest.json``).
+    """Open the dataset directory ``path`` (or its ``_manifest.json``); an ``s3://``/``gs://`` URI
+    is copied to a local cache first (:mod:`lovecraft_convert.storage.dataset`).
 
     ``columns`` selects columns (in that order). ``options``: ``hdf5_cache_bytes`` (the chunk cache
     for exact shuffling of HDF5 datasets, default 512 MiB per process).
@@ -63,7 +65,15 @@ def open_dataset(
         return Mixture(members, weights, seed=seed, exhausted=exhausted)
     if weights is not None or seed is not None:
         raise DatasetError("weights= and seed= are for a mixture of datasets", hint="give a list of datasets")
+    from ..storage import is_remote, local_path
+
     path = os.fspath(path)
+    if is_remote(path):
+        from ..storage.dataset import local_copy
+
+        uri = path[: -len(mf.MANIFEST_NAME)] if path.endswith("/" + mf.MANIFEST_NAME) else path
+        path = local_copy(uri)  # the format readers need local files: a checked copy, made once
+    path = local_path(path)
     if os.path.basename(path) == mf.MANIFEST_NAME and os.path.isfile(path):
         path = os.path.dirname(path) or "."
     if not os.path.isdir(path):
@@ -185,7 +195,7 @@ class Dataset:
             for p in g.parts:
                 for rel in p.files:
                     info = self._file_info.get(rel)
-                    full = os.path.join(self.path, rel)
+                    full = child_path(self.path, rel)
                     try:
                         size = os.stat(full).st_size
                     except OSError:
@@ -218,7 +228,7 @@ class Dataset:
         if self._shared is None:
             self._shared = {"hdf5_cache_bytes": self.hdf5_cache_bytes}
         files = PartFiles(
-            paths=[os.path.join(self.path, f) for f in part.files],
+            paths=[child_path(self.path, f) for f in part.files],
             entries=[self._file_info.get(f, {}) for f in part.files],
             rows=part.rows,
             schema=group.schema,

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import manifest as mf
 from ..engine.writer import hash_file
+from ..storage import child_path
 from .structure import is_count
 
 MANIFEST = mf.MANIFEST_NAME
@@ -75,7 +76,7 @@ class Files:
 
     def present(self, p: str) -> bool:
         """Exists as a regular file of the listed size; a problem otherwise. Starts its hashing."""
-        full = os.path.join(self.root, p)
+        full = child_path(self.root, p)
         try:
             st = os.lstat(full)
         except FileNotFoundError:
