@@ -158,7 +158,17 @@ class RemoteOutputDir:
 
     # -- the commit ----------------------------------------------------------------------------
 
-    def commit(self, manifest: dict) -> None:
+    def commit(self, manifest: dict, drop: tuple[str, ...] = ()) -> None:
+        """Upload what units have not, then put the manifest if absent (the commit); ``drop``: the
+        local scratch entries of a resumable run (journal, plan, spill), removed first."""
+        import shutil
+
+        for name in drop:
+            p = os.path.join(self.tmp, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            elif os.path.lexists(p):
+                os.unlink(p)
         names = manifest_files(manifest)
         part = part_size(self.budget)
         for rel, entry in names.items():
@@ -310,4 +320,6 @@ def prefixed(m: dict, run: str) -> dict:
     for v in m.values():
         if isinstance(v, dict) and isinstance(v.get("path"), str) and v["path"] in names:
             v["path"] = fix(v["path"])
+        if isinstance(v, dict) and isinstance(v.get("blocks"), dict):  # a format's index keyed by file
+            v["blocks"] = {fix(k): x for k, x in v["blocks"].items()}
     return m

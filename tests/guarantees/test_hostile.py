@@ -139,6 +139,9 @@ def _under_run_prefix(text_datasets, tmp_path, fmt: str) -> tuple[str, str]:
         f["path"] = moved[f["path"]]
     for s in m["shards"]:
         s["files"] = [moved[p] for p in s["files"]]
+    index = (m.get("tfrecord") or {}).get("blocks")
+    if index:  # the block index is keyed by file path too
+        m["tfrecord"]["blocks"] = {moved[k]: v for k, v in index.items()}
     _write_manifest(ds, m)
     return ds, sub
 
