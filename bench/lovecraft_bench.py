@@ -391,14 +391,14 @@ class Bench:
         os.makedirs(d)
         return d
 
-    def rounds(self, cmds: dict[str, callable]) -> dict[str, list[Result]]:
+    def rounds(self, cmds: dict[str, callable], env: dict | None = None) -> dict[str, list[Result]]:
         """Warm up once, then N rounds alternating the tools; each callable returns a command."""
         res: dict[str, list[Result]] = {k: [] for k in cmds}
         for make in cmds.values():  # warm-up (page cache, imports)
-            run(make(), every=0.05)
+            run(make(), env=env, every=0.05)
         for _ in range(self.args.runs):
             for k, make in cmds.items():
-                res[k].append(run(make(), every=0.05))
+                res[k].append(run(make(), env=env, every=0.05))
         return res
 
 
@@ -684,15 +684,24 @@ def help_time(b: Bench) -> None:
     b.extra.append(f"`lovecraft --help`: median {statistics.median(times) * 1000:.0f} ms over 5 runs (target < 300 ms)")
 
 
+def bench_tokens(b: Bench, size: int) -> None:
+    """The token pipeline (bench/tokens_bench.py): corpus -> Megatron .bin/.idx against datasets
+    and the tokenizer's own encode_batch."""
+    from tokens_bench import bench_tokens as tokens
+
+    tokens(b, size, sys.modules[__name__])
+
+
 BENCHES = {
     "csv": bench_csv_parquet,
     "npy": bench_npy,
     "shard": bench_shard,
     "bucket": bench_bucket,
+    "tokens": bench_tokens,
     "verify": bench_verify,
     "parquet": bench_parquet,
 }
-ALL = "csv,npy,shard,bucket,verify,parquet,memory,help"
+ALL = "csv,npy,shard,bucket,tokens,verify,parquet,memory,help"
 
 
 def main() -> None:
