@@ -751,7 +751,8 @@ def render(b: Bench, size: int, elapsed: float) -> str:
         met = "yes" if r.target == 0 or r.ratio >= r.target else "NO"
         tgt = f">= {r.target:g}x" if r.target else "-"
         note = f" ({r.note})" if r.note else ""
-        lines.append(f"| {r.name} | {r.ours:.0f} | {r.peer}{note} | {r.theirs:.1f} | {r.ratio:.2f}x | {tgt} | {met} |")
+        ours = f"{r.ours:.0f}" if r.ours >= 10 else f"{r.ours:.2f}"  # slow rows (tokenizers) keep their digits
+        lines.append(f"| {r.name} | {ours} | {r.peer}{note} | {r.theirs:.2f} | {r.ratio:.2f}x | {tgt} | {met} |")
     if b.mem:
         lines += [
             "",

@@ -151,12 +151,12 @@ def _manifest(out: str) -> dict:
         return json.load(f)
 
 
-def _run(corpus, tmp_path, *args: str) -> str:
+def _run(corpus, tmp_path, *args: str, budget: str = BUDGET) -> str:
     src, tok, _ = corpus
     out = str(tmp_path / "out")
     t0 = time.time()
     r, peak = _capped(
-        args[0], src, "-o", out, "--tokenizer", tok, "--eos", "</s>", "--max-memory", BUDGET, "-q", *args[1:]
+        args[0], src, "-o", out, "--tokenizer", tok, "--eos", "</s>", "--max-memory", budget, "-q", *args[1:]
     )
     print(f"\n{' '.join(args)}: rc {r.returncode}, {time.time() - t0:.0f}s, peak {peak} MiB (cap {CAP_MIB})")
     assert r.returncode == 0, f"rc {r.returncode} (137: killed for memory): {r.stderr[-2000:]}"
@@ -186,9 +186,13 @@ def test_shard_to_megatron_with_two_workers_under_memcap(corpus, tmp_path):
 def test_bucket_packed_under_memcap(corpus, tmp_path):
     stream = corpus[2]
     L = SEQ_LEN
+    # three interpreters (the driver, two workers: ~30 MiB each before any buffer) beside two units'
+    # buffers: with --max-memory 128MiB this peaked at ~180 MiB of anonymous memory and, with the
+    # spill files' page cache, a worker was killed at the 256 MiB cap; the budget is what bounds it
     out = _run(
-        corpus, tmp_path, "bucket", "--to", "memmap", "--layout", "packed", "--seq-len", str(L), "--workers", "2"
-    )
+        corpus, tmp_path, "bucket", "--to", "memmap", "--layout", "packed", "--seq-len", str(L), "--workers", "2",
+        budget="64MiB",
+    )  # fmt: skip
     m = _manifest(out)
     rows = stream.tokens // L
     p = m["packing"]
