@@ -6,9 +6,11 @@ round). Peak memory is peak *anonymous* memory (RssAnon from /proc/PID/status, s
 process and its children, sampled every few ms), reported above the baseline of an interpreter
 that has imported the same libraries: a memmap's page cache inflates RSS without costing anything.
 
-    python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR]
+    python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR] [--save FILE]
 
-``--only`` runs a selection of the benchmarks (results.md is rewritten by full runs only).
+``--only`` runs a selection of the benchmarks (default all: csv, npy, shard, bucket, verify, jsonl,
+parquet, ray, wide, memory, jsonl_memory, help); results.md is rewritten by full runs only, ``--save FILE``
+writes the table to FILE whatever the selection.
 
 Inputs are generated once (fixed seed) and cached in the work directory.
 """
@@ -22,94 +24,21 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import engine_bench  # noqa: E402
+import jsonl_inputs  # noqa: E402
+import tokens_bench  # noqa: E402
+from measure import Result, run  # noqa: E402
+
 PY = sys.executable
 LOVECRAFT = [PY, "-m", "lovecraft_convert"]
 GB = 1000**3
-
-
-# --------------------------------------------------------------------------------------------
-# measuring one command
-# --------------------------------------------------------------------------------------------
-
-
-def _anon_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        pass
-    return 0
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return out
-
-
-def _tree_anon(pid: int) -> int:
-    total, todo, seen = 0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _anon_kib(p)
-        todo += _children(p)
-    return total
-
-
-@dataclass
-class Result:
-    seconds: float
-    peak_mib: float
-
-
-def run(cmd: list[str], env: dict | None = None, every: float = 0.004) -> Result:
-    """Run ``cmd``; wall time and peak anonymous memory of its process tree, sampled from /proc
-    every ``every`` seconds (a sample of a tree of threads costs ~0.3 ms of CPU: at 250 Hz that is
-    several percent of this 2-core machine, so timed rounds sample at 20 Hz and the memory table's
-    own runs at 250 Hz).
-
-    Dirty pages of the previous run are written back first (untimed): lovecraft fsyncs its output
-    and would otherwise pay for a peer's unflushed writes.
-    """
-    os.sync()
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-    peak = 0
-    stop = threading.Event()
-
-    def sample():
-        nonlocal peak
-        while not stop.is_set():
-            peak = max(peak, _tree_anon(p.pid))
-            time.sleep(every)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    _, err = p.communicate()
-    dt = time.perf_counter() - t0
-    stop.set()
-    t.join()
-    if p.returncode != 0:
-        sys.stderr.write(err.decode(errors="replace")[-3000:])
-        raise SystemExit(f"bench: command failed ({p.returncode}): {' '.join(cmd)}")
-    return Result(dt, peak / 1024)
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,6 +277,9 @@ def make_tokenizer(path: str, text: str) -> str:
     return path
 
 
+PEERS.update(jsonl_inputs.PEERS)
+
+
 def peer(name: str, *args: str) -> list[str]:
     return [PY, "-c", PEERS[name], *args]
 
@@ -377,6 +309,7 @@ class Bench:
     work: str
     rows: list[Row] = field(default_factory=list)
     mem: list[tuple] = field(default_factory=list)
+    mem_jsonl: list[tuple] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     baseline: float = 0.0
 
@@ -643,6 +576,68 @@ def bench_bucket(b: Bench, size: int) -> None:
     )
 
 
+def bench_jsonl(b: Bench, size: int) -> None:
+    """JSON Lines -> Parquet (zstd) against polars' streaming scan_ndjson().sink_parquet() and
+    pyarrow's read_json + write_table, on C4-like records at ~185 MB and ~1 GB; and the LLM case,
+    keeping only ``text``, against polars selecting it."""
+    for target in (size * 185 // 1000, size):
+        src = jsonl_inputs.make_jsonl(os.path.join(b.work, f"jsonl_{target // 10**6}MB.jsonl"), target)
+        n = os.path.getsize(src)
+        mb = f"{n / 1e6:.0f} MB"
+        res = b.rounds(
+            {
+                "ours": lambda src=src: [*LOVECRAFT, "convert", src, "-o", b.out("jl"), "--to", "parquet", "-q"],
+                "polars": lambda src=src: peer("polars_ndjson", src, b.fresh_dir("jl_pl")),
+                "pyarrow": lambda src=src: peer("pyarrow_json", src, b.fresh_dir("jl_pa")),
+                "ours_text": lambda src=src: [
+                    *LOVECRAFT, "convert", src, "-o", b.out("jlt"), "--to", "parquet", "--columns", "text", "-q"],
+                "polars_text": lambda src=src: peer("polars_ndjson_text", src, b.fresh_dir("jlt_pl")),
+            }
+        )  # fmt: skip
+        ours = mbps(n, res["ours"])
+        b.rows.append(
+            Row(f"JSONL -> Parquet (zstd), {mb}", ours, "polars scan_ndjson.sink_parquet", mbps(n, res["polars"]), 1.0)
+        )
+        b.rows.append(
+            Row(
+                f"JSONL -> Parquet (zstd), {mb}",
+                ours,
+                "pyarrow.json.read_json + write_table(zstd)",
+                mbps(n, res["pyarrow"]),
+                0.0,
+                "no target; reads the whole file into memory",
+            )
+        )
+        b.rows.append(Row(f"JSONL -> Parquet --columns text, {mb}", mbps(n, res["ours_text"]),
+                          "polars scan_ndjson.select('text').sink_parquet", mbps(n, res["polars_text"]), 0.0, "context"))  # fmt: skip
+
+
+def bench_jsonl_memory(b: Bench) -> None:
+    """Peak anonymous memory of JSON Lines -> Parquet at two sizes (1 GB, 4 GB: the 1 GB input four
+    times over) under --max-memory 256MiB, and a single 100 MB JSON line refused within it."""
+    one = jsonl_inputs.make_jsonl(os.path.join(b.work, "jsonl_1000MB.jsonl"), GB if not b.args.quick else GB // 16)
+    four = jsonl_inputs.make_repeated(os.path.join(b.work, "jsonl_x4.jsonl"), one, 4)
+    cases = {
+        "convert JSONL -> parquet": lambda src: [*LOVECRAFT, "convert", src, "-o", b.out("m"), "--to", "parquet",
+                                                 "--max-memory", "256MiB", "-q"],
+        "shard JSONL -> parquet 128MiB --workers 2": lambda src: [*LOVECRAFT, "shard", src, "-o", b.out("m"), "--to",
+                                                  "parquet", "--shard-size", "128MiB", "--workers", "2", "--max-memory", "256MiB", "-q"],
+    }  # fmt: skip
+    for name, make in cases.items():
+        peaks = [run(make(src)) for src in (one, four)]
+        sizes = [os.path.getsize(one) / GB, os.path.getsize(four) / GB]
+        b.mem_jsonl.append((name, *sizes, *(p.peak_mib - b.baseline for p in peaks), *(p.seconds for p in peaks)))
+    long = jsonl_inputs.make_long_line(os.path.join(b.work, "jsonl_line_100MB.jsonl"), 100 << 20)
+    r = run([*LOVECRAFT, "convert", long, "-o", b.out("m"), "--to", "parquet", "--max-memory", "256MiB"], expect=1)
+    message = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    peak = r.peak_mib - b.baseline
+    met = "yes" if peak < 256 and "longer than" in message else "NO"
+    b.extra.append(
+        f"A single 100 MB JSON line under --max-memory 256MiB: refused in {r.seconds:.1f}s, exit 1, peak {peak:.0f} MiB "
+        f"above the baseline (target < 256 MiB: {met}): `{message}`"
+    )
+
+
 def bench_parquet(b: Bench, size: int) -> None:
     """Parquet -> memmap and Parquet -> TFRecord against the plain pyarrow loops doing the same."""
     src = make_parquet(os.path.join(b.work, f"parquet_{size // 10**6}MB.parquet"), size)
@@ -684,24 +679,19 @@ def help_time(b: Bench) -> None:
     b.extra.append(f"`lovecraft --help`: median {statistics.median(times) * 1000:.0f} ms over 5 runs (target < 300 ms)")
 
 
-def bench_tokens(b: Bench, size: int) -> None:
-    """The token pipeline (bench/tokens_bench.py): corpus -> Megatron .bin/.idx against datasets
-    and the tokenizer's own encode_batch."""
-    from tokens_bench import bench_tokens as tokens
-
-    tokens(b, size, sys.modules[__name__])
-
-
 BENCHES = {
     "csv": bench_csv_parquet,
     "npy": bench_npy,
     "shard": bench_shard,
     "bucket": bench_bucket,
-    "tokens": bench_tokens,
+    "tokens": lambda b, size: tokens_bench.bench_tokens(b, size, sys.modules[__name__]),
     "verify": bench_verify,
+    "jsonl": bench_jsonl,
     "parquet": bench_parquet,
+    "ray": lambda b, size: engine_bench.bench_ray(b, size, Row, mbps, make_csv),
+    "wide": lambda b, size: engine_bench.bench_wide(b, size, Row, mbps),
 }
-ALL = "csv,npy,shard,bucket,tokens,verify,parquet,memory,help"
+ALL = "csv,npy,shard,bucket,tokens,verify,jsonl,parquet,ray,wide,memory,jsonl_memory,help"
 
 
 def main() -> None:
@@ -710,6 +700,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="inputs 1/16 the size, one run: a smoke test")
     ap.add_argument("--only", default=ALL, help=f"a comma-separated selection of {ALL}")
     ap.add_argument("--workdir", default="/tmp/lovecraft-bench")
+    ap.add_argument("--save", help="write the table to this file (default: bench/results.md, on full runs only)")
     args = ap.parse_args()
     if args.quick:
         args.runs = 1
@@ -726,15 +717,18 @@ def main() -> None:
     if "memory" in only:
         print("bench: memory ...", file=sys.stderr, flush=True)
         bench_memory(b)
+    if "jsonl_memory" in only:
+        print("bench: jsonl_memory ...", file=sys.stderr, flush=True)
+        bench_jsonl_memory(b)
     if "help" in only:
         help_time(b)
     report = render(b, size, time.time() - t0)
     print(report)
-    if set(only) >= set(ALL.split(",")):  # a selection does not replace the full table
-        with open(os.path.join(HERE, "results.md"), "w") as f:
+    if args.save is not None or set(only) >= set(ALL.split(",")):  # a selection does not replace the full table
+        with open(args.save or os.path.join(HERE, "results.md"), "w") as f:
             f.write(report + "\n")
     else:
-        print(f"(--only {args.only}: bench/results.md left as it is)", file=sys.stderr)
+        print(f"(--only {args.only}: bench/results.md left as it is; --save FILE writes it there)", file=sys.stderr)
     shutil.rmtree(os.path.join(b.work, "out"), ignore_errors=True)
 
 
@@ -773,6 +767,25 @@ def render(b: Bench, size: int, elapsed: float) -> str:
         lines.append(
             "Time at the two sizes (linear growth): "
             + "; ".join(f"{n}: {ta:.1f}s / {tc:.1f}s" for n, _, _, ta, tc in b.mem)
+        )
+    if b.mem_jsonl:
+        _, s1, s2, *_ = b.mem_jsonl[0]
+        lines += [
+            "",
+            f"JSON Lines, peak anonymous memory above the baseline ({b.baseline:.0f} MiB), --max-memory 256MiB, one run each:",
+            "",
+            f"| command | @{s1:.2g} GB | @{s2:.2g} GB | difference | target | met |",
+            "|---|---:|---:|---:|---|:---:|",
+        ]
+        for name, _s1, _s2, a, c, _ta, _tc in b.mem_jsonl:
+            diff = (c - a) / a * 100 if a else 0.0
+            met = "yes" if max(a, c) < 256 and (abs(diff) <= 10 or abs(c - a) < 16) else "NO"
+            lines.append(
+                f"| {name} | {a:.0f} MiB | {c:.0f} MiB | {diff:+.1f}% ({c - a:+.0f} MiB) | < 256 MiB, within 10% | {met} |"
+            )
+        lines.append("")
+        lines.append(
+            "Time at the two sizes: " + "; ".join(f"{n}: {ta:.1f}s / {tc:.1f}s" for n, *_, ta, tc in b.mem_jsonl)
         )
     if b.extra:
         lines += [""] + b.extra

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import SchemaError
-from .schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
+from .schema import BINARY, FIXED, SEQUENCE, STRING, STRING_LIST, Batch, Field, Schema, VarColumn
 
 _STRING_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
@@ -22,6 +22,8 @@ def arrow_type(f: Field) -> pa.DataType:
         return pa.string()
     if f.kind == BINARY:
         return pa.binary()
+    if f.kind == STRING_LIST:
+        return pa.list_(pa.string())
     try:
         base = pa.from_numpy_dtype(f.np_dtype)
     except (pa.ArrowNotImplementedError, NotImplementedError, TypeError):
@@ -47,12 +49,14 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
         col = batch.columns[f.name]
         t = arrow_type(f)
         if isinstance(col, VarColumn):
-            offs = col.offsets
-            if offs[-1] < 2**31:
-                offsets = pa.py_buffer(offs.astype(np.int32))
-            else:
-                raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
-            if f.kind == SEQUENCE:
+            offsets = _offsets32(col.offsets, f)
+            if f.kind == STRING_LIST:
+                inner = col.values  # a VarColumn of strings
+                strings = pa.Array.from_buffers(
+                    pa.string(), len(inner), [None, _offsets32(inner.offsets, f), pa.py_buffer(inner.values)]
+                )
+                arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[strings]))
+            elif f.kind == SEQUENCE:
                 values = numpy_to_arrow(col.values)
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
             else:
@@ -68,15 +72,14 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
 
 
 def numpy_to_arrow(a: np.ndarray) -> pa.Array:
-    """A 1-d NumPy array as an Arrow array (zero-copy for numbers; bools are bit-packed)."""
+    """A 1-d NumPy array as an Arrow array (zero-copy for native numbers; bools are bit-packed)."""
     if a.dtype == np.bool_:
         bits = np.packbits(a.view(np.uint8), bitorder="little")
         return pa.Array.from_buffers(pa.bool_(), len(a), [None, pa.py_buffer(bits)])
-    if a.dtype.kind in "iuf" and a.dtype.isnative:
-        return pa.Array.from_buffers(
-            pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(np.ascontiguousarray(a))]
-        )
-    return pa.array(a)  # other dtypes (datetime, non-native byte order): pyarrow's own conversion
+    if a.dtype.kind in "iuf":
+        a = np.ascontiguousarray(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")))
+        return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+    return pa.array(a)  # other dtypes (datetime, objects): pyarrow's own conversion
 
 
 _NUMPY_OF = {
@@ -94,13 +97,14 @@ def numpy_dtype(t: pa.DataType) -> np.dtype:
 
 def arrow_to_numpy(a: pa.Array) -> np.ndarray:
     """A primitive Arrow array as NumPy, from its buffers (zero-copy unless it has nulls or is
-    boolean); nulls of a floating array become NaN (other arrays hold none here)."""
+    boolean); nulls of a floating array become NaN, those of others keep whatever the buffer holds
+    (callers that meet them mask them with ``valid_of``)."""
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks() if a.num_chunks != 1 else a.chunk(0)
     t = a.type
     if t not in _NUMPY_OF:
         return a.to_numpy(zero_copy_only=False)
-    validity, data = a.buffers()[:2]
+    data = a.buffers()[1]
     n, off = len(a), a.offset
     if t == pa.bool_():
         bits = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
@@ -108,11 +112,33 @@ def arrow_to_numpy(a: pa.Array) -> np.ndarray:
     else:
         dt = numpy_dtype(t)
         out = np.frombuffer(data, dtype=dt, count=off + n)[off:] if n else np.zeros(0, dt)
-    if a.null_count and t.bit_width and numpy_dtype(t).kind == "f":
-        valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=off + n, bitorder="little")[off:]
+    if a.null_count and numpy_dtype(t).kind == "f":
         out = out.copy()
-        out[valid == 0] = np.nan
+        out[~valid_of(a)] = np.nan
     return out
+
+
+def valid_of(arr: pa.Array) -> np.ndarray:
+    """Which rows of an Arrow array are not null (from its validity bitmap)."""
+    bitmap = arr.buffers()[0]
+    if bitmap is None:
+        return np.ones(len(arr), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), count=arr.offset + len(arr), bitorder="little")
+    return bits[arr.offset :].astype(bool)
+
+
+def offsets_of(arr: pa.Array) -> np.ndarray:
+    """The int64 offsets of a (large) list, string or binary array (``len + 1`` of them)."""
+    t = arr.type
+    large = pa.types.is_large_list(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int64 if large else np.int32)
+    return offs[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+
+
+def _offsets32(offs: np.ndarray, f: Field) -> pa.Buffer:
+    if offs[-1] >= 2**31:
+        raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
+    return pa.py_buffer(offs.astype(np.int32))
 
 
 def field_from_arrow(name: str, t: pa.DataType) -> Field:
@@ -120,6 +146,8 @@ def field_from_arrow(name: str, t: pa.DataType) -> Field:
         return Field(name, STRING, "|u1")
     if t in (pa.binary(), pa.large_binary()):
         return Field(name, BINARY, "|u1")
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and t.value_type in _STRING_TYPES[:2]:
+        return Field(name, STRING_LIST, "|u1")
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return Field(name, SEQUENCE, numpy_dtype(t.value_type).str)
     shape = []
@@ -134,17 +162,22 @@ def column_from_arrow(arr: pa.Array, f: Field):
     if f.kind in (STRING, BINARY):
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
-        large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
-        bufs = arr.buffers()
-        odt = np.int64 if large else np.int32
-        offs = np.frombuffer(bufs[1], dtype=odt)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
-        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        offs = offsets_of(arr)
+        data = arr.buffers()[2]
+        data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         base = offs[0]
         return VarColumn(data[base : offs[-1]], offs - base)
+    if f.kind == STRING_LIST:
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        offs = offsets_of(arr)
+        base = offs[0]
+        inner = arr.values.slice(base, offs[-1] - base)
+        return VarColumn(column_from_arrow(inner, Field(f.name, STRING, "|u1")), offs - base)
     if f.kind == SEQUENCE:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
-        offs = np.asarray(arr.offsets, dtype=np.int64)
+        offs = offsets_of(arr)
         values = arrow_to_numpy(arr.values)
         base = offs[0]
         return VarColumn(values[base : offs[-1]], offs - base)

@@ -2,8 +2,9 @@
 
 A column is either a NumPy array whose axis 0 is the record axis (fixed-shape rows of any NumPy
 dtype), or a :class:`VarColumn` (variable-length rows: UTF-8 text, raw bytes or numeric sequences),
-held as one flat ``values`` array plus ``offsets`` (int64, ``len == rows + 1``). Both convert to and
-from Apache Arrow without copying the values (see :mod:`lovecraft_convert.arrowconv`).
+held as one flat ``values`` array plus ``offsets`` (int64, ``len == rows + 1``). A list of strings
+per row (kind ``string_list``) is a VarColumn whose ``values`` is itself a VarColumn of strings. Both
+convert to and from Apache Arrow without copying the values (see :mod:`lovecraft_convert.arrowconv`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ FIXED = "fixed"
 STRING = "string"  # UTF-8 text; values are uint8 bytes
 BINARY = "binary"  # raw bytes; values are uint8
 SEQUENCE = "sequence"  # numeric sequences; values of ``dtype``
-KINDS = (FIXED, STRING, BINARY, SEQUENCE)
+STRING_LIST = "string_list"  # a list of UTF-8 strings per row; values are a VarColumn of strings
+KINDS = (FIXED, STRING, BINARY, SEQUENCE, STRING_LIST)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Field:
             return f"{np.dtype(self.dtype).name}{shape}"
         if self.kind == SEQUENCE:
             return f"sequence<{np.dtype(self.dtype).name}>"
+        if self.kind == STRING_LIST:
+            return "list<string>"
         return self.kind
 
 
@@ -88,9 +92,13 @@ class Schema:
 
 @dataclass
 class VarColumn:
-    """Variable-length rows as flat values plus offsets (``offsets[0] == 0``)."""
+    """Variable-length rows as flat values plus offsets (``offsets[0] == 0``).
 
-    values: np.ndarray
+    ``values`` is a NumPy array, or (kind ``string_list``) a VarColumn of strings: row ``i`` is then
+    the strings ``offsets[i]`` to ``offsets[i + 1]`` of ``values``.
+    """
+
+    values: np.ndarray | VarColumn
     offsets: np.ndarray
 
     def __len__(self) -> int:
@@ -103,28 +111,38 @@ class VarColumn:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def row(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i] : self.offsets[i + 1]]
+    @property
+    def nested(self) -> bool:
+        """Do the rows hold lists of strings (``values`` a VarColumn)?"""
+        return isinstance(self.values, VarColumn)
+
+    def row(self, i: int) -> np.ndarray | VarColumn:
+        return _cut(self.values, int(self.offsets[i]), int(self.offsets[i + 1]))
 
     def slice(self, start: int, stop: int) -> VarColumn:
         offs = self.offsets[start : stop + 1]
         base = offs[0]
-        return VarColumn(self.values[base : offs[-1]], offs - base)
+        return VarColumn(_cut(self.values, int(base), int(offs[-1])), offs - base)
 
     def take(self, idx: np.ndarray) -> VarColumn:
         lens = self.lengths()[idx]
         offs = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
         if len(idx) == 0:
-            return VarColumn(self.values[:0], offs)
+            return VarColumn(_cut(self.values, 0, 0), offs)
         starts = self.offsets[idx]
         # Gather every element: position j of row k comes from starts[k] + j.
         rel = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], lens)
-        return VarColumn(self.values[np.repeat(starts, lens) + rel], offs)
+        where = np.repeat(starts, lens) + rel
+        values = self.values.take(where) if isinstance(self.values, VarColumn) else self.values[where]
+        return VarColumn(values, offs)
 
     @classmethod
     def concat(cls, parts: list[VarColumn]) -> VarColumn:
-        values = np.concatenate([p.values for p in parts])
+        if parts and isinstance(parts[0].values, VarColumn):
+            values = cls.concat([p.values for p in parts])  # type: ignore[misc]
+        else:
+            values = np.concatenate([p.values for p in parts])
         offs = [np.zeros(1, dtype=np.int64)]
         base = 0
         for p in parts:
@@ -146,17 +164,34 @@ class VarColumn:
         flat = [x for r in rows for x in r]
         return cls(np.asarray(flat, dtype=dtype), offs)
 
+    @classmethod
+    def from_string_lists(cls, rows: list[list[str]]) -> VarColumn:
+        """Rows of lists of strings (kind ``string_list``)."""
+        lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        offs = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        inner = [s.encode() for r in rows for s in r]
+        strings = cls.from_pylist(inner, np.uint8) if inner else cls(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+        return cls(strings, offs)
+
     def to_pylist(self, kind: str) -> list[Any]:
         out = []
         for i in range(len(self)):
             v = self.row(i)
-            if kind == STRING:
+            if kind == STRING_LIST:
+                out.append(v.to_pylist(STRING))  # type: ignore[union-attr]
+            elif kind == STRING:
                 out.append(v.tobytes().decode("utf-8"))
             elif kind == BINARY:
                 out.append(v.tobytes())
             else:
                 out.append(v.tolist())
         return out
+
+
+def _cut(values: np.ndarray | VarColumn, start: int, stop: int) -> np.ndarray | VarColumn:
+    """Elements ``[start, stop)`` of a VarColumn's values (rows of the inner VarColumn when nested)."""
+    return values.slice(start, stop) if isinstance(values, VarColumn) else values[start:stop]
 
 
 Column = np.ndarray | VarColumn

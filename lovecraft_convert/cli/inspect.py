@@ -21,7 +21,10 @@ from .options import SizeParam, input_options, parse_delimiter
     "--num-buckets", type=click.IntRange(min=1), metavar="K", help="Suggest K length-bucket boundaries (default 8)."
 )
 @click.option(
-    "--plot", metavar="FILE.png", help="Draw the length histograms with the suggested boundaries (needs matplotlib)."
+    "--plot",
+    metavar="FILE.png",
+    help="Draw a PNG: length histograms with the bucket boundaries and padding efficiency by K; value histograms "
+    "of numeric columns with the float16 range (needs matplotlib).",
 )
 @click.option(
     "--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."

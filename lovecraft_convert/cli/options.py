@@ -87,9 +87,9 @@ def input_options(f: Callable) -> Callable:
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
         click.option("--skip-rows", type=click.IntRange(min=0), default=0, metavar="N", help="CSV: skip N lines before the header (or, with --no-header, the first row)."),
         click.option("--comment", metavar="CHAR", help="CSV: skip lines starting with CHAR (e.g. #)."),
-        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64 (repeatable)."),
-        click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order."),
-        click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text and CSV: invalid UTF-8 is an error, or replaced with U+FFFD."),
+        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64 (repeatable)."),
+        click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order (JSON Lines: parse only these keys, e.g. text,meta.lang)."),
+        click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text, CSV, JSON Lines: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
     ]  # fmt: skip
     return _stack(f, opts)

@@ -21,6 +21,7 @@ from ..errors import Interrupted
 from .commit import OutputDir
 from .executors import make_executor
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
+from .meter import ByteBar
 from .pipeline import unit_bar
 
 
@@ -64,18 +65,38 @@ class Run:
     executor: Any
 
     def run_units(
-        self, fn, calls: list[tuple], desc: str, progress: bool | None, into: dict, key: str, tag: dict | None = None
+        self,
+        fn,
+        calls: list[tuple],
+        desc: str,
+        progress: bool | None,
+        into: dict,
+        key: str,
+        tag: dict | None = None,
+        *,
+        noun: str = "unit",
+        input_bytes: int | None = None,
     ) -> None:
         """Run the units ``fn(*call)`` on the executor; journal each fragment as it arrives (with
-        ``tag`` added) and keep it in ``into`` under its ``key``; a bar counts units on a terminal."""
-        bar = unit_bar(progress, len(calls), desc)
+        ``tag`` added) and keep it in ``into`` under its ``key``. On a terminal a bar counts the
+        units (as ``noun``s) or, given ``input_bytes`` (the input's size, for a phase that reads
+        it), the input bytes read: the units report them through :mod:`.meter` while they run and
+        in their fragments' ``bytes`` when done."""
+        if input_bytes is not None and calls:
+            bytes_bar = ByteBar(
+                self.work, input_bytes, sum(int(e.get("bytes", 0)) for e in into.values()), progress, desc
+            )
+            bar, done = bytes_bar, lambda res: bytes_bar.finished(res[key], res.get("bytes", 0))
+        else:
+            units = unit_bar(progress, len(calls), desc, noun)
+            bar, done = units, lambda res: units.update()
         try:
             for res in self.executor.map(fn, calls):
                 if tag:
                     res.update(tag)
                 self.journal.add(res)
                 into[res[key]] = res
-                bar.update()
+                done(res)
         finally:
             bar.close()
 

@@ -1,8 +1,9 @@
 """Spill frames: how units hand records to each other through the work directory.
 
 * Plain frames (``shard``): a batch as raw column bytes in schema order (offsets then values for
-  variable-length columns); *counted* frames start with their row count, so a file of them can be
-  walked without an index.
+  variable-length columns; lists of strings: the lists' offsets, then the strings' offsets and
+  bytes); *counted* frames start with their row count, so a file of them can be walked without an
+  index.
 * Grouped frames (``bucket``): rows sorted by length, stored as the distinct lengths, how many rows
   have each, and the values in that order, so any length range is one contiguous slice.
 """
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LovecraftError
-from ..schema import Batch, Schema, VarColumn
+from ..schema import STRING_LIST, Batch, Schema, VarColumn
 
 # grouped frame value dtypes (a code in the frame header says which)
 CODES = ["|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8", "|b1"]
@@ -30,7 +31,11 @@ def write_frame(f, batch: Batch, schema: Schema, counted: bool = False) -> tuple
         col = batch.columns[fd.name]
         if isinstance(col, VarColumn):
             f.write(np.ascontiguousarray(col.offsets, dtype=np.int64).data)
-            f.write(np.ascontiguousarray(col.values, dtype=fd.np_dtype if fd.kind == "sequence" else np.uint8).data)
+            if isinstance(col.values, VarColumn):  # lists of strings: then the strings
+                f.write(np.ascontiguousarray(col.values.offsets, dtype=np.int64).data)
+                f.write(np.ascontiguousarray(col.values.values, dtype=np.uint8).data)
+            else:
+                f.write(np.ascontiguousarray(col.values, dtype=fd.np_dtype if fd.kind == "sequence" else np.uint8).data)
         else:
             f.write(np.ascontiguousarray(col, dtype=fd.np_dtype).reshape(-1).view(np.uint8).data)
     return offset, batch.num_rows
@@ -48,9 +53,17 @@ def frames_from_buffer(buf: bytes, schema: Schema) -> list[Batch]:
             if fd.variable:
                 offs = np.frombuffer(buf, dtype=np.int64, count=rows + 1, offset=pos)
                 pos += offs.nbytes
-                vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
-                vals = np.frombuffer(buf, dtype=vdt, count=int(offs[-1]), offset=pos)
-                pos += vals.nbytes
+                vals: Any
+                if fd.kind == STRING_LIST:
+                    inner = np.frombuffer(buf, dtype=np.int64, count=int(offs[-1]) + 1, offset=pos)
+                    pos += inner.nbytes
+                    data = np.frombuffer(buf, dtype=np.uint8, count=int(inner[-1]), offset=pos)
+                    pos += data.nbytes
+                    vals = VarColumn(data, inner)
+                else:
+                    vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
+                    vals = np.frombuffer(buf, dtype=vdt, count=int(offs[-1]), offset=pos)
+                    pos += vals.nbytes
                 cols[fd.name] = VarColumn(vals, offs)
             else:
                 a = np.frombuffer(buf, dtype=fd.np_dtype, count=rows * fd.row_size, offset=pos)
@@ -66,8 +79,13 @@ def read_frame(f, offset: int, rows: int, schema: Schema) -> Batch:
     for fd in schema:
         if fd.variable:
             offs = np.fromfile(f, dtype=np.int64, count=rows + 1)
-            vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
-            vals = np.fromfile(f, dtype=vdt, count=int(offs[-1]))
+            vals: Any
+            if fd.kind == STRING_LIST:
+                inner = np.fromfile(f, dtype=np.int64, count=int(offs[-1]) + 1)
+                vals = VarColumn(np.fromfile(f, dtype=np.uint8, count=int(inner[-1])), inner)
+            else:
+                vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
+                vals = np.fromfile(f, dtype=vdt, count=int(offs[-1]))
             cols[fd.name] = VarColumn(vals, offs)
         else:
             a = np.fromfile(f, dtype=fd.np_dtype, count=rows * fd.row_size)

@@ -124,8 +124,8 @@ class _NoBar:
         pass
 
 
-def unit_bar(progress: bool | None, total: int, desc: str):
-    """A bar counting units of work (``progress`` None: only on a terminal)."""
+def unit_bar(progress: bool | None, total: int, desc: str, noun: str = "unit"):
+    """A bar counting units of work, as ``noun``s (``progress`` None: only on a terminal)."""
     import sys
 
     enabled = sys.stderr.isatty() if progress is None else progress
@@ -133,4 +133,4 @@ def unit_bar(progress: bool | None, total: int, desc: str):
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="unit", file=sys.stderr, leave=False, dynamic_ncols=True)
+    return tqdm(total=total, desc=f"{desc} {noun}s", unit=f" {noun}", file=sys.stderr, leave=False, dynamic_ncols=True)

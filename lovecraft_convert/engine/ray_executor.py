@@ -81,7 +81,8 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise OutputError(
                     f"cannot reach the Ray cluster at {address or 'a new local Ray'} ({' '.join(str(e).split())[:200]})",
-                    hint="start it (`ray start --head`), check --ray-address / RAY_ADDRESS, or use --engine local",
+                    hint="start it (`ray start --head`), check --ray-address / RAY_ADDRESS (a cluster with token "
+                    "authentication also needs RAY_AUTH_MODE=token and its token), or use --engine local",
                 ) from None
         self.remote = ray.remote(_unit).options(
             num_cpus=1, memory=max(1 << 20, int(memory)), max_retries=RETRIES, retry_exceptions=False

@@ -1,4 +1,4 @@
-"""Inputs: one module per input kind (text, CSV, NPY), each a :class:`~.base.Reader` of bounded
+"""Inputs: one module per input kind (text, CSV, JSON Lines, NPY), each a :class:`~.base.Reader` of bounded
 batches that can also split itself into parts for parallel workers.
 
 :func:`open_reader` resolves what the user named (paths, globs, ``-``), detects compression and
@@ -45,8 +45,9 @@ def open_reader(
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
-    ``columns``: the columns that will be used (readers of columnar inputs read only those);
-    ``lenient``: leave out columns no output can hold instead of refusing them (``inspect``)."""
+    ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
+    those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
+    instead of refusing them (``inspect``)."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)
@@ -57,7 +58,7 @@ def open_reader(
     column_types = dict(column_types or {})
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
-        raise OptionsError("--column-type applies to CSV, Parquet, Arrow and Hugging Face inputs only")
+        raise OptionsError("--column-type applies to CSV, JSON Lines, Parquet, Arrow and Hugging Face inputs only")
     if (skip_rows or comment is not None) and not cls.takes_csv_syntax:
         raise OptionsError(f"--{'skip-rows' if skip_rows else 'comment'} applies to CSV inputs only")
     ropts = ReadOptions(

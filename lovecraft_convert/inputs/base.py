@@ -37,7 +37,7 @@ class ReadOptions:
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
     piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)
-    columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow)
+    columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow, JSON Lines)
     lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
 
 
@@ -63,8 +63,9 @@ class Reader:
 
     schema: Schema
     rows: int | None = None  # known up front (npy), else None
-    takes_column_types = False  # --column-type applies (CSV)
+    takes_column_types = False  # --column-type applies (CSV, JSON Lines, columnar inputs)
     takes_csv_syntax = False  # --skip-rows and --comment apply (CSV)
+    late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -95,7 +96,7 @@ class Reader:
         return ", ".join(s.name for s in self.specs)
 
     def widen(self, widened: dict[str, str]) -> None:
-        """Read columns with the wider types another run of this reader settled on (CSV)."""
+        """Read columns with the wider types another run of this reader settled on (CSV, JSON Lines)."""
 
     def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None, **split) -> list[Part]:
         """Byte ranges of plain files cut at record boundaries; other inputs whole. ``split``: the

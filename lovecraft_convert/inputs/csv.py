@@ -22,7 +22,7 @@ from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .sources import InputSpec
-from .streams import open_range, open_stream
+from .streams import open_range, open_stream, spool_stdin
 
 # User-facing column types and the Arrow type the CSV reader parses them as.
 COLUMN_TYPES = {
@@ -53,7 +53,7 @@ class CsvReader(Reader):
         self.pa = pa
         for spec in specs:
             if spec.is_stdin and not spec.stdin_spool:
-                _spool_stdin(spec)
+                spool_stdin(spec)  # read again when a type widens
         unknown = {k: v for k, v in options.column_types.items() if v not in COLUMN_TYPES}
         if unknown:
             k, v = next(iter(unknown.items()))
@@ -468,23 +468,6 @@ def _data_lines(text, skip: int, syntax: Syntax, line: list[int]) -> Iterator[st
             state = QuoteScan(s.encode("utf-8", "surrogateescape"), Syntax(syntax.delimiter), state).final
             start = s.endswith("\n")
         yield s
-
-
-def _spool_stdin(spec: InputSpec) -> None:
-    """CSV may need a second read (type widening): copy stdin to a temporary file, in bounded memory."""
-    import atexit
-    import os
-    import shutil
-    import tempfile
-
-    from .streams import stdin_buffer
-
-    fd, path = tempfile.mkstemp(prefix="lovecraft-stdin-", suffix=".spool")
-    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
-    with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(stdin_buffer(), out, 4 << 20)
-    spec.stdin_spool = path
-    spec.size = os.path.getsize(path)
 
 
 def _header_utf8(spec: InputSpec, header: bytes) -> None:

@@ -260,9 +260,10 @@ class NpyReader(Reader):
             cols = {f.name: native(a[start:stop]) for f, a in zip(self.schema, arrays, strict=True)}
             for spec, c in zip(self.specs, cols.values(), strict=True):
                 check_unicode(c, spec.name, start)
-            self._done = int(sum(p * stop for p in per_row))
+            self._done = int(sum(p * (stop - first) for p in per_row))  # of these rows (a part's, in a shard unit)
             yield Batch(cols, stop - start)
-        self._done = self.progress_total() or 0
+        whole = first == 0 and last == self.rows
+        self._done = (self.progress_total() or 0) if whole else int(sum(p * (last - first) for p in per_row))
 
     def _streamed(self, step: int) -> Iterator[Batch]:
         streams = []

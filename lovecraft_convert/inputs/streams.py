@@ -305,3 +305,19 @@ def open_range(path: str, start: int, end: int) -> io.BufferedReader:
     stream = io.BufferedReader(counter, buffer_size=1 << 20)
     stream.raw_count = lambda: counter.count  # type: ignore[attr-defined]
     return stream
+
+
+def spool_stdin(spec: InputSpec) -> None:
+    """Copy stdin to a temporary file (removed at exit), in bounded memory, for a reader that may
+    read its input again (a widened type starts the job over)."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="lovecraft-stdin-", suffix=".spool")
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(stdin_buffer(), out, 4 << 20)
+    spec.stdin_spool = path
+    spec.size = os.path.getsize(path)

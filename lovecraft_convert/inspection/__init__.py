@@ -35,7 +35,8 @@ def inspect(
 
     ``sample``: read only the first ``sample`` rows (figures are then estimates, and say so).
     ``num_buckets``: the K of the suggested length buckets (default 8, with a table for other K).
-    ``plot``: write a PNG of the length histograms with the suggested boundaries (needs matplotlib).
+    ``plot``: write a PNG of the length histograms with the suggested boundaries and their padding
+    efficiency, and of the numeric columns' value histograms (needs matplotlib).
     The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ``skip_rows``,
     ``comment``, ...).
     """
@@ -77,7 +78,12 @@ def inspect(
         max_memory=max_memory,
     )
     o.validate_inputs()
-    report = inspect_inputs(inputs, o, sample, num_buckets, estimate, progress)
+    if plot:
+        from .plot import check_plot_path, require_matplotlib
+
+        require_matplotlib()  # before the pass over the input, not after it
+        check_plot_path(plot)
+    report = inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot=bool(plot))
     if plot:
         from .plot import draw_plot
 

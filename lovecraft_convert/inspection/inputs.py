@@ -2,7 +2,8 @@
 ``convert`` uses: rows (exact, or estimated from a sample and said to be), and per column the dtype
 and row shape, NaN count, min, max and mean; for floating columns what float16 would cost (measured
 by the same code ``convert --dtype float16`` runs); for text and sequences the length distribution
-(:mod:`.lengths`); and the output size per format, from writing a sample of the rows with each
+(:mod:`.lengths`); with ``--plot``, value histograms of numeric columns (:mod:`.values`); and the
+output size per format, from writing a sample of the rows with each
 format's writer."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..schema import SEQUENCE, Batch, VarColumn
 from ..transforms.downcast import Downcast, DowncastStats, downcast_array
 from ..util import parse_size
 from .lengths import length_report
+from .values import ValueHistogram
 
 SAMPLE_BYTES = 4 << 20  # in-memory bytes of the rows written by each writer to estimate output sizes
 
@@ -37,8 +39,9 @@ class Profile:
 
     BLOCK = 1 << 20  # elements per step
 
-    def __init__(self, f) -> None:
+    def __init__(self, f, plot: bool = False) -> None:
         self.f = f
+        self.plot = plot
         self.rows = 0
         self.values = 0
         self.nan = 0
@@ -49,6 +52,7 @@ class Profile:
         self.numeric = dt.kind in "biuf"
         self.f16 = DowncastStats("float16") if dt.kind == "f" and dt.itemsize > 2 else None
         self.hist: dict[int, int] = {} if f.variable else None  # type: ignore[assignment]
+        self.values_hist = ValueHistogram(dt.kind in "biu") if plot and self.numeric and f.kind == "fixed" else None
 
     def update(self, col) -> None:
         if isinstance(col, VarColumn):
@@ -76,6 +80,8 @@ class Profile:
 
     def _block(self, x) -> None:
         self.values += x.size
+        if self.values_hist is not None:
+            self.values_hist.update(x)
         src = x
         if x.dtype.kind == "f":
             if x.dtype == np.float16:
@@ -127,8 +133,10 @@ class Profile:
                 r.pop("clipped", None)
                 r.pop("target", None)
                 d["float16"] = r
+            if self.values_hist is not None:
+                d["value_histogram"] = self.values_hist.to_dict()
         if self.hist is not None:
-            d["lengths"] = length_report(self.hist, num_buckets)
+            d["lengths"] = length_report(self.hist, num_buckets, plot=self.plot)
             d["empty"] = self.hist.get(0, 0)
         return d
 
@@ -139,12 +147,12 @@ def _num(v):
     return v
 
 
-def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[str, Any]:
+def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: bool = False) -> dict[str, Any]:
     budget = parse_size(o.max_memory)
     reader = open_reader(inputs, budget=budget, lenient=True, **o.read_kwargs())
     while True:
         schema = select_columns(reader, o.columns)
-        profiles = [Profile(f) for f in schema]
+        profiles = [Profile(f, plot) for f in schema]
         kept: list = []
         kept_bytes = 0
         rows = 0
@@ -230,8 +238,8 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress) -> dict[s
 
 
 def _add_input_figures(report: dict[str, Any], reader) -> None:
-    """What the reader knows beyond the values: the input's own column types, nulls, type
-    decisions (Parquet, Arrow), row groups and record batches of each input."""
+    """What the reader knows beyond the values: the input's own column types, nulls (Parquet,
+    Arrow, JSON Lines), type decisions (Parquet, Arrow), row groups and record batches of each input."""
     for i, entry in enumerate(report["inputs"]):
         entry.update(reader.input_details(i))
     info = reader.column_info()

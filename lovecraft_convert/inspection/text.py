@@ -54,7 +54,8 @@ def format_text(r: dict[str, Any]) -> str:
     out.append("")
     for c in r["columns"]:
         shape = f" shape per row {tuple(c['shape'])}" if c["shape"] else ""
-        out.append(f"column '{c['name']}': {c['type']}{shape}")
+        nulls = f", {number(c['nulls'])} null or missing" if c.get("nulls") and "input_type" not in c else ""
+        out.append(f"column '{c['name']}': {c['type']}{shape}{nulls}")
         if "input_type" in c:
             out.append("  " + _input_type(c))
         if "min" in c:

@@ -38,6 +38,7 @@ from .. import manifest as mf
 from ..engine.driver import Run, run_job
 from ..engine.frames import Grouped, gather_sorted, merge_hist, read_grouped, write_grouped
 from ..engine.journal import SPILL, intact, save_plan
+from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, OptionsError, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part
@@ -106,6 +107,7 @@ def split_unit(ctx: BContext, part: Part) -> dict[str, Any]:
     vmin = vmax = None
     dtypes: set[str] = set()
     row0 = 0
+    meter = UnitMeter(ctx.work, part.index, src.progress_done)  # input bytes read, for the driver's bar
     try:
         for col, _first, _where in src.sequences(part):
             lens = np.diff(col.offsets)
@@ -156,10 +158,12 @@ def split_unit(ctx: BContext, part: Part) -> dict[str, Any]:
                 hists[b].append((u, np.diff(np.append(first, len(piece)))))
             c["rows"] += len(idx)
             row0 += n
+            meter.tick()
     finally:
         for h in handles:
             if h is not None:
                 h.close()
+        nbytes = meter.close()
     files = {}
     for b, name in enumerate(names):
         if handles[b] is None:
@@ -176,6 +180,7 @@ def split_unit(ctx: BContext, part: Part) -> dict[str, Any]:
     return {
         "phase": 1,
         "part": part.index,
+        "bytes": nbytes,
         **c,
         "min": None if vmin is None else vmin.item(),
         "max": None if vmax is None else vmax.item(),
@@ -333,14 +338,21 @@ def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
         ctx.hash_buckets = plan["hash_buckets"]
     trace(f"{len(parts)} parts")
     done = {e["part"]: e for e in journal.phase(1) if intact(work, e)}
-    run.run_units(split_unit, [(ctx, p) for p in parts if p.index not in done], "reading", o.progress, done, "part")
+    calls = [(ctx, p) for p in parts if p.index not in done]
+    run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
     split = [done[p.index] for p in parts]
     trace("phase 1 done")
     layout = _plan_buckets(o, probe, split, ctx)
     units = layout["units"]
     finished = {e["unit"]: e for e in journal.phase(2)}
     run.run_units(
-        write_unit, [(ctx, u) for u in units if u["id"] not in finished], "writing", o.progress, finished, "unit"
+        write_unit,
+        [(ctx, u) for u in units if u["id"] not in finished],
+        "writing",
+        o.progress,
+        finished,
+        "unit",
+        noun="shard",
     )
     trace("phase 2 done")
     return _manifest(o, probe, layout, [finished[u["id"]] for u in units], split)

@@ -38,6 +38,7 @@ from .. import manifest as mf
 from ..engine.driver import Run, run_job
 from ..engine.frames import read_frame, write_frame
 from ..engine.journal import SPILL, intact, save_plan
+from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part
@@ -94,8 +95,10 @@ def split_unit(ctx: PContext, part: Part) -> dict[str, Any]:
     docs = tokens = row0 = 0
     vmin = vmax = None
     dtypes: set[str] = set()
+    src = ctx.source()
+    meter = UnitMeter(ctx.work, part.index, src.progress_done)  # input bytes read, for the driver's bar
     try:
-        for col, _first, _where in ctx.source().sequences(part):
+        for col, _first, _where in src.sequences(part):
             offs = np.asarray(col.offsets, dtype=np.int64)
             col = VarColumn(np.asarray(col.values)[offs[0] : offs[-1]], offs - offs[0])
             n = len(col)
@@ -124,10 +127,12 @@ def split_unit(ctx: PContext, part: Part) -> dict[str, Any]:
             docs += n
             tokens += int(offs[-1] - offs[0])
             row0 += n
+            meter.tick()
     finally:
         for h in handles:
             if h is not None:
                 h.close()
+        nbytes = meter.close()
     files = {}
     for b, name in enumerate(names):
         if handles[b] is None:
@@ -144,6 +149,7 @@ def split_unit(ctx: PContext, part: Part) -> dict[str, Any]:
         "max": None if vmax is None else vmax.item(),
         "dtypes": sorted(dtypes),
         "files": files,
+        "bytes": nbytes,
     }
 
 
@@ -317,13 +323,14 @@ def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
         ctx.hash_buckets = plan["hash_buckets"]
     trace(f"{len(parts)} parts")
     done = {e["part"]: e for e in journal.phase(1) if intact(work, e)}
-    run.run_units(split_unit, [(ctx, p) for p in parts if p.index not in done], "reading", o.progress, done, "part")
+    calls = [(ctx, p) for p in parts if p.index not in done]
+    run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
     split = [done[p.index] for p in parts]
     layout = _plan(o, probe, split, ctx)
     units = layout["units"]
     finished = {e["shard"]: e for e in journal.phase(2) if e.get("of") == len(units)}
     calls = [(ctx, u) for u in units if u["id"] not in finished]
-    run.run_units(write_unit, calls, "writing", o.progress, finished, "shard", tag={"of": len(units)})
+    run.run_units(write_unit, calls, "writing", o.progress, finished, "shard", tag={"of": len(units)}, noun="shard")
     return _manifest(o, probe, layout, [finished[u["id"]] for u in units], split)
 
 

@@ -1,6 +1,7 @@
 """Where ``bucket``'s sequences come from: text lines through a tokenizer, CSV rows of numbers of any
-length (``--ragged``), a CSV text column, a text or sequence column of a Parquet, Arrow or Hugging
-Face input (only that column is read), or a variable-length column of a lovecraft dataset."""
+length (``--ragged``), a CSV text column, a JSON Lines text key, a text or sequence column of a
+Parquet, Arrow or Hugging Face input (only that column or key is read), or a variable-length column
+of a lovecraft dataset."""
 
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ class Sequences:
                 self.column = fld.name
             self.specs = []
             self.name = self.dataset
+            self._done = 0
+            self._sizes: dict[str, int] | None = None
             return
         kw = o.read_kwargs()
         kw["column_types"] = {}
@@ -137,15 +140,38 @@ class Sequences:
                 )
             self.kind = "csv"
             self.source_column = o.column
+        elif fmt == "jsonl":
+            self._jsonl(inputs, probe, kw, budget, threads)
         else:
             if o.column is not None:
                 raise SchemaError(
-                    f"--column applies to CSV, Parquet, Arrow, Hugging Face and dataset inputs; {self.name} is {fmt}"
+                    "--column applies to CSV, JSON Lines, Parquet, Arrow, Hugging Face and dataset inputs; "
+                    f"{self.name} is {fmt}"
                 )
             self.kind = "text"
             self.source_column = "text"
         self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
         self.column = "tokens"
+
+    def _jsonl(self, inputs: list[str], probe, kw: dict, budget: int, threads: bool) -> None:
+        """A JSON Lines key holding text: read alone (the other keys are not built), as text
+        whatever it holds (numbers as their JSON text), so no later value widens it."""
+        names = probe.schema.names
+        if self.o.column is None:
+            raise SchemaError(
+                f"{self.name}: say which key holds the text (columns: {', '.join(names)})", hint="pass --column NAME"
+            )
+        if self.o.column not in names:
+            raise SchemaError(f"{self.name}: no column '{self.o.column}'", hint=f"columns are {', '.join(names)}")
+        if probe.schema[self.o.column].kind != "string":
+            raise SchemaError(
+                f"{self.name}: column '{self.o.column}' is {probe.schema[self.o.column].describe()}, not text",
+                hint="give a key that holds text",
+            )
+        kw = {**kw, "columns": [self.o.column], "column_types": {self.o.column: "string"}}
+        self.reader = open_reader(inputs, budget=budget, threads=threads, **kw)
+        self.kind = "jsonl"
+        self.source_column = self.o.column
 
     def _columnar(self, inputs: list[str], probe, o: BucketOptions, budget: int, threads: bool, kw: dict) -> None:
         """A Parquet, Arrow or Hugging Face input: its one variable-length column (or ``--column``),
@@ -192,6 +218,21 @@ class Sequences:
             return parts
         return self.reader.partitions(target, mapper=mapper)
 
+    def progress_total(self) -> int | None:
+        """Input bytes, for the progress of reading it (a dataset input: its shards' files)."""
+        if self.kind == "dataset":
+            return sum(self._part_bytes(p) for g in self.ds.groups for p in g.parts)
+        return self.reader.progress_total()
+
+    def progress_done(self) -> int:
+        """Input bytes read so far by :meth:`sequences` (a dataset's shards by the rows read)."""
+        return self._done if self.kind == "dataset" else self.reader.progress_done()
+
+    def _part_bytes(self, p) -> int:
+        if self._sizes is None:
+            self._sizes = {f["path"]: int(f.get("bytes", 0)) for f in self.ds.manifest["files"]}
+        return sum(self._sizes.get(f, 0) for f in p.files)
+
     def memory_bytes(self) -> int | None:
         """Estimated in-memory bytes of the input (None: only its size is known)."""
         return self.reader.memory_bytes() if self.kind == "columnar" else None
@@ -219,10 +260,13 @@ class Sequences:
             reader = self.ds.reader(g, p)
             chunk = max(1024, (self.o_budget() // 16) // 256)
             row = 0
+            size, done = self._part_bytes(p), self._done
             for batch in reader.chunks(0, p.rows, chunk):
                 col = _as_var(batch.columns[self.field.name], self.field.kind)
-                yield (self.tokenizer.encode(col) if self.tokenizer else col), row, "row"
                 row += batch.num_rows
+                self._done = done + size * row // max(1, p.rows)
+                yield (self.tokenizer.encode(col) if self.tokenizer else col), row - batch.num_rows, "row"
+            self._done = done + size
             return
         first_part = part.start in (None, 0) and part.spec == 0
         self._header_pending = first_part  # the first row kept may be a header (ragged)
@@ -234,7 +278,7 @@ class Sequences:
                     yield from self._ragged(col, line, part)
                     line += batch.num_rows
                     continue
-                where = "line" if self.kind == "text" else "row"
+                where = "line" if self.kind == "text" else "row"  # JSON Lines: records (blank lines are skipped)
                 yield (self.tokenizer.encode(col) if self.tokenizer else col), line, where
                 line += batch.num_rows
         except SchemaChanged:  # an int sequence column holding nulls: not token ids

@@ -33,6 +33,7 @@ from .. import manifest as mf
 from ..engine.driver import Run, run_job
 from ..engine.frames import frames_from_buffer, read_frame, write_frame
 from ..engine.journal import SPILL, intact, save_plan
+from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, OverflowErrorF16, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part, open_reader
@@ -92,6 +93,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
     spill = os.path.join(ctx.work, SPILL)
     rows = 0
     seed = ctx.o.seed or 0
+    meter = UnitMeter(ctx.work, part.index, reader.progress_done)  # input bytes read, for the driver's bar
     if ctx.buckets:
         paths = [os.path.join(spill, f"u{part.index:05d}-b{b:04d}.bin") for b in range(ctx.buckets)]
         files: list = [None] * ctx.buckets
@@ -120,6 +122,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
             else:
                 frames.append(write_frame(out, batch, schema))
             rows += batch.num_rows
+            meter.tick()
     except OverflowErrorF16 as e:
         e.part = part.index  # the row is placed by the driver, which knows the rows before the part
         raise
@@ -128,6 +131,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
         # run redoes any part whose files are missing or short (a crash of the machine).
         for f in [f for f in files if f is not None] if ctx.buckets else [out]:
             f.close()
+        nbytes = meter.close()
     if ctx.buckets:
         for b, f in enumerate(files):
             if f is not None:
@@ -139,7 +143,14 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
     else:
         os.rename(path + ".tmp", path)
         result = {"frames": frames, "files": {os.path.basename(path): os.path.getsize(path)}}
-    return {"phase": 1, "part": part.index, "rows": rows, "float16": down.report() if down else {}, **result}
+    return {
+        "phase": 1,
+        "part": part.index,
+        "rows": rows,
+        "bytes": nbytes,
+        "float16": down.report() if down else {},
+        **result,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,7 +303,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             total = reader.rows
             break
         try:
-            split = _phase1(ctx, parts, run, o)
+            split = _phase1(ctx, parts, run, o, reader.progress_total())
         except SchemaChanged as e:
             plan["widened"] = {**plan.get("widened", {}), **e.widened}
             save_plan(run.work, plan)
@@ -310,16 +321,16 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     n = len(bounds)
     done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
     calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
-    run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n})
+    run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n}, noun="shard")
     trace("phase 2 done")
     return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total)
 
 
-def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions) -> list[dict]:
+def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions, input_bytes: int | None) -> list[dict]:
     done = {e["part"]: e for e in run.journal.phase(1) if intact(ctx.work, e)}
     calls = [(ctx, p) for p in parts if p.index not in done]
     try:
-        run.run_units(split_unit, calls, "reading", o.progress, done, "part")
+        run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=input_bytes)
     except OverflowErrorF16 as e:
         raise _globalise(e, ctx, parts, done) from None
     return [done[p.index] for p in parts]

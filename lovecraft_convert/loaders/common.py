@@ -6,13 +6,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DatasetError
-from ..schema import BINARY, STRING, Field, Schema, VarColumn
+from ..schema import BINARY, STRING, STRING_LIST, Field, Schema, VarColumn
 
 DENSE_PERMUTATION_MAX = 1 << 25  # rows; above, a keyed bijection replaces the stored permutation
 
 
 def to_object_rows(c, kind: str) -> np.ndarray:
-    """A variable-length column as an object array: ``str`` (string), ``bytes`` (binary), arrays."""
+    """A variable-length column as an object array: ``str`` (string), ``bytes`` (binary), arrays,
+    lists of ``str`` (string_list)."""
+    if kind == STRING_LIST and isinstance(c, VarColumn):
+        strings = to_object_rows(c.values, STRING)
+        o = c.offsets.tolist()
+        out = np.empty(len(c), dtype=object)
+        out[:] = [strings[o[i] : o[i + 1]].tolist() for i in range(len(c))] if len(c) else []
+        return out
     if not isinstance(c, VarColumn):
         if kind == BINARY and len(c) and not isinstance(c[0], bytes):
             out = np.empty(len(c), dtype=object)
@@ -92,7 +99,7 @@ def convert_column(name: str, kind: str, target: np.dtype, col, pad_value, lengt
         if target.kind == "U" and col.dtype == object:
             return {name: np.asarray(col.tolist(), dtype=target)}
         return {name: col if col.dtype == target else col.astype(target)}
-    if kind in (STRING, BINARY):
+    if kind in (STRING, BINARY, STRING_LIST):
         return {name: to_object_rows(col, kind)}
     padded, lens = pad_rows(col, target, length, pad_value)
     return {name: padded, f"{name}_length": lens}

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ..schema import BINARY, FIXED, STRING
+from ..schema import BINARY, FIXED, STRING, STRING_LIST
 
 LABEL_NAMES = ("label", "labels", "y", "target", "targets")
 
@@ -49,6 +49,11 @@ def output_fields(plan) -> dict[str, tuple[tuple, np.dtype | str]]:
             out[f.name] = ((b, *f.shape), "string" if dt.kind in "USO" else dt)
         elif f.kind in (STRING, BINARY):
             out[f.name] = ((b,), "string")
+        elif f.kind == STRING_LIST:
+            raise DatasetError(
+                f"{ds.path}: column '{f.name}' holds lists of strings, which this tf.data pipeline does not batch",
+                hint="select the other columns (columns=[...]), or read it with open_dataset / pyarrow",
+            )
         elif ds.bucketed:
             widths = {int(g.bucket["max_length"]) for g in ds.groups}
             width = widths.pop() if len(widths) == 1 and plan.pad_to == "bucket" else None

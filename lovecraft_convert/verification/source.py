@@ -32,7 +32,7 @@ from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
 from ..jobs.convert import output_schema
 from ..jobs.options import ConvertOptions
-from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
+from ..schema import FIXED, SEQUENCE, STRING_LIST, Batch, Field, Schema, VarColumn
 
 MANIFEST = mf.MANIFEST_NAME
 MAX_REPORTED_ROWS = 5
@@ -115,6 +115,9 @@ def canonical(batch: Batch, schema: Schema, storage: Callable[[Field], np.dtype]
     with np.errstate(over="ignore", invalid="ignore"):
         for f in schema:
             c = batch.columns[f.name]
+            if f.kind == STRING_LIST:
+                cols[f.name] = string_lists_as_bytes(c)
+                continue
             if f.kind in (FIXED, SEQUENCE):
                 dt = storage(f)
                 dt = dt.newbyteorder("=") if not dt.isnative else dt
@@ -125,6 +128,36 @@ def canonical(batch: Batch, schema: Schema, storage: Callable[[Field], np.dtype]
             else:
                 cols[f.name] = np.asarray(c).astype(dt, copy=False)
     return Batch(cols, batch.num_rows)
+
+
+def string_lists_as_bytes(c: VarColumn) -> VarColumn:
+    """Lists of strings as one byte string per row (each string: its length as 8 bytes, then its
+    bytes), so that they compare and hash as text columns do."""
+    inner = c.values
+    offs = np.asarray(inner.offsets, dtype=np.int64)
+    slen = np.diff(offs)
+    sizes = 8 + slen
+    out = np.empty(int(sizes.sum()), np.uint8)
+    starts = np.zeros(len(slen) + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    if len(slen):
+        heads = (starts[:-1, None] + np.arange(8)).reshape(-1)
+        out[heads] = slen.astype("<u8").view(np.uint8)
+        total = int(offs[-1] - offs[0])
+        pos = np.repeat(starts[:-1] + 8 - (offs[:-1] - offs[0]), slen) + np.arange(total, dtype=np.int64)
+        out[pos] = np.asarray(inner.values)[offs[0] : offs[-1]]
+    rows = starts[np.asarray(c.offsets, dtype=np.int64) - int(c.offsets[0])]
+    return VarColumn(out, rows)
+
+
+def _string_list_text(raw: bytes) -> list[str]:
+    """The strings of one row of :func:`string_lists_as_bytes`."""
+    out, pos = [], 0
+    while pos + 8 <= len(raw):
+        n = int.from_bytes(raw[pos : pos + 8], "little")
+        out.append(raw[pos + 8 : pos + 8 + n].decode("utf-8", "replace"))
+        pos += 8 + n
+    return out
 
 
 def _differing_rows(a, b, n: int) -> np.ndarray:
@@ -153,6 +186,9 @@ def _differing_rows(a, b, n: int) -> np.ndarray:
 
 
 def _show(col, i: int, kind: str) -> str:
+    if isinstance(col, VarColumn) and kind == STRING_LIST:
+        text = repr(_string_list_text(bytes(np.asarray(col.row(i), dtype=np.uint8))))
+        return text if len(text) <= 60 else text[:57] + "..."
     if isinstance(col, VarColumn):
         v = col.row(i)
         if kind in ("string", "binary"):
@@ -199,6 +235,13 @@ class SourceComparer:
         try:
             self._force_types(reader)
             self.plan = output_schema(reader, self.o)  # the columns, stacking and downcast convert applies
+            if reader.late_columns and not self.o.columns and len(self.plan.source) < len(reader.schema):
+                # JSON Lines made into fewer columns (tokenized): parse only the keys they come
+                # from, so that keys the dataset does not hold, met late, change nothing
+                kw = {**self.o.read_kwargs(), "columns": list(self.plan.source.names)}
+                reader = self.reader = open_reader(inputs, budget=verifier.budget, **kw)
+                self._force_types(reader)
+                self.plan = output_schema(reader, self.o)
             src, self.down = self.plan.schema, self.plan.down
         except (LovecraftError, TypeError, ValueError, AttributeError, KeyError, UnicodeError) as e:
             self._source_problem(f"cannot be read with the manifest's options ({_one_line(e)})")
@@ -236,7 +279,29 @@ class SourceComparer:
                 forced[f.name] = "string"
             elif want.kind == FIXED and want.np_dtype.kind == "f" and f.np_dtype.kind in "iub":
                 forced[f.name] = "float64"
+        if reader.late_columns:  # JSON Lines: keys met late in the input, sequences widened
+            forced = self._dataset_types(reader)
         reader.widen(forced)
+
+    def _dataset_types(self, reader) -> dict[str, str]:
+        """The dataset's type of each input column it holds: its own columns, but not the token
+        column (``--tokenizer``), and the members of a stacked column (``--stack-columns``) as
+        the stacked column's type."""
+        made = set()
+        if self.o.tokenizer is not None:
+            from ..transforms.tokenize import TOKENS
+
+            made.add(TOKENS)
+        types = {}
+        for spec in self.o.stack_columns or []:
+            from ..transforms.stack import parse, select
+
+            name, sel = parse(spec)
+            made.add(name)
+            if name in self.schema.names:
+                for member in select(list(reader.schema.names), sel):
+                    types[member] = str(self.schema[name].np_dtype)
+        return {**{f.name: f.describe() for f in self.schema if f.name not in made}, **types}
 
     def _column_source(self, column: str | None) -> str:
         return self.reader.source_of(column) if column is not None else self.name

@@ -76,6 +76,7 @@ XZ = lzma.compress(CSV)
 OBJ = _npy(np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
 STRUCT = _npy(np.array([(1, 2.0), (3, 4.0)], dtype=[("i", "<i4"), ("f", "<f8")]))
 F32 = _npy(np.arange(100, dtype=np.float32))
+JGZ = gzip.compress(b"".join(b'{"a": %d, "b": "%x"}\n' % (i, i * 7919) for i in range(5000)), mtime=0)
 
 
 def _bomb(d: str) -> list[str]:
@@ -209,6 +210,7 @@ def _cannot_hold(*fmts: str) -> Callable[[dict], None]:
 
     def check(report: dict) -> None:
         est = report["estimated_bytes"]
+        assert est.pop("megatron") is None  # it holds token sequences only: none of these inputs
         assert sorted(k for k, v in est.items() if v is None) == sorted(fmts), est
 
     return check
@@ -220,6 +222,37 @@ def _overflow_reported(n: int, column: str) -> Callable[[dict], None]:
         assert c["float16"]["overflow"] == n
 
     return check
+
+
+def _check_jsonl_blank(out: str, cols: dict) -> None:
+    assert list(np.asarray(cols["a"])) == [1, 2, 3]
+
+
+def _check_jsonl_dup(out: str, cols: dict) -> None:
+    assert list(np.asarray(cols["a"])) == [2, 3] and list(cols["b"]) == ["x", "y"]
+
+
+def _check_jsonl_big_int(out: str, cols: dict) -> None:
+    assert list(cols["id"]) == ["1", str(2**64), "-3"]
+
+
+def _check_jsonl_values(out: str, cols: dict) -> None:
+    assert [list(v) for v in cols["value"]] == [[1.0, 2.0], [], [3.5]]
+
+
+def _check_jsonl_late(out: str, cols: dict) -> None:
+    m = manifest(out)
+    assert {f["name"]: (f["kind"], f["dtype"]) for f in m["schema"]} == {
+        "a": ("fixed", "<f8"), "s": ("string", "|u1"), "late": ("fixed", "<f8")}  # fmt: skip
+    assert m["rows"] == 100_002
+    assert np.isnan(cols["a"][100_000]) and cols["a"][100_001] == 2.5 and list(cols["s"])[100_001] == "7"
+    assert np.isnan(cols["late"][0]) and cols["late"][100_001] == 1.0
+
+
+def _jsonl_late_widening() -> bytes:
+    """Integers and words for 3 MB; then a null, a float, a number among the words and a new key."""
+    body = b"".join(b'{"a": %d, "s": "w%d"}\n' % (i, i) for i in range(100_000))
+    return body + b'{"a": null, "s": "x"}\n{"a": 2.5, "s": 7, "late": true}\n'
 
 
 HUGE_LINE = b"a\n" + b"x" * (20 << 20) + b"\nc\n"
@@ -271,6 +304,31 @@ CASES: dict[str, Case] = {
     "text with a NUL character (parquet)": Case(_file("nul.txt", b"one\ntw\x00o\nthree\n"), "parquet", None, check=_check_nul),
     "text 20 MB line, --max-memory 16MiB": Case(_file("huge.txt", HUGE_LINE), "parquet", "Error: {d}/huge.txt, line 2: line longer than 1048576 bytes; raise --max-memory or split the line", output_opts=["--max-memory", "16MiB"], inspect=False),
     "text 20 MB line, --max-memory 512MiB": Case(_file("huge.txt", HUGE_LINE), "memmap", None, output_opts=["--max-memory", "512MiB"], check=_check_huge_line, inspect=False),
+    # ---- JSON Lines ----
+    "jsonl broken line": Case(_file("b.jsonl", b'{"a": 1}\n{"a": \n{"a": 3}\n'), "parquet", "Error: {d}/b.jsonl, line 2: not valid JSON (Expecting value at character 7); fix the line"),
+    "jsonl broken line after 3 MB": Case(_file("b3.jsonl", _jsonl_late_widening() + b'{"a": 1,}\n'), "hdf5", "Error: {d}/b3.jsonl, line 100003: not valid JSON (Expecting property name enclosed in double quotes at character 9); fix the line"),
+    "jsonl two objects on a line": Case(_file("two.jsonl", b'{"a": 1}\n{"a": 2} {"a": 3}\n'), "tfrecord", "Error: {d}/two.jsonl, line 2: not valid JSON (Extra data at character 10); fix the line"),
+    "jsonl a line that is not an object": Case(_file("arr.jsonl", b'{"a": 1}\n[1, 2]\n'), "memmap", "Error: {d}/arr.jsonl, line 2: an array, not an object: each line of a JSON Lines input holds one object; fix the line (an input where no line holds an object is read as one column 'value')"),
+    "jsonl no line is an object": Case(_file("v.jsonl", b"[1, 2]\n[]\n[3.5]\n"), "parquet", None, check=_check_jsonl_values),
+    "jsonl NaN": Case(_file("nan.jsonl", b'{"a": 1.5}\n{"a": NaN}\n'), "hdf5", "Error: {d}/nan.jsonl, line 2, key 'a': NaN is not JSON (RFC 8259 has no NaN or Infinity); write null for a missing value"),
+    "jsonl -Infinity": Case(_file("inf.jsonl", b'{"a": -Infinity}\n'), "parquet", "Error: {d}/inf.jsonl, line 1, key 'a': -Infinity is not JSON (RFC 8259 has no NaN or Infinity); write null for a missing value"),
+    "jsonl invalid utf-8": Case(_file("u.jsonl", b'{"a": "ok"}\n{"a": "b\xffd"}\n'), "tfrecord", "Error: {d}/u.jsonl, line 2: invalid UTF-8 (invalid start byte at byte 9 of the line); fix the file or pass --errors replace"),
+    "jsonl lone surrogate escape": Case(_file("s.jsonl", b'{"a": "\\udc00"}\n'), "parquet", "Error: {d}/s.jsonl, line 1, key 'a': a \\u escape names a lone surrogate (half of a character), which is not text; fix the file or pass --errors replace"),
+    "jsonl duplicate keys: the last wins": Case(_file("dup.jsonl", b'{"a": 1, "b": "x", "a": 2}\n{"a": 3, "b": "y"}\n'), "hdf5", None, check=_check_jsonl_dup),
+    "jsonl integers beyond int64 are kept as text": Case(_file("big.jsonl", b'{"id": 1}\n{"id": 18446744073709551616}\n{"id": -3}\n'), "parquet", None, check=_check_jsonl_big_int),
+    "jsonl integers beyond 2**53 with a null": Case(_file("bn.jsonl", b'{"id": 9007199254740993}\n{"id": null}\n'), "hdf5", "Error: {d}/bn.jsonl, line 2, key 'id': integers beyond +-2**53 and null values (or missing keys): float64, which would hold the nulls as NaN, cannot hold those integers exactly; pass --column-type id=string to keep them as text"),
+    "jsonl list of objects": Case(_file("lo.jsonl", b'{"a": [{"b": 1}]}\n'), "parquet", "Error: {d}/lo.jsonl, line 1, key 'a': a list of objects: only lists of numbers, of strings or of booleans become columns; leave the key out with --columns"),
+    "jsonl list of objects left out": Case(_file("lo.jsonl", b'{"a": [{"b": 1}], "c": 1}\n'), "hdf5", None, input_opts=["--columns", "c"]),
+    "jsonl an object, then a number": Case(_file("on.jsonl", b'{"m": {"k": 1}}\n{"m": 5}\n'), "tfrecord", "Error: {d}/on.jsonl, line 2, key 'm': a number, where earlier lines hold an object; give the key one shape, or leave it out with --columns"),
+    "jsonl lists of strings (hdf5)": Case(_file("ls.jsonl", b'{"t": ["a", "b"], "n": 1}\n'), "hdf5", "Error: {d}/ls.jsonl, column 't': hdf5 cannot hold list<string> columns; leave the column out with --columns, or write a format that holds it", inspect=_cannot_hold("memmap", "hdf5", "tfrecord")),
+    "jsonl --column-type overflow": Case(_file("ct.jsonl", b'{"a": 1}\n{"a": 300}\n'), "parquet", "Error: {d}/ct.jsonl, line 2, key 'a': 300 does not fit int8; fix the value or choose another --column-type", input_opts=["--column-type", "a=int8"]),
+    "jsonl blank lines, crlf and a bom": Case(_file("bl.jsonl", b'\xef\xbb\xbf{"a": 1}\r\n\r\n  \n{"a": 2}\r\n{"a": 3}'), "memmap", None, check=_check_jsonl_blank),
+    "jsonl types widened after 3 MB": Case(_file("late.jsonl", _jsonl_late_widening()), "hdf5", None, check=_check_jsonl_late),
+    "jsonl empty": Case(_file("e.jsonl", b""), "parquet", "Error: {d}/e.jsonl: empty input (no records); check the file"),
+    "jsonl only empty objects": Case(_file("eo.jsonl", b"{}\n{}\n"), "tfrecord", "Error: {d}/eo.jsonl: no record has a key (every line is {{}}); there is nothing to convert"),
+    "jsonl one JSON document over many lines": Case(_file("doc.jsonl", b'[\n  {"a": 1}\n]\n'), "parquet", "Error: {d}/doc.jsonl, line 1: not valid JSON (Expecting value at character 2); this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')"),
+    "jsonl 3 MB line, --max-memory 16MiB": Case(_file("huge.jsonl", b'{"a": "x"}\n{"a": "' + b"y" * (3 << 20) + b'"}\n'), "parquet", "Error: {d}/huge.jsonl, line 2: a line longer than 1048576 bytes; raise --max-memory (a line must fit in 1/32 of it)", output_opts=["--max-memory", "16MiB"], inspect=False),
+    "jsonl.gz truncated": Case(_file("t.jsonl.gz", JGZ[: len(JGZ) // 2]), "hdf5", f"Error: {{d}}/t.jsonl.gz: truncated gzip stream after {len(JGZ) // 2} compressed bytes {EOS}; {REDOWNLOAD}"),
     # ---- npy ----
     "npy empty file": Case(_file("e.npy", b""), "memmap", "Error: {d}/e.npy: empty input (0 bytes, not a .npy file); check the file"),
     "npy zero rows": Case(_file("z.npy", _npy(np.zeros((0, 3), dtype=np.float32))), "parquet", "Error: {d}/z.npy: empty input (no records); check the file"),

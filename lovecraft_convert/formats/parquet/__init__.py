@@ -14,6 +14,7 @@ class ParquetFormat(OutputFormat):
     extensions = (".parquet",)
     compressions = ("zstd", "snappy", "gzip")
     default_compression = "zstd"
+    kinds = ("fixed", "string", "binary", "sequence", "string_list")  # lists of strings as list<string>
 
     def writer_class(self):
         from .writer import ParquetWriter

@@ -1,0 +1,142 @@
+"""Benchmarks of the engine's reach: the Ray engine against the local one on the same shard job,
+and a table 2,000 columns wide against the same bytes 20 columns wide (memory and throughput).
+
+Both are registered in lovecraft_bench.py (``--only ray,wide``) and report into its table.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from measure import run
+
+PY = sys.executable
+LOVECRAFT = [PY, "-m", "lovecraft_convert"]
+FORMATS = ("memmap", "hdf5", "parquet", "tfrecord")
+
+
+def make_wide_csv(path: str, target: int, columns: int) -> str:
+    """~target bytes of CSV with ``columns`` float columns (%.7g): the same values per byte
+    whatever the width, so a wide and a narrow file differ only in their shape."""
+    if os.path.exists(path) and os.path.getsize(path) >= target * 0.95:
+        return path
+    rng = np.random.default_rng(20261124)
+    rows = max(1, (4 << 20) // (columns * 12))  # a ~4 MiB block, repeated
+    import io
+
+    buf = io.StringIO()
+    np.savetxt(buf, rng.normal(size=(rows, columns)).astype(np.float32), fmt="%.7g", delimiter=",")
+    block = buf.getvalue().encode()
+    header = (",".join(f"c{i}" for i in range(columns)) + "\n").encode()
+    with open(path + ".tmp", "wb") as f:
+        f.write(header)
+        written = len(header)
+        while written < target:
+            f.write(block)
+            written += len(block)
+    os.rename(path + ".tmp", path)
+    return path
+
+
+def bench_wide(b, size: int, Row, mbps) -> None:
+    """convert a 2,000-column CSV to every format under --max-memory 64MiB, against the same bytes
+    as a 20-column CSV: throughput within 2x, peak anonymous memory within the budget + 32 MiB."""
+    n = min(size // 4, 256 * 10**6)
+    wide = make_wide_csv(os.path.join(b.work, f"wide2000_{n // 10**6}MB.csv"), n, 2000)
+    narrow = make_wide_csv(os.path.join(b.work, f"wide20_{n // 10**6}MB.csv"), n, 20)
+    for fmt in FORMATS:
+        res = b.rounds(
+            {
+                src: (lambda s=src, f=fmt: [*LOVECRAFT, "convert", s, "-o", b.out("wide"), "--to", f,
+                                            "--max-memory", "64MiB", "-q"])
+                for src in (wide, narrow)
+            }
+        )  # fmt: skip
+        peak = max(r.peak_mib for r in res[wide]) - b.baseline
+        b.rows.append(
+            Row(
+                f"convert CSV 2,000 columns -> {fmt}, --max-memory 64MiB",
+                mbps(os.path.getsize(wide), res[wide]),
+                "the same bytes as 20 columns",
+                mbps(os.path.getsize(narrow), res[narrow]),
+                0.5,
+                f"within 2x; peak {peak:.0f} MiB above baseline, target < 96 MiB: {'yes' if peak < 96 else 'NO'}",
+            )
+        )
+
+
+def _ray_start() -> tuple[str, float, str]:
+    """A one-node Ray cluster started as users start one (``ray start --head``): its address, the
+    seconds it took, and its temporary directory."""
+    import socket
+
+    ray = os.path.join(os.path.dirname(PY), "ray")
+    tmp = tempfile.mkdtemp(prefix="lcray")
+    # Ray turns token authentication on when ~/.ray/auth_token exists, and another Ray started
+    # meanwhile (a test run) may rewrite it: this cluster and its clients share a token of their own.
+    import secrets
+
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ["RAY_AUTH_MODE"] = "token"  # ray.init(address=...) does not turn it on by itself
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.time()
+    subprocess.run(
+        [ray, "start", "--head", "--port", str(port), "--num-cpus", str(os.cpu_count() or 2), "--temp-dir", tmp,
+         "--include-dashboard", "false", "--disable-usage-stats"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return f"127.0.0.1:{port}", time.time() - t0, tmp
+
+
+def _ray_stop(tmp: str) -> None:
+    ray = os.path.join(os.path.dirname(PY), "ray")
+    subprocess.run([ray, "stop", "--force"], capture_output=True)
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    os.environ.pop("RAY_AUTH_MODE", None)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_ray(b, size: int, Row, mbps, make_csv) -> None:
+    """shard on a running Ray cluster (this machine as its one node) against the local engine with
+    as many workers: the overhead of tasks, object refs and the driver's journal (>= 0.8x)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        b.extra.append("Ray engine: skipped (ray is not installed: pip install '.[ray]')")
+        return
+    src = make_csv(os.path.join(b.work, f"csv_{size // 10**6}MB.csv"), size)
+    n = os.path.getsize(src)
+    workers = str(os.cpu_count() or 2)
+    address, startup, tmp = _ray_start()
+    try:
+
+        def cmd(*extra):
+            return lambda: [*LOVECRAFT, "shard", src, "-o", b.out("ray"), "--to", "tfrecord", "--shard-size", "128MiB",
+                            "--workers", workers, "-q", *extra]  # fmt: skip
+
+        first = run(cmd("--engine", "ray", "--ray-address", address)(), every=0.05)
+        res = b.rounds({"ray": cmd("--engine", "ray", "--ray-address", address), "local": cmd()})
+    finally:
+        _ray_stop(tmp)
+    b.rows.append(
+        Row(
+            f"shard CSV -> TFRecord 128MiB, --engine ray ({workers} CPUs, one node)",
+            mbps(n, res["ray"]),
+            f"--engine local --workers {workers}",
+            mbps(n, res["local"]),
+            0.8,
+        )
+    )
+    b.extra.append(
+        f"Ray engine: `ray start --head` took {startup:.1f} s (not in the row); the first run on the fresh "
+        f"cluster took {first.seconds:.1f} s (workers importing), the timed runs {min(r.seconds for r in res['ray']):.1f}"
+        f"-{max(r.seconds for r in res['ray']):.1f} s."
+    )
