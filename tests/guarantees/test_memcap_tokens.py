@@ -1,7 +1,8 @@
 """The token pipeline under a hard memory limit: a text corpus four times larger than a 256 MiB
 cgroup cap (``../shared/tools/memcap``) is tokenized with a BPE ``tokenizer.json`` trained here and
 written as Megatron's ``.bin``/``.idx`` by ``convert`` and by ``shard --workers 2``, and packed into
-rows of L tokens by ``bucket --layout packed``, each with ``--max-memory 128MiB``.
+rows of L tokens by ``bucket --layout packed --workers 2``, with ``--max-memory 128MiB`` (bucket:
+``64MiB``, see its test).
 
 The corpus is one generated block of lines written again and again, so the expected token stream
 is the ``tokenizers`` package's own ids of the block's lines (each with the EOS id) repeated: the
