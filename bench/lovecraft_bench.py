@@ -690,8 +690,9 @@ BENCHES = {
     "parquet": bench_parquet,
     "ray": lambda b, size: engine_bench.bench_ray(b, size, Row, mbps, make_csv),
     "wide": lambda b, size: engine_bench.bench_wide(b, size, Row, mbps),
+    "s3": lambda b, size: __import__("s3_bench").bench_s3(b, size),  # bench/s3_bench.py
 }
-ALL = "csv,npy,shard,bucket,tokens,verify,jsonl,parquet,ray,wide,memory,jsonl_memory,help"
+ALL = "csv,npy,shard,bucket,tokens,verify,jsonl,parquet,ray,wide,s3,memory,jsonl_memory,help"
 
 
 def main() -> None:

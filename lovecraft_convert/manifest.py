@@ -14,6 +14,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import posixpath
+from collections.abc import Iterator
 from typing import Any
 
 from . import __version__
@@ -216,6 +218,120 @@ def parse_schema(items: Any):
     return Schema(tuple(fields))
 
 
+# --------------------------------------------------------------------------------------------
+# the paths a manifest names: inside the dataset directory, or refused
+# --------------------------------------------------------------------------------------------
+
+OUTSIDE = "points outside the dataset directory"
+
+
+def relative_path(raw: Any) -> str | None:
+    """``raw`` (a file path of a manifest) as a normalised relative path inside the dataset, or None
+    when it names no such path: absolute, with ``..`` or ``.`` or empty parts, backslashes or NUL.
+    Subdirectories are fine (``run-20261124-ab12/part-0.parquet``)."""
+    if not isinstance(raw, str) or not raw or "\x00" in raw or "\\" in raw:
+        return None
+    if raw.startswith("/") or posixpath.isabs(raw):
+        return None
+    if any(x in ("", ".", "..") for x in raw.split("/")):
+        return None
+    return posixpath.normpath(raw)
+
+
+def escapes(root: str, rel: str) -> bool:
+    """Does ``rel`` (relative, see :func:`relative_path`) lead outside ``root`` once symbolic links
+    (of the file or of a directory on its way) are resolved?"""
+    from .storage.uri import is_remote
+
+    if is_remote(root):  # an object store has no links: the lexical check is all there is
+        return False
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(root, rel))
+    return os.path.commonpath([real_root, real]) != real_root
+
+
+def outside(root: str, raw: Any) -> str | None:
+    """Why the manifest path ``raw`` leaves dataset directory ``root`` (lexically, or through a
+    symbolic link), as the end of a message; None when it stays inside."""
+    rel = relative_path(raw)
+    if rel is None:
+        return f"path {raw!r} {OUTSIDE}"
+    if escapes(root, rel):
+        return f"path {raw!r} {OUTSIDE} (through a symbolic link)"
+    return None
+
+
+def named_paths(m: dict) -> Iterator[tuple[str, Any]]:
+    """``(where, raw path)`` of every file path the manifest names: ``files[i]``, ``shards[i]``,
+    ``buckets[i]`` and ``buckets[i].shards[j]`` (whatever their shape, nothing assumed)."""
+
+    def listed(v: Any) -> list:
+        return v if isinstance(v, list) else []
+
+    for i, f in enumerate(listed(m.get("files"))):
+        yield f"files[{i}]", f.get("path") if isinstance(f, dict) else f
+    for key in ("shards", "buckets"):
+        for i, s in enumerate(listed(m.get(key))):
+            if not isinstance(s, dict):
+                continue
+            for raw in listed(s.get("files")):
+                yield f"{key}[{i}]", raw
+            for j, sub in enumerate(listed(s.get("shards")) if key == "buckets" else []):
+                for raw in listed(sub.get("files")) if isinstance(sub, dict) else []:
+                    yield f"{key}[{i}].shards[{j}]", raw
+
+
+def check_paths(root: str, m: dict) -> None:
+    """Refuse (DatasetError) a manifest naming a file outside dataset directory ``root``: every
+    reader of a dataset calls this before opening any of its files. The first such path is named."""
+    for where, raw in named_paths(m):
+        why = outside(root, raw)
+        if why is not None:
+            raise DatasetError(
+                f"{path_of(root)}: {where}: {why}",
+                hint="the manifest was edited; re-create the dataset",
+                kind="manifest",
+            )
+
+
+def file_path(root: str, rel: str) -> str:
+    """The full path of manifest path ``rel`` of dataset ``root``; DatasetError when it leaves it."""
+    why = outside(root, rel)
+    if why is not None:
+        raise DatasetError(
+            f"{path_of(root)}: {why}", hint="the manifest was edited; re-create the dataset", kind="manifest"
+        )
+    from .storage.uri import child_path
+
+    return child_path(root, rel)
+
+
 def is_dataset(path: str) -> bool:
     """Is ``path`` a directory holding a manifest (a dataset, complete or not)?"""
     return os.path.isdir(path) and os.path.isfile(path_of(path))
+
+
+def shard_entries(frags: list[dict]) -> list[dict]:
+    """The manifest's ``shards`` from the write units' journal fragments."""
+    keys = ("index", "name", "rows", "files", "stats")
+    return [
+        dict(
+            zip(keys, (fr["shard"], fr["name"], fr["rows"], [f["path"] for f in fr["files"]], fr["stats"]), strict=True)
+        )
+        for fr in frags
+    ]
+
+
+def unit_files(frags: list[dict], keys: tuple[str, ...] = ("shard",)) -> list[dict]:
+    """The manifest's ``files`` from the write units' fragments, each tagged with its unit's ``keys``."""
+    return [{**f, **{k: fr[k] for k in keys}} for fr in frags for f in fr["files"]]
+
+
+def build_job(command: str, o: Any, rows: int, schema: Any, hash_buckets: int | None, **fields: Any) -> dict[str, Any]:
+    """:func:`build` for a job of units (shard, bucket): the format, options, schema and shuffle
+    come from its options ``o`` (``to``, ``to_dict()``, ``shuffle``, ``seed``) and ``schema``."""
+    shuffle = {"seed": o.seed, "buckets": hash_buckets} if o.shuffle else None
+    return build(
+        command=command, output_format=o.to, options=o.to_dict(), rows=rows, schema=schema.to_list(), shuffle=shuffle,
+        **fields,
+    )  # fmt: skip

@@ -22,12 +22,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LovecraftError as e:  # OptionsError exits 2, as a bad flag does
-            if e.exit_code == 130:
-                _ignore_interrupts()
             click.echo(f"Error: {e.one_line()}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            _ignore_interrupts()
             click.echo("Error: interrupted", err=True)
             sys.exit(130)
 
@@ -78,4 +75,9 @@ def main() -> None:
     # We never multiply matrices: without this, NumPy's OpenBLAS starts a thread per core in every
     # process (workers included), and they spin for a while after NumPy is imported.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    cli(prog_name="lovecraft")
+    try:
+        cli(prog_name="lovecraft")
+    except SystemExit as e:
+        if e.code == 130:  # the process only: the library and in-process callers keep their handlers
+            _ignore_interrupts()
+        raise

@@ -28,7 +28,8 @@ def verify(paths: tuple[str, ...], against: bool, max_memory: int, quiet: bool, 
     Every listed file exists, nothing else is there, sizes and digests match, each file decodes
     completely with its format's reader (checksums included), and rows, schema, statistics and
     bucket lengths match the manifest. With --against, the INPUTS are re-read as they were
-    converted and compared with the dataset (row by row, or as a multiset when shuffled).
+    converted and compared with the dataset (row by row, or as a multiset when shuffled; a bucketed
+    dataset with the sequences bucket makes of them).
     Prints one line per problem, `FILE: what is wrong`, and exits 1 when there is any; 0 otherwise.
 
     \b

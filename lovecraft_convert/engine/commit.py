@@ -7,6 +7,7 @@
 4. The manifest is written last (temporary name, fsync, rename), the temporary directory is
    fsynced and renamed into place, and the parent is fsynced.
 On any error or interrupt the temporary directory is removed; the output path is never touched.
+The commit (step 4) is not cut by an interrupt: it completes, then the interrupt is ignored.
 """
 
 from __future__ import annotations
@@ -18,8 +19,28 @@ import os
 import shutil
 
 from .. import manifest as manifest_file
-from ..errors import OutputError
+from ..errors import Interrupted, OutputError
 from ..util import format_size, fsync_path, trim_heap
+from .interrupts import held
+
+
+def output_dir(
+    path: str,
+    *,
+    overwrite: bool = False,
+    protect: list[str] | None = None,
+    resume: bool | None = None,
+    budget: int = 256 << 20,
+):
+    """The output of a run: an :class:`OutputDir` for a local path (or ``file://`` URI), a
+    :class:`~lovecraft_convert.storage.output.RemoteOutputDir` for an object-store URI."""
+    from ..storage import is_remote, local_path
+
+    if is_remote(path):
+        from ..storage.output import RemoteOutputDir
+
+        return RemoteOutputDir(path, overwrite=overwrite, resume=resume, budget=budget)
+    return OutputDir(local_path(path), overwrite=overwrite, protect=protect, resume=resume)
 
 
 class OutputDir:
@@ -45,6 +66,19 @@ class OutputDir:
         self._lock_fd: int | None = None
 
     def __enter__(self) -> OutputDir:
+        """Lock, check and create the temporary directory. An interrupt meanwhile (a signal can land
+        between creating it and the caller's ``try``) leaves neither it nor the lock behind."""
+        try:
+            return self._enter()
+        except KeyboardInterrupt:
+            if not self.resumable and os.path.isdir(self.tmp):
+                shutil.rmtree(self.tmp, ignore_errors=True)
+            self._unlock()
+            if self.resumable:
+                raise
+            raise Interrupted(f"interrupted; nothing was written to {self.path}") from None
+
+    def _enter(self) -> OutputDir:
         for p in self.protect:
             if p == self.path or p.startswith(self.path + os.sep):
                 raise OutputError(
@@ -100,17 +134,29 @@ class OutputDir:
         shutil.rmtree(self.tmp, ignore_errors=True)
         os.mkdir(self.tmp)
 
-    def commit(self, manifest: dict) -> None:
-        manifest_file.write(self.tmp, manifest)
-        fsync_path(self.tmp)
-        old = None
-        if os.path.exists(self.path):
-            old = os.path.join(self.parent, f".{self.name}.old-{os.getpid()}")
-            os.rename(self.path, old)
-        os.rename(self.tmp, self.path)
-        fsync_path(self.parent)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+    def commit(self, manifest: dict, drop: tuple[str, ...] = ()) -> None:
+        """Write the manifest, remove the scratch entries ``drop`` of the temporary directory (a
+        resumable run's journal, plan and spill), and rename it into place (an old output moved
+        aside first, then removed). No interrupt cuts it: one that arrives meanwhile waits until the
+        output is in place, so an overwrite never loses the old output and a resumable run keeps
+        its journal until its output is complete."""
+        with held():
+            manifest_file.write(self.tmp, manifest)
+            for name in drop:
+                p = os.path.join(self.tmp, name)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                elif os.path.lexists(p):
+                    os.unlink(p)
+            fsync_path(self.tmp)
+            old = None
+            if os.path.exists(self.path):
+                old = os.path.join(self.parent, f".{self.name}.old-{os.getpid()}")
+                os.rename(self.path, old)
+            os.rename(self.tmp, self.path)
+            fsync_path(self.parent)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if os.path.exists(self.tmp) and not self.keep:
@@ -185,4 +231,7 @@ def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:
         os.rename(os.path.join(tmp, f.path), os.path.join(work, f.path))
     fsync_path(work)
     os.rmdir(tmp)
+    from ..storage.output import upload_unit
+
+    upload_unit(work, files)  # a run writing to a store: the unit's files go up now
     return files, extra

@@ -11,46 +11,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Interrupted
-from .commit import OutputDir
+from .commit import output_dir
 from .executors import make_executor
+from .interrupts import Signals, raise_pending
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
 from .meter import ByteBar
 from .pipeline import unit_bar
 
-
-class SigTerm:
-    """SIGTERM behaves like Ctrl-C: the temporary output is removed (or kept for ``--resume``) and
-    the run exits 130."""
-
-    def __enter__(self):
-        self.old = None
-        try:  # pyarrow would otherwise catch SIGINT/SIGTERM during its reads and re-send them later
-            import pyarrow as pa
-
-            pa.enable_signal_handlers(False)
-        except ImportError:
-            pass
-        try:
-            self.old = signal.signal(signal.SIGTERM, self._raise)
-        except ValueError:  # not the main thread
-            pass
-        return self
-
-    @staticmethod
-    def _raise(signum, frame):
-        raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGTERM, self.old)
-        return False
+SigTerm = Signals  # SIGTERM behaves like Ctrl-C (the name other jobs import)
 
 
 @dataclass
@@ -139,7 +113,7 @@ def run_job(
             return done
 
     started = time.time()
-    with SigTerm(), OutputDir(output, overwrite=overwrite, protect=protect, resume=resume) as out:
+    with Signals(), output_dir(output, overwrite=overwrite, protect=protect, resume=resume, budget=o.budget()) as out:
         work = out.tmp
         os.makedirs(os.path.join(work, SPILL), exist_ok=True)
         if stdin_spec is not None:
@@ -157,10 +131,19 @@ def run_job(
         run = Run(work, out.path, list(inputs), plan, journal, executor)
         try:
             manifest = body(run)
+            executor.close()
+            journal.close()
+            raise_pending()  # an interrupt held while the workers stopped
+            manifest.update({"argv": argv, "seconds": round(time.time() - started, 3), "workers": workers})
+            if finish is not None:
+                manifest.update(finish(work, manifest))
+            # the scratch goes with the commit, which no interrupt cuts: until the output is in
+            # place the journal is there for --resume
+            out.commit(manifest, drop=(SPILL, JOURNAL, PLAN))
         except KeyboardInterrupt:
+            out.keep = True
             executor.close(kill=True)
             journal.close()
-            out.keep = True
             done = len(journal.phase(2))
             raise Interrupted(
                 f"interrupted; {done} {unit_noun}{'' if done == 1 else 's'} committed in {work}",
@@ -170,18 +153,6 @@ def run_job(
             executor.close(kill=True)
             journal.close()
             raise
-        executor.close()
-        journal.close()
-        manifest.update({"argv": argv, "seconds": round(time.time() - started, 3), "workers": workers})
-        if finish is not None:
-            manifest.update(finish(work, manifest))
-        for leftover in (SPILL, JOURNAL, PLAN):
-            p = os.path.join(work, leftover)
-            if os.path.isdir(p):
-                shutil.rmtree(p)
-            elif os.path.exists(p):
-                os.unlink(p)
-        out.commit(manifest)
     return manifest
 
 
@@ -192,12 +163,23 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
     None when there is no complete dataset at ``output`` (the run goes ahead)."""
     from .. import manifest as mf
     from ..errors import OptionsError, OutputError
+    from ..storage import child_path, is_remote
     from .journal import VOLATILE_OPTIONS, difference
 
-    path = os.path.abspath(output.rstrip("/") or output)
-    if not mf.is_dataset(path):
-        return None
-    m, problem = mf.load(path)
+    remote = is_remote(output)
+    if remote:
+        from ..storage import dataset as stored
+
+        path = output.rstrip("/")
+        m, problem = stored.load(path)
+        if problem is not None and problem[0] == "missing":
+            return None
+        sizes = stored.sizes(path)
+    else:
+        path = os.path.abspath(output.rstrip("/") or output)
+        if not mf.is_dataset(path):
+            return None
+        m, problem = mf.load(path)
     if problem is not None or mf.problems(m):
         raise OutputError(
             f"{path}: already exists and is not a complete dataset", hint="pass --overwrite to replace it"
@@ -216,9 +198,12 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
             f"{path}: a finished dataset is there, but {diff[1]}",
             hint="run the same command as before, or pass --overwrite to replace it",
         )
+    mf.check_paths(path, m)
     for f in m.get("files") or []:
-        full = os.path.join(path, str(f.get("path")))
-        if not os.path.isfile(full) or os.path.getsize(full) != f.get("bytes"):
+        full = child_path(path, str(f.get("path")))
+        local_size = None if remote or not os.path.isfile(full) else os.path.getsize(full)
+        size = sizes.get(str(f.get("path"))) if remote else local_size
+        if size != f.get("bytes"):
             raise OutputError(
                 f"{full}: the finished dataset's file is missing or of another size",
                 hint="run `lovecraft verify` on it, or pass --overwrite to write it again",

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from .interrupts import held, raise_pending
+
 
 def _worker_init(parent: int | None = None, plugins: list | None = None) -> None:
     import signal
@@ -85,32 +87,52 @@ class LocalExecutor:
             for args in calls:
                 yield fn(*args)
             return
-        from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED
 
-        pending = {self.pool.submit(fn, *args) for args in calls}
+        with held():
+            pending = {self.pool.submit(fn, *args) for args in calls}
+        raise_pending()
         try:
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, pending = _wait(pending, FIRST_COMPLETED)
                 for fut in done:
                     yield fut.result()
         except Exception:
-            wait([f for f in pending if not f.cancel()])
+            _wait([f for f in pending if not f.cancel()], ALL_COMPLETED)
             raise
         finally:
-            for fut in pending:
-                fut.cancel()
+            with held():
+                for fut in pending:
+                    fut.cancel()
 
     def close(self, kill: bool = False) -> None:
+        """Stop the workers: let them finish, or with ``kill`` (an error or an interrupt) kill them
+        at once. Not cut by another interrupt (a pool shut down halfway would block the exit)."""
         if self.pool is not None:
-            if kill:
-                for p in list(getattr(self.pool, "_processes", {}).values()):
-                    p.kill()
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
+            with held():
+                if kill:
+                    for p in list((getattr(self.pool, "_processes", None) or {}).values()):
+                        p.kill()
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.pool = None
         elif getattr(self, "_cpus", None):
             import pyarrow as pa
 
             pa.set_cpu_count(self._cpus)
+
+
+def _wait(fs, return_when: str):
+    """``concurrent.futures.wait`` with interrupts held (it takes every future's lock: an interrupt
+    raised while it holds them would leave the pool's manager thread blocked on them forever), in
+    slices of a fifth of a second between which an interrupt is raised."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    while True:
+        with held():
+            done, not_done = wait(fs, timeout=0.2, return_when=return_when)
+        raise_pending()
+        if not not_done or (done and return_when == FIRST_COMPLETED):
+            return done, not_done
 
 
 ENGINES = ("local", "ray")

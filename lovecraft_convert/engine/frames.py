@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -199,3 +201,36 @@ def merge_hist(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
     c = np.concatenate([p[1] for p in pairs]).astype(np.int64)
     uniq, inv = np.unique(v, return_inverse=True)
     return uniq, np.bincount(inv, weights=c, minlength=len(uniq)).astype(np.int64)
+
+
+class UnitSpill:
+    """One unit's spill files in ``spill_dir``: one per hash bucket (``buckets`` > 0) or one,
+    opened when first written, closed (also on error), then published under their final names
+    (so a file the journal names is always whole)."""
+
+    def __init__(self, spill_dir: str, unit: int, buckets: int) -> None:
+        self.dir = spill_dir
+        self.names = [f"u{unit:05d}-b{b:04d}.bin" for b in range(buckets)] if buckets else [f"u{unit:05d}.bin"]
+        self.handles: list = [None] * len(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def file(self, b: int):
+        if self.handles[b] is None:
+            self.handles[b] = open(os.path.join(self.dir, self.names[b] + ".tmp"), "wb")  # noqa: SIM115 - close()
+        return self.handles[b]
+
+    def close(self) -> None:
+        for h in self.handles:
+            if h is not None:
+                h.close()
+
+    def publish(self) -> Iterator[tuple[int, str, int]]:
+        """(bucket, name, size) of each file written, renamed to its final name."""
+        for b, name in enumerate(self.names):
+            if self.handles[b] is None:
+                continue
+            p = os.path.join(self.dir, name)
+            os.rename(p + ".tmp", p)
+            yield b, name, os.path.getsize(p)

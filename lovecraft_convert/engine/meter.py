@@ -109,20 +109,10 @@ class ByteBar:
             enabled = sys.stderr.isatty()
         if not enabled:
             return
-        from tqdm import tqdm
+        from .pipeline import byte_bar
 
         os.makedirs(self.dir, exist_ok=True)
-        self.bar = tqdm(
-            total=total,
-            initial=initial,
-            desc=desc,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            file=sys.stderr,
-            dynamic_ncols=True,
-            leave=False,
-        )
+        self.bar = byte_bar(total, initial, desc)
         self.thread = threading.Thread(target=self._loop, name="lovecraft-progress", daemon=True)
         self.thread.start()
 

@@ -85,17 +85,7 @@ class Progress:
             enabled = sys.stderr.isatty()
         self.bar = None
         if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=reader.progress_total(),
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                file=sys.stderr,
-                dynamic_ncols=True,
-                leave=False,
-            )
+            self.bar = byte_bar(reader.progress_total())
         self.last = 0.0
 
     def update(self) -> None:
@@ -134,3 +124,20 @@ def unit_bar(progress: bool | None, total: int, desc: str, noun: str = "unit"):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=f"{desc} {noun}s", unit=f" {noun}", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def byte_bar(total: int | None, initial: int = 0, desc: str | None = None):
+    """A tqdm bar of input bytes on stderr (rate and ETA), cleared when it closes."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=False,
+    )

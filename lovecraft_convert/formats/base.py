@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import LovecraftError, OptionsError
-from ..manifest import DEFAULT_HASH, MANIFEST_NAME
-from ..schema import Batch, Field, Schema
+from ..manifest import DEFAULT_HASH, MANIFEST_NAME, file_path
+from ..schema import Batch, Field, Schema, row_nbytes
 
 # --------------------------------------------------------------------------------------------
 # writing
@@ -129,6 +129,22 @@ class PartReader:
         for a in blocks:
             yield self.read(a, min(stop, a + chunk_rows))
 
+    def block_starts(self) -> np.ndarray:
+        """Where the part's blocks start (int64 row offsets, 0 first, ``rows`` last): the units a
+        block shuffle permutes, each read whole by :meth:`read_block` (Parquet: row groups;
+        TFRecord: the blocks of its index; otherwise runs of about 1 MiB)."""
+        size = max(1, int(sum(row_nbytes(f) for f in self.schema)))
+        n = max(1, (1 << 20) // size)
+        return np.append(np.arange(0, self.rows, n, dtype=np.int64), np.int64(self.rows))
+
+    def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
+        """Block ``k``'s rows, or only ``rows`` of them (sorted indices within the block)."""
+        starts = self.block_starts()
+        a, b = int(starts[k]), int(starts[k + 1])
+        if rows is None:
+            return self.read(a, b)
+        return self.take(np.asarray(rows, dtype=np.int64) + a)
+
     def read(self, start: int, stop: int) -> Batch:
         raise NotImplementedError
 
@@ -200,9 +216,8 @@ class CheckContext:
     step_rows: Any  # Callable[[Schema], int]
 
     def full(self, path: str) -> str:
-        import os
-
-        return os.path.join(self.root, path)
+        """The full path (or URI) of manifest path ``path``; DatasetError when it leaves the dataset."""
+        return file_path(self.root, path)
 
 
 def _problem_kind(e: LovecraftError) -> str:

@@ -27,7 +27,9 @@ def _open_ipc(path: str, name: str, fields: list[int] | None = None):
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    with open(path, "rb") as fh:
+    from ..storage import is_remote, open_input
+
+    with open_input(path, readahead=64 << 10) as fh:
         head = fh.read(8)
     if head.startswith(FEATHER_V1):
         raise InputError(
@@ -38,7 +40,7 @@ def _open_ipc(path: str, name: str, fields: list[int] | None = None):
         raise InputError(f"{name}: empty input (0 bytes, not an Arrow file)", hint="check the file")
     options = ipc.IpcReadOptions(included_fields=fields) if fields is not None else None
     with reading(name):
-        source = pa.memory_map(path)
+        source = pa.PythonFile(open_input(path, buffering=0), mode="r") if is_remote(path) else pa.memory_map(path)
         if head.startswith(b"ARROW1"):
             return ipc.open_file(source, options=options), "file"
         return ipc.open_stream(source, options=options), "stream"
@@ -131,7 +133,10 @@ class ArrowReader(ColumnarReader):
             f.info["rows"] = sum(r for r, _ in blocks)
 
     def memory_bytes(self) -> int | None:
-        return sum(os.path.getsize(f.path) for f in self.files)
+        from ..storage import is_remote
+
+        sizes = {s.path: s.size for s in self.specs}
+        return sum((sizes.get(f.path) or 0) if is_remote(f.path) else os.path.getsize(f.path) for f in self.files)
 
     def _fields(self, f: SourceFile) -> list[int] | None:
         """The top-level fields of ``f`` holding the columns read (None: all of them)."""

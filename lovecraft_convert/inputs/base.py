@@ -72,6 +72,29 @@ class Reader:
         self.specs = specs
         self.options = options
 
+    def open_spec(self, spec: InputSpec, stream=None):
+        """``stream``, or the input's decompressed stream, kept as the one progress counts."""
+        from .streams import open_stream
+
+        if stream is None:
+            stream = open_stream(spec, max_ratio=self.options.max_ratio)
+        self._stream = stream
+        return stream
+
+    def prepare_rereads(self, types: tuple[str, ...] | list[str]) -> None:
+        """For readers that start over when a column's type widens: stdin spooled to a file so it
+        can be read again, and every ``--column-type`` one of the ``types`` this reader knows."""
+        from ..errors import SchemaError
+        from .streams import spool_stdin
+
+        for spec in self.specs:
+            if spec.is_stdin and not spec.stdin_spool:
+                spool_stdin(spec)
+        unknown = {k: v for k, v in self.options.column_types.items() if v not in types}
+        if unknown:
+            k, v = next(iter(unknown.items()))
+            raise SchemaError(f"--column-type {k}={v}: unknown type", hint=f"use one of {', '.join(types)}")
+
     def batches(self) -> Iterator[Batch]:
         raise NotImplementedError
 

@@ -22,7 +22,7 @@ from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .sources import InputSpec
-from .streams import open_range, open_stream, spool_stdin
+from .streams import open_range, open_stream
 
 # User-facing column types and the Arrow type the CSV reader parses them as.
 COLUMN_TYPES = {
@@ -51,13 +51,7 @@ class CsvReader(Reader):
         import pyarrow as pa
 
         self.pa = pa
-        for spec in specs:
-            if spec.is_stdin and not spec.stdin_spool:
-                spool_stdin(spec)  # read again when a type widens
-        unknown = {k: v for k, v in options.column_types.items() if v not in COLUMN_TYPES}
-        if unknown:
-            k, v = next(iter(unknown.items()))
-            raise SchemaError(f"--column-type {k}={v}: unknown type", hint=f"use one of {', '.join(COLUMN_TYPES)}")
+        self.prepare_rereads(COLUMN_TYPES)
         self.widened: dict[str, str] = {}  # column -> arrow type name we force after widening
         self.header: list[str] | None = None
         self.schema_types = None

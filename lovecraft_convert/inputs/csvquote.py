@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..storage import open_input
+
 QUOTE, NL, CR = 0x22, 0x0A, 0x0D
 BOM = b"\xef\xbb\xbf"
 # maps of the state: identity, negate, set to 0 (outside), set to 1 (inside)
@@ -478,7 +480,7 @@ def block_map(path: str, start: int, end: int, origin: int, delimiter: int, comm
     holds whole runs of quotes, so no run straddles blocks. None: a line too long to scan."""
     syntax = Syntax(delimiter, comment)
     kind = ID
-    with open(path, "rb", buffering=0) as f:
+    with open_input(path, buffering=0) as f:
         start = first_line_start(f, start, origin, end)
         if start >= end:
             return ID
@@ -508,7 +510,7 @@ def next_record_start(f, line: int, state: int, syntax: Syntax) -> int | None:
 def data_origin(path: str, syntax: Syntax, skip_rows: int, header: bool) -> int | None:
     """Offset of the first data record: after a BOM, ``skip_rows`` lines, blank and comment lines,
     and the header. Parts are cut after it, so the first part holds all of these. None: not found."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         pos = 3 if f.read(3) == BOM else 0
         f.seek(pos)
         if skip_rows:

@@ -49,7 +49,7 @@ from .jsontypes import (
     union,
 )
 from .sources import InputSpec
-from .streams import open_range, open_stream, spool_stdin
+from .streams import open_range, open_stream
 
 BOM = b"\xef\xbb\xbf"
 PROBE_BYTES = 1 << 20  # the first records (at most this many bytes, and PROBE_RECORDS records),
@@ -68,13 +68,7 @@ class JsonlReader(Reader):
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         super().__init__(specs, options)
-        for spec in specs:
-            if spec.is_stdin and not spec.stdin_spool:
-                spool_stdin(spec)  # read again when a type widens
-        unknown = {k: v for k, v in options.column_types.items() if v not in FIXED_TYPES}
-        if unknown:
-            k, v = next(iter(unknown.items()))
-            raise SchemaError(f"--column-type {k}={v}: unknown type", hint=f"use one of {', '.join(FIXED_TYPES)}")
+        self.prepare_rereads(FIXED_TYPES)
         self.selected = list(dict.fromkeys(options.columns)) if options.columns else None
         self.cols: dict[str, Col] = {}
         self.mode = "records"
@@ -306,10 +300,7 @@ class JsonlReader(Reader):
         view = memoryview(buf)
         carry = 0  # bytes of an unfinished line at the front of buf
         first = strip_bom
-        if stream is None:
-            stream = open_stream(spec, max_ratio=self.options.max_ratio)
-        with stream:
-            self._stream = stream
+        with self.open_spec(spec, stream) as stream:
             while True:
                 n = carry
                 while n < carry + chunk:  # fill (a stream may return less than asked)

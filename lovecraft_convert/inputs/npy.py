@@ -142,6 +142,25 @@ def native(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+class RemoteRows:
+    """Rows of a C-order array in an object, read with one ranged GET per slice (what
+    ``np.memmap`` gives a local file)."""
+
+    def __init__(self, uri: str, h: NpyHeader) -> None:
+        self.uri = uri
+        self.h = h
+        self.row_bytes = h.dtype.itemsize * int(np.prod(h.shape[1:], dtype=np.int64))
+
+    def __getitem__(self, s: slice) -> np.ndarray:
+        from ..storage.rangefile import read_range
+
+        start, stop = max(0, s.start or 0), min(self.h.rows, self.h.rows if s.stop is None else s.stop)
+        n = max(0, stop - start)
+        off = self.h.offset + start * self.row_bytes
+        data = read_range(self.uri, off, off + n * self.row_bytes) if n else b""
+        return np.frombuffer(data, dtype=self.h.dtype).reshape((n, *self.h.shape[1:]))
+
+
 class NpyReader(Reader):
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         super().__init__(specs, options)
@@ -205,7 +224,10 @@ class NpyReader(Reader):
 
     @property
     def mapped(self) -> bool:
-        return all(s.compression is None and not s.is_stdin for s in self.specs)
+        return all(
+            s.compression is None and not s.is_stdin and not ("://" in s.path and h.fortran_order)
+            for s, h in zip(self.specs, self.headers, strict=True)
+        )
 
     def source_of(self, column: str) -> str:
         for s in self.specs:  # several .npy inputs are the columns, named after their stems
@@ -249,6 +271,8 @@ class NpyReader(Reader):
             order = "F" if h.fortran_order else "C"
             if h.data_bytes == 0:
                 arrays.append(np.empty(h.shape, dtype=h.dtype))
+            elif "://" in spec.path:
+                arrays.append(RemoteRows(spec.path, h))
             else:
                 arrays.append(
                     np.memmap(spec.path, dtype=h.dtype, mode="r", offset=h.offset, shape=h.shape, order=order)

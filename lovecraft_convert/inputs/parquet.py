@@ -32,8 +32,17 @@ class ParquetReader(ColumnarReader):
 
         ncols = max(1, len(getattr(self, "read_columns", None) or []) or 8)
         buffer = int(min(4 << 20, max(64 << 10, self.options.batch_bytes // (8 * ncols))))
+        from ..storage import is_remote
+
+        source = path
+        if is_remote(path):  # ranged reads through a Python file (the footer, then each row group)
+            import pyarrow as pa
+
+            from ..storage import open_input
+
+            source = pa.PythonFile(open_input(path, buffering=0, readahead=buffer), mode="r")
         return pq.ParquetFile(
-            path,
+            source,
             page_checksum_verification=True,
             pre_buffer=False,
             buffer_size=buffer,

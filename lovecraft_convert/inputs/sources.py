@@ -27,6 +27,7 @@ class InputSpec:
     mtime: float | None = None
     stdin_spool: str | None = None  # stdin is spooled to this file when it must be read twice
     notes: dict | None = None  # what the reader decided about it that the manifest records (column types)
+    directory: bool = False  # a dataset on an object store (a prefix holding a manifest)
 
     @property
     def is_stdin(self) -> bool:
@@ -52,7 +53,7 @@ class InputSpec:
     def describe(self) -> dict:
         d = {
             "name": self.name,
-            "path": None if self.is_stdin else os.path.abspath(self.path),
+            "path": None if self.is_stdin else _absolute(self.path),
             "size": self.size,
             "mtime": self.mtime,
             "format": self.format,
@@ -64,18 +65,30 @@ class InputSpec:
 
     @property
     def is_dir(self) -> bool:
-        return not self.is_stdin and os.path.isdir(self.path)
+        return self.directory or (not self.is_stdin and "://" not in self.path and os.path.isdir(self.path))
+
+
+def _absolute(path: str) -> str:
+    from ..storage import is_remote
+
+    return path if is_remote(path) else os.path.abspath(path)
 
 
 def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[InputSpec]:
     """Expand globs, check every path is a readable file, detect compression and format."""
     if not specs:
         raise InputError("no input given", hint="pass one or more files, globs, or - for stdin")
+    from ..storage import is_remote, local_path
+
     out: list[InputSpec] = []
     for spec in specs:
         if spec == "-":
             out.append(InputSpec("-", "<stdin>"))
             continue
+        if is_remote(spec):
+            out.extend(_remote_specs(spec))
+            continue
+        spec = local_path(spec)
         if glob.has_magic(spec) and not os.path.exists(spec):
             matches = sorted(glob.glob(spec))
             if not matches:
@@ -94,6 +107,22 @@ def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[In
         s.compression = detect_compression(s)
         s.format = input_format or detect_format(s)
     return out
+
+
+def _remote_specs(uri: str) -> list[InputSpec]:
+    """The objects a URI names (an object, a prefix, a glob), as inputs."""
+    from ..storage import is_remote, list_matches
+
+    if is_remote(uri) and not any(c in uri for c in "*?["):
+        from ..storage.dataset import manifest_bytes
+
+        if manifest_bytes(uri.rstrip("/")) is not None:  # a dataset lovecraft wrote, read as an input
+            return [InputSpec(uri.rstrip("/"), uri.rstrip("/"), format="dataset", directory=True)]
+    found = list_matches(uri)
+    if not found:
+        what = "no object matches this pattern" if any(c in uri for c in "*?[") else "no such object or prefix"
+        raise InputError(f"{uri}: {what}", hint="check the URI (s3://bucket/key, a prefix, or a glob)")
+    return [InputSpec(u, u, size=size) for u, size in found]
 
 
 def _check_file(p: str) -> InputSpec:
@@ -139,7 +168,9 @@ def _tree_size(path: str) -> int:
 def _peek(spec: InputSpec, n: int = 8) -> bytes:
     if spec.is_stdin:
         return stdin_buffer().peek(n)[:n]
-    with open(spec.path, "rb") as f:
+    from ..storage import open_input
+
+    with open_input(spec.path, readahead=64 << 10) as f:
         return f.read(n)
 
 

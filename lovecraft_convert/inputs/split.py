@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from ..storage import open_input
 from .csvquote import Syntax, apply, block_map, data_origin, first_line_start, next_record_start
 
 
 def count_block(path: str, start: int, end: int) -> int:
     """Newlines in bytes ``[start, end)`` of a file."""
     n = 0
-    with open(path, "rb", buffering=0) as f:
+    with open_input(path, buffering=0) as f:
         f.seek(start)
         pos = start
         while pos < end:
@@ -50,7 +51,7 @@ def split_points(
     for c in run(count_block, blocks):
         prefix.append(prefix[-1] + c)
     k = 1
-    with open(path, "rb", buffering=0) as f:
+    with open_input(path, buffering=0) as f:
         while k * target < size:
             nominal = k * target
             lines = prefix[k]
@@ -91,7 +92,7 @@ def _quoted_points(path: str, size: int, target: int, run, syntax: Syntax, skip_
         states.append(state)
         state = None if m is None or state is None else apply(m, state)
     k = 1
-    with open(path, "rb", buffering=0) as f:
+    with open_input(path, buffering=0) as f:
         while k < len(bounds) and states[k] is not None:
             line = first_line_start(f, bounds[k], origin)
             found = next_record_start(f, line, states[k], syntax) if line < size else None

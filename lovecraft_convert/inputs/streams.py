@@ -250,7 +250,9 @@ def open_stream(spec: InputSpec, *, max_ratio: float = DEFAULT_MAX_RATIO) -> io.
     elif spec.is_stdin:
         raw = stdin_buffer()
     else:
-        raw = open(spec.path, "rb")  # noqa: SIM115
+        from ..storage import open_input
+
+        raw = open_input(spec.path, buffering=0)
     counter = CountingReader(raw)
     if spec.compression is None:
         stream = io.BufferedReader(counter, buffer_size=1 << 20)
@@ -299,8 +301,15 @@ class _RangeReader(io.RawIOBase):
 
 def open_range(path: str, start: int, end: int) -> io.BufferedReader:
     """Bytes ``[start, end)`` of an uncompressed file as a stream with ``raw_count()``."""
-    f = open(path, "rb", buffering=0)  # noqa: SIM115
-    f.seek(start)
+    from ..storage import is_remote
+
+    if is_remote(path):  # ranged GETs inside [start, end) only
+        from ..storage.rangefile import RangeFile
+
+        f = RangeFile(path, start=start, end=end)
+    else:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115
+        f.seek(start)
     counter = CountingReader(_RangeReader(f, end - start))
     stream = io.BufferedReader(counter, buffer_size=1 << 20)
     stream.raw_count = lambda: counter.count  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import InputError
 from ..schema import STRING, Batch, Field, Schema, VarColumn
 from .base import Part, Reader, ReadOptions
-from .streams import open_range, open_stream
+from .streams import open_range
 
 BOM = b"\xef\xbb\xbf"
 
@@ -48,10 +48,7 @@ class TextReader(Reader):
         max_line = max(chunk_size * 2, 1 << 20)
         carry = b""
         first = strip_bom
-        if stream is None:
-            stream = open_stream(spec, max_ratio=self.options.max_ratio)
-        with stream:
-            self._stream = stream
+        with self.open_spec(spec, stream) as stream:
             while True:
                 data = stream.read(chunk_size)
                 eof = not data

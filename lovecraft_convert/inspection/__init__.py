@@ -50,6 +50,11 @@ def inspect(
         raise OptionsError(f"--sample {sample}: give a positive number of rows")
     if num_buckets is not None and num_buckets < 1:
         raise OptionsError(f"--num-buckets {num_buckets}: give at least 1")
+    remote = _remote_dataset(inputs[0]) if len(inputs) == 1 else None
+    if remote is not None:
+        from .dataset import inspect_dataset
+
+        return inspect_dataset(inputs[0].rstrip("/"), remote)
     if len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0]) and not _input_directory(inputs[0]):
         if plot:
             raise OptionsError("--plot draws the length histogram of inputs", hint="give input files, not a dataset")
@@ -90,6 +95,25 @@ def inspect(
         draw_plot(report, plot)
         report["plot"] = plot
     return report
+
+
+def _remote_dataset(path: str) -> dict | None:
+    """The manifest of a dataset at an object-store URI (checked as ``open_dataset`` checks it),
+    None when ``path`` is not a URI or holds no manifest (it is then an input)."""
+    from ..storage import is_remote
+
+    if not is_remote(path):
+        return None
+    from .. import manifest as mf
+    from ..errors import DatasetError
+    from ..storage import dataset as stored
+
+    m, problem = stored.load(path.rstrip("/"))
+    if problem is not None and problem[0] == "missing":
+        return None
+    if problem is not None or not isinstance(m, dict) or m.get("format") != mf.FORMAT_TAG:
+        raise DatasetError(f"{path.rstrip('/')}/{mf.MANIFEST_NAME}: unreadable manifest", hint="re-create the dataset")
+    return m
 
 
 def _input_directory(path: str) -> bool:

@@ -12,9 +12,10 @@ from ..errors import DatasetError
 from ..formats import for_dataset
 
 
-def inspect_dataset(path: str) -> dict[str, Any]:
+def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
     """What a dataset directory holds, from its manifest alone (``verify`` checks it against the files)."""
-    m = mf.read(path)
+    m = manifest if manifest is not None else mf.read(path)  # given: read from an object store
+    mf.check_paths(path, m)  # its load snippets would read what they name
     files = [f for f in m.get("files") or [] if isinstance(f, dict)]
     by_path = {f.get("path"): f for f in files}
     shards = []
@@ -68,9 +69,11 @@ def inspect_dataset(path: str) -> dict[str, Any]:
 
 def load_snippets(path: str, m: dict[str, Any]) -> dict[str, str]:
     """The few lines of code that load the dataset, per client library (the format's, then ours)."""
+    from ..storage import is_remote
+
     d = path.rstrip("/") or path
-    try:
-        out = dict(for_dataset(m.get("output_format"), path).load_snippets(d, m))
+    try:  # the format's own libraries read local files: a dataset on a store is opened by ours (a local copy)
+        out = {} if is_remote(d) else dict(for_dataset(m.get("output_format"), path).load_snippets(d, m))
     except DatasetError:
         out = {}
     out["lovecraft"] = (

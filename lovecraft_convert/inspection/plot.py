@@ -216,16 +216,13 @@ def _boundaries(ax, ln: dict[str, Any]) -> None:
             dropped += 1
             continue
         last_px = px
-        ax.text(
+        _marker_label(
+            ax,
             x,
             0.985,
             f"≤{d['max_length']:,}: {d['rows']:,} rows, {d['efficiency']:.0%} ",
-            transform=ax.get_xaxis_transform(),
-            rotation=90,
-            ha="right",
             va="top",
             fontsize=7,
-            color=RED,
             bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 0.5},
         )
     if dropped:
@@ -355,17 +352,7 @@ def _magnitudes(ax, h: dict[str, Any], floating: bool) -> None:
         for x, name in ((F16_MAX, "f16 max"), (F16_NORMAL, "f16 normal min"), (F16_TINY, "f16 subnormal min")):
             if lo < x < hi:
                 ax.axvline(x, color=RED, linewidth=1)
-                ax.text(
-                    x,
-                    0.5,
-                    f"{name} ",
-                    transform=ax.get_xaxis_transform(),
-                    rotation=90,
-                    ha="right",
-                    va="center",
-                    fontsize=6,
-                    color=RED,
-                )
+                _marker_label(ax, x, 0.5, f"{name} ", va="center", fontsize=6)
         if hi > F16_MAX:
             ax.axvspan(F16_MAX, hi, color=RED, alpha=0.08, linewidth=0)
         if lo < F16_TINY:
@@ -390,3 +377,8 @@ def _f16_note(c: dict[str, Any]) -> str:
     if not f.get("overflow") and not f.get("flushed_to_zero"):
         return "float16: every value fits"
     return f"float16: {f.get('overflow', 0):,} overflow, {f.get('flushed_to_zero', 0):,} flush to 0"
+
+
+def _marker_label(ax, x: float, y: float, text: str, **style) -> None:
+    """A vertical red label left of the line at data ``x``, ``y`` in axes height (0..1)."""
+    ax.text(x, y, text, transform=ax.get_xaxis_transform(), rotation=90, ha="right", color=RED, **style)

@@ -26,18 +26,16 @@ against one bucket padded to the longest sequence.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import manifest as mf
 from ..engine.driver import Run, run_job
-from ..engine.frames import Grouped, gather_sorted, merge_hist, read_grouped, write_grouped
-from ..engine.journal import SPILL, intact, save_plan
+from ..engine.frames import Grouped, UnitSpill, gather_sorted, merge_hist, read_grouped, write_grouped
+from ..engine.journal import SPILL
 from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, OptionsError, SchemaError
 from ..formats import get as get_format
@@ -47,12 +45,11 @@ from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
 from .convert import write_unit_files
-from .options import PART_BYTES, BucketOptions, takes_options
-from .sequences import Sequences
+from .options import BucketOptions, takes_options
+from .sequences import SeqContext, Sequences, split_phase
 from .shard import shard_name
 
 LENGTH = "length"
-TOKENIZER_PART_BYTES = 16 << 20
 TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.int32))
 
 
@@ -74,35 +71,15 @@ def check_layout(o: BucketOptions) -> None:
         )
 
 
-@dataclass
-class BContext:
-    inputs: list[str]
-    options: dict[str, Any]
-    work: str
-    hash_buckets: int  # 0: not shuffled
-
-    @property
-    def o(self) -> BucketOptions:
-        return BucketOptions(**self.options)
-
-    def budget(self) -> int:
-        return parse_size(self.o.max_memory) // 4
-
-    def source(self) -> Sequences:
-        return Sequences(self.inputs, self.o, self.budget())
-
-
-def split_unit(ctx: BContext, part: Part) -> dict[str, Any]:
+def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     """Phase 1: one part of the input, tokenized, filtered, sorted by length and spilled."""
     o = ctx.o
     src = ctx.source()
     limit = o.limit()
     B = ctx.hash_buckets
-    spill = os.path.join(ctx.work, SPILL)
-    names = [f"u{part.index:05d}-b{b:04d}.bin" for b in range(B)] if B else [f"u{part.index:05d}.bin"]
-    handles: list = [None] * len(names)
-    frames: list[list] = [[] for _ in names]
-    hists: list[list] = [[] for _ in names]
+    spill = UnitSpill(os.path.join(ctx.work, SPILL), part.index, B)
+    frames: list[list] = [[] for _ in range(len(spill))]
+    hists: list[list] = [[] for _ in range(len(spill))]
     c = {"rows_in": 0, "rows": 0, "tokens_in": 0, "short": 0, "long": 0, "truncated": 0, "tokens_cut": 0}
     vmin = vmax = None
     dtypes: set[str] = set()
@@ -141,7 +118,7 @@ def split_unit(ctx: BContext, part: Part) -> dict[str, Any]:
             ss = starts[order]
             dtypes.add(col.values.dtype.str)
             cuts = np.searchsorted(b_sorted, np.arange(B + 1)) if B else np.array([0, len(sl)])
-            for b in range(len(names)):
+            for b in range(len(spill)):
                 a, z = int(cuts[b]), int(cuts[b + 1])
                 if a == z:
                     continue
@@ -151,29 +128,21 @@ def split_unit(ctx: BContext, part: Part) -> dict[str, Any]:
                     lo, hi = values.min(), values.max()
                     vmin = lo if vmin is None else min(vmin, lo)
                     vmax = hi if vmax is None else max(vmax, hi)
-                if handles[b] is None:
-                    handles[b] = open(os.path.join(spill, names[b] + ".tmp"), "wb")  # noqa: SIM115
-                frames[b].append(write_grouped(handles[b], piece, values))
+                frames[b].append(write_grouped(spill.file(b), piece, values))
                 u, first = np.unique(piece, return_index=True)
                 hists[b].append((u, np.diff(np.append(first, len(piece)))))
             c["rows"] += len(idx)
             row0 += n
             meter.tick()
     finally:
-        for h in handles:
-            if h is not None:
-                h.close()
+        spill.close()
         nbytes = meter.close()
     files = {}
-    for b, name in enumerate(names):
-        if handles[b] is None:
-            continue
-        p = os.path.join(spill, name)
-        os.rename(p + ".tmp", p)
+    for b, name, size in spill.publish():
         u, cnt = merge_hist(hists[b])
         files[name] = {
             "b": b,
-            "size": os.path.getsize(p),
+            "size": size,
             "frames": frames[b],
             "hist": [u.tolist(), cnt.tolist()],
         }
@@ -217,7 +186,7 @@ def _emit(pieces: Iterator, width: int | None, pad, dtype: np.dtype, column: str
                 yield Batch({column: col, LENGTH: lens.astype(np.int32)}, len(lens))
 
 
-def _pieces(ctx: BContext, unit: dict, dtype: np.dtype) -> Iterator:
+def _pieces(ctx: SeqContext, unit: dict, dtype: np.dtype) -> Iterator:
     """The rows [a, b) of one bucket, in the bucket's order."""
     lo, hi, a, b = unit["lo"], unit["hi"], unit["a"], unit["b"]
     spill = os.path.join(ctx.work, SPILL)
@@ -262,7 +231,7 @@ def _pieces(ctx: BContext, unit: dict, dtype: np.dtype) -> Iterator:
         pos += count
 
 
-def write_unit(ctx: BContext, unit: dict) -> dict[str, Any]:
+def write_unit(ctx: SeqContext, unit: dict) -> dict[str, Any]:
     """Phase 2: shard ``j`` of bucket ``k``, committed as finished files."""
     o = ctx.o
     dtype = np.dtype(unit["dtype"])
@@ -300,48 +269,37 @@ def bucket(inputs: list[str] | str, output: str, *, argv: list[str] | None = Non
     o, inputs = BucketOptions.parse(inputs, kwargs)
     check_layout(o)
     probe = Sequences(inputs, o, o.budget() // 4, threads=True)  # checks inputs and flags first
+    body = _run
     if o.layout == "packed":
-        from .packed import pack
-
-        return pack(o, inputs, output, probe, argv)
+        from .packed import run_packed as body
     return run_job(
         o,
         output=output,
         inputs=inputs,
         specs=probe.specs,
         sources=probe.describe_sources() + o.tokenizer_source(),
-        body=lambda run: _run(o, run, probe),
+        body=lambda run: body(o, run, probe),
         command="bucket",
         protect_more=(os.path.abspath(probe.dataset),) if probe.dataset is not None else (),
         finish=get_format(o.to).finish_dataset,
-        unit_noun="bucket shard",
+        unit_noun="bucket shard" if o.layout != "packed" else "shard",
         argv=argv,
     )
 
 
+def _estimate(probe: Sequences) -> int:
+    """Bytes the sequences take spilled (for the number of hash buckets)."""
+    est = sum((s.size or (256 << 20)) * (6 if s.compression else 1) for s in probe.specs) if probe.specs else 0
+    if probe.dataset is not None:
+        est = sum(f["bytes"] for f in probe.ds.manifest["files"])
+    elif probe.memory_bytes() is not None:
+        est = probe.memory_bytes()
+    return est * (4 if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 else 1)
+
+
 def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
-    plan, journal, runner, work = run.plan, run.journal, run.executor, run.work
-    part_bytes = o.part_bytes
-    if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 and part_bytes == PART_BYTES:
-        part_bytes = TOKENIZER_PART_BYTES  # slow tokenizers: smaller parts keep every worker busy to the end
-    ctx = BContext(run.inputs, o.to_dict(), work, 0)
-    parts = probe.partitions(part_bytes, mapper=runner.map_ordered)
-    if o.shuffle:
-        est = sum((s.size or (256 << 20)) * (6 if s.compression else 1) for s in probe.specs) if probe.specs else 0
-        if probe.dataset is not None:
-            est = sum(f["bytes"] for f in probe.ds.manifest["files"])
-        elif probe.memory_bytes() is not None:
-            est = probe.memory_bytes()
-        est *= 4 if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 else 1
-        plan.setdefault("hash_buckets", max(1, math.ceil(est / max(1, ctx.budget() // 4))))
-        save_plan(work, plan)
-        ctx.hash_buckets = plan["hash_buckets"]
-    trace(f"{len(parts)} parts")
-    done = {e["part"]: e for e in journal.phase(1) if intact(work, e)}
-    calls = [(ctx, p) for p in parts if p.index not in done]
-    run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
-    split = [done[p.index] for p in parts]
-    trace("phase 1 done")
+    journal = run.journal
+    ctx, split = split_phase(o, run, probe, split_unit, _estimate)
     layout = _plan_buckets(o, probe, split, ctx)
     units = layout["units"]
     finished = {e["unit"]: e for e in journal.phase(2)}
@@ -382,7 +340,7 @@ def _choose_dtype(o: BucketOptions, probe: Sequences, split: list[dict]) -> np.d
     return dt
 
 
-def _plan_buckets(o: BucketOptions, probe: Sequences, split: list[dict], ctx: BContext) -> dict:
+def _plan_buckets(o: BucketOptions, probe: Sequences, split: list[dict], ctx: SeqContext) -> dict:
     from ..transforms.bucketing import optimal_boundaries
 
     hist = merge_hist(
@@ -489,7 +447,7 @@ def _count(hist: list, lo: int, hi: int) -> int:
     return int(c[(v >= lo) & (v <= hi)].sum())
 
 
-def _unit_files(ctx: BContext, split: list[dict], lo: int, hi: int) -> dict:
+def _unit_files(ctx: SeqContext, split: list[dict], lo: int, hi: int) -> dict:
     if not ctx.hash_buckets:
         files = []
         for p in split:
@@ -564,16 +522,15 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         "padded_tokens_saved": single - padded_total,
         "length_histogram": [values.tolist(), counts.tolist()],
     }
-    return mf.build(
-        command="bucket",
-        output_format=o.to,
-        options=o.to_dict(),
-        rows=total_rows,
-        schema=schema.to_list(),
-        shuffle={"seed": o.seed, "buckets": layout["hash_buckets"]} if o.shuffle else None,
+    return mf.build_job(
+        "bucket",
+        o,
+        total_rows,
+        schema,
+        layout["hash_buckets"],
         buckets=buckets,
         bucketing=bucketing,
-        files=[{**f, "bucket": fr["bucket"], "shard": fr["shard"]} for fr in frags for f in fr["files"]],
+        files=mf.unit_files(frags, ("bucket", "shard")),
         stats=merged(schema, frags),
         float16={},
         sources=probe.describe_sources() + o.tokenizer_source(),

@@ -26,18 +26,16 @@ options only, so the bytes do not depend on ``--workers``.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import manifest as mf
-from ..engine.driver import Run, run_job
-from ..engine.frames import read_frame, write_frame
-from ..engine.journal import SPILL, intact, save_plan
+from ..engine.driver import Run
+from ..engine.frames import UnitSpill, read_frame, write_frame
+from ..engine.journal import SPILL
 from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, SchemaError
 from ..formats import get as get_format
@@ -45,34 +43,15 @@ from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
-from ..util import parse_size, trace
+from ..util import parse_size
 from .convert import write_unit_files
-from .options import PART_BYTES, BucketOptions
-from .sequences import Sequences
+from .options import BucketOptions
+from .sequences import SeqContext, Sequences, split_phase
 from .shard import shard_name
 
 TOKENS = "tokens"
 DOC_STARTS = "doc_starts"
 TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.int32))
-SLOW_PART_BYTES = 16 << 20  # parts for tokenizers that are slow per byte: every worker busy to the end
-
-
-@dataclass
-class PContext:
-    inputs: list[str]
-    options: dict[str, Any]
-    work: str
-    hash_buckets: int  # 0: not shuffled
-
-    @property
-    def o(self) -> BucketOptions:
-        return BucketOptions(**self.options)
-
-    def budget(self) -> int:
-        return parse_size(self.o.max_memory) // 4
-
-    def source(self) -> Sequences:
-        return Sequences(self.inputs, self.o, self.budget())
 
 
 def _frame_schema(dtype: str) -> Schema:
@@ -84,14 +63,12 @@ def _frame_schema(dtype: str) -> Schema:
 # --------------------------------------------------------------------------------------------
 
 
-def split_unit(ctx: PContext, part: Part) -> dict[str, Any]:
+def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     """Read and tokenize one part; spill its documents in input order (or to hash buckets)."""
     o = ctx.o
     B = ctx.hash_buckets
-    spill = os.path.join(ctx.work, SPILL)
-    names = [f"u{part.index:05d}-b{b:04d}.bin" for b in range(B)] if B else [f"u{part.index:05d}.bin"]
-    handles: list = [None] * len(names)
-    frames: list[list] = [[] for _ in names]
+    spill = UnitSpill(os.path.join(ctx.work, SPILL), part.index, B)
+    frames: list[list] = [[] for _ in range(len(spill))]
     docs = tokens = row0 = 0
     vmin = vmax = None
     dtypes: set[str] = set()
@@ -115,31 +92,21 @@ def split_unit(ctx: PContext, part: Part) -> dict[str, Any]:
                 cuts = np.searchsorted(b_of[order], np.arange(B + 1))
             else:
                 col_sorted, cuts = col, np.array([0, n])
-            for b in range(len(names)):
+            for b in range(len(spill)):
                 a, z = int(cuts[b]), int(cuts[b + 1])
                 if a == z:
                     continue
                 piece = col_sorted.slice(a, z)
-                if handles[b] is None:
-                    handles[b] = open(os.path.join(spill, names[b] + ".tmp"), "wb")  # noqa: SIM115 - closed below
-                offset, rows = write_frame(handles[b], Batch({"s": piece}, z - a), _frame_schema(dt))
+                offset, rows = write_frame(spill.file(b), Batch({"s": piece}, z - a), _frame_schema(dt))
                 frames[b].append([offset, rows, int(piece.offsets[-1]), dt])
             docs += n
             tokens += int(offs[-1] - offs[0])
             row0 += n
             meter.tick()
     finally:
-        for h in handles:
-            if h is not None:
-                h.close()
+        spill.close()
         nbytes = meter.close()
-    files = {}
-    for b, name in enumerate(names):
-        if handles[b] is None:
-            continue
-        p = os.path.join(spill, name)
-        os.rename(p + ".tmp", p)
-        files[name] = {"b": b, "size": os.path.getsize(p), "frames": frames[b]}
+    files = {name: {"b": b, "size": size, "frames": frames[b]} for b, name, size in spill.publish()}
     return {
         "phase": 1,
         "part": part.index,
@@ -158,7 +125,7 @@ def split_unit(ctx: PContext, part: Part) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _group_docs(ctx: PContext, group: dict, dtype: np.dtype) -> VarColumn:
+def _group_docs(ctx: SeqContext, group: dict, dtype: np.dtype) -> VarColumn:
     """Every document of a group's frames, in order, as ``dtype``."""
     spill = os.path.join(ctx.work, SPILL)
     pieces = []
@@ -170,7 +137,7 @@ def _group_docs(ctx: PContext, group: dict, dtype: np.dtype) -> VarColumn:
     return VarColumn.concat(pieces) if len(pieces) > 1 else pieces[0]
 
 
-def _stream(ctx: PContext, unit: dict, dtype: np.dtype, lo: int, hi: int, step: int) -> Iterator[tuple]:
+def _stream(ctx: SeqContext, unit: dict, dtype: np.dtype, lo: int, hi: int, step: int) -> Iterator[tuple]:
     """Tokens [lo, hi) of the stream in pieces of at most about ``step`` tokens, as (tokens, the
     stream positions where documents start among them)."""
     spill = os.path.join(ctx.work, SPILL)
@@ -258,7 +225,7 @@ def _rows(pieces: Iterator[tuple], L: int, first: int, rows: int, pad, dtype, pe
         yield emit(row, alls, 1)
 
 
-def write_unit(ctx: PContext, unit: dict) -> dict[str, Any]:
+def write_unit(ctx: SeqContext, unit: dict) -> dict[str, Any]:
     """Phase 2: shard ``k`` (rows [a, b)), committed as finished files."""
     o = ctx.o
     L = o.seq_len
@@ -293,39 +260,11 @@ def packed_schema(L: int, dtype: np.dtype) -> Schema:
 # --------------------------------------------------------------------------------------------
 
 
-def pack(o: BucketOptions, inputs: list[str], output: str, probe: Sequences, argv: list[str] | None) -> dict[str, Any]:
-    """Run ``bucket --layout packed`` (called by :func:`.bucket.bucket` once its options and inputs
-    are checked); returns the manifest."""
-    return run_job(
-        o,
-        output=output,
-        inputs=inputs,
-        specs=probe.specs,
-        sources=probe.describe_sources() + o.tokenizer_source(),
-        body=lambda run: _run(o, run, probe),
-        command="bucket",
-        protect_more=(os.path.abspath(probe.dataset),) if probe.dataset is not None else (),
-        finish=get_format(o.to).finish_dataset,
-        argv=argv,
-    )
-
-
-def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
-    plan, journal, work = run.plan, run.journal, run.work
-    part_bytes = o.part_bytes
-    if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 and part_bytes == PART_BYTES:
-        part_bytes = SLOW_PART_BYTES
-    ctx = PContext(run.inputs, o.to_dict(), work, 0)
-    parts = probe.partitions(part_bytes, mapper=run.executor.map_ordered)
-    if o.shuffle:
-        plan.setdefault("hash_buckets", max(1, math.ceil(_estimate(probe) / max(1, ctx.budget() // 4))))
-        save_plan(work, plan)
-        ctx.hash_buckets = plan["hash_buckets"]
-    trace(f"{len(parts)} parts")
-    done = {e["part"]: e for e in journal.phase(1) if intact(work, e)}
-    calls = [(ctx, p) for p in parts if p.index not in done]
-    run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
-    split = [done[p.index] for p in parts]
+def run_packed(o: BucketOptions, run: Run, probe: Sequences) -> dict:
+    """The body of ``bucket --layout packed`` (run by :func:`.bucket.bucket`): documents spilled
+    by part, then cut into rows of ``--seq-len`` tokens by shard."""
+    journal = run.journal
+    ctx, split = split_phase(o, run, probe, split_unit, _estimate)
     layout = _plan(o, probe, split, ctx)
     units = layout["units"]
     finished = {e["shard"]: e for e in journal.phase(2) if e.get("of") == len(units)}
@@ -363,7 +302,7 @@ def _choose_dtype(o: BucketOptions, probe: Sequences, split: list[dict]) -> np.d
     return dt
 
 
-def _plan(o: BucketOptions, probe: Sequences, split: list[dict], ctx: PContext) -> dict:
+def _plan(o: BucketOptions, probe: Sequences, split: list[dict], ctx: SeqContext) -> dict:
     L = o.seq_len
     groups = []
     if ctx.hash_buckets:
@@ -441,24 +380,14 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         "padding_tokens": padded,
         "padding_efficiency": round((rows * L - padded) / (rows * L), 6),
     }
-    return mf.build(
-        command="bucket",
-        output_format=o.to,
-        options=o.to_dict(),
-        rows=rows,
-        schema=schema.to_list(),
-        shuffle={"seed": o.seed, "buckets": layout["hash_buckets"]} if o.shuffle else None,
-        shards=[
-            {
-                "index": fr["shard"],
-                "name": fr["name"],
-                "rows": fr["rows"],
-                "files": [f["path"] for f in fr["files"]],
-                "stats": fr["stats"],
-            }
-            for fr in frags
-        ],  # fmt: skip
-        files=[{**f, "shard": fr["shard"]} for fr in frags for f in fr["files"]],
+    return mf.build_job(
+        "bucket",
+        o,
+        rows,
+        schema,
+        layout["hash_buckets"],
+        shards=mf.shard_entries(frags),
+        files=mf.unit_files(frags),
         stats=merged(schema, frags),
         float16={},
         sources=probe.describe_sources() + o.tokenizer_source(),

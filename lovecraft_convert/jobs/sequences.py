@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +18,7 @@ from ..inputs import Part, open_reader
 from ..inputs.base import SchemaChanged
 from ..schema import SEQUENCE, VarColumn
 from ..util import parse_size
-from .options import BucketOptions
+from .options import PART_BYTES, BucketOptions
 
 
 def _dataset_dir(inputs: list[str]) -> str | None:
@@ -40,6 +42,28 @@ def _as_var(col, kind: str) -> VarColumn:
     return VarColumn(values, offs)
 
 
+def pick_column(where: str, schema, column: str | None):
+    """The field holding the text or sequences: ``column``, else the one variable-length column."""
+    var = [f for f in schema if f.kind in (SEQUENCE, "string")]
+    if column is None:
+        if len(var) != 1:
+            names = ", ".join(f.name for f in var) or "none"
+            raise SchemaError(
+                f"{where}: say which column holds the text or sequences (variable-length columns: {names})",
+                hint="pass --column NAME",
+            )
+        return var[0]
+    if column not in schema.names:
+        raise SchemaError(f"{where}: no column '{column}'", hint=f"columns are {', '.join(schema.names)}")
+    fld = schema[column]
+    if fld not in var:
+        raise SchemaError(
+            f"{where}: column '{fld.name}' is {fld.describe()}, not text or sequences",
+            hint="choose a text or sequence column",
+        )
+    return fld
+
+
 class Sequences:
     """The input as sequences: ``partitions`` like a reader's, ``sequences(part)`` yields
     (VarColumn of tokens or values, first line or row of the batch, 'line' | 'row')."""
@@ -54,26 +78,7 @@ class Sequences:
             from ..loaders import open_dataset
 
             ds = open_dataset(self.dataset)
-            var = [f for f in ds.schema if f.kind in (SEQUENCE, "string")]
-            if o.column is None:
-                if len(var) != 1:
-                    names = ", ".join(f.name for f in var) or "none"
-                    raise SchemaError(
-                        f"{self.dataset}: say which column holds the sequences (variable-length columns: {names})",
-                        hint="pass --column NAME",
-                    )
-                fld = var[0]
-            else:
-                if o.column not in ds.schema.names:
-                    raise SchemaError(
-                        f"{self.dataset}: no column '{o.column}'", hint=f"columns are {', '.join(ds.schema.names)}"
-                    )
-                fld = ds.schema[o.column]
-                if fld.kind not in (SEQUENCE, "string"):
-                    raise SchemaError(
-                        f"{self.dataset}: column '{fld.name}' holds {fld.describe()}, not sequences or text",
-                        hint="choose a variable-length column",
-                    )
+            fld = pick_column(self.dataset, ds.schema, o.column)
             if ds.bucketed:
                 raise SchemaError(f"{self.dataset}: is already bucketed", hint="bucket its source instead")
             self.ds = ds.select(fld.name)
@@ -178,26 +183,7 @@ class Sequences:
         text through the tokenizer, a sequence column (token ids) as it is; only it is read."""
         from ..transforms.tokenize import load_tokenizer
 
-        var = [f for f in probe.schema if f.kind in (SEQUENCE, "string")]
-        if o.column is None:
-            if len(var) != 1:
-                names = ", ".join(f.name for f in var) or "none"
-                raise SchemaError(
-                    f"{self.name}: say which column holds the text or sequences (variable-length columns: {names})",
-                    hint="pass --column NAME",
-                )
-            fld = var[0]
-        else:
-            if o.column not in probe.schema.names:
-                raise SchemaError(
-                    f"{self.name}: no column '{o.column}'", hint=f"columns are {', '.join(probe.schema.names)}"
-                )
-            fld = probe.schema[o.column]
-            if fld not in var:
-                raise SchemaError(
-                    f"{self.name}: column '{fld.name}' is {fld.describe()}, not text or sequences",
-                    hint="choose a text or sequence column",
-                )
+        fld = pick_column(self.name, probe.schema, o.column)
         self.reader = open_reader(inputs, budget=budget, threads=threads, **{**kw, "columns": [fld.name]})
         self.kind = "columnar"
         self.source_column = fld.name
@@ -348,3 +334,53 @@ class Sequences:
         out = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(counts, out=out[1:])
         yield VarColumn(values, out), line0, "line"
+
+
+@dataclass
+class SeqContext:
+    """What a unit of ``bucket`` work (length buckets or packed rows) is given: picklable, the
+    options rebuilt in the worker, the source reopened there."""
+
+    inputs: list[str]
+    options: dict[str, Any]
+    work: str
+    hash_buckets: int  # 0: not shuffled
+
+    @property
+    def o(self) -> BucketOptions:
+        return BucketOptions(**self.options)
+
+    def budget(self) -> int:
+        return parse_size(self.o.max_memory) // 4
+
+    def source(self) -> Sequences:
+        return Sequences(self.inputs, self.o, self.budget())
+
+
+TOKENIZER_PART_BYTES = 16 << 20  # parts for tokenizers slow per byte: every worker busy to the end
+
+
+def split_phase(o: BucketOptions, run, probe: Sequences, unit, estimate) -> tuple[SeqContext, list[dict]]:
+    """Phase 1 of ``bucket`` (either layout): the input's parts read by ``unit`` into spill files,
+    hashed into buckets when shuffled (as many as ``estimate(probe)`` spilled bytes need), each
+    part journalled; returns the units' context and the parts' fragments in input order."""
+    import math
+
+    from ..engine.journal import intact, save_plan
+    from ..util import trace
+
+    part_bytes = o.part_bytes
+    if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 and part_bytes == PART_BYTES:
+        part_bytes = TOKENIZER_PART_BYTES
+    ctx = SeqContext(run.inputs, o.to_dict(), run.work, 0)
+    parts = probe.partitions(part_bytes, mapper=run.executor.map_ordered)
+    if o.shuffle:
+        run.plan.setdefault("hash_buckets", max(1, math.ceil(estimate(probe) / max(1, ctx.budget() // 4))))
+        save_plan(run.work, run.plan)
+        ctx.hash_buckets = run.plan["hash_buckets"]
+    trace(f"{len(parts)} parts")
+    done = {e["part"]: e for e in run.journal.phase(1) if intact(run.work, e)}
+    calls = [(ctx, p) for p in parts if p.index not in done]
+    run.run_units(unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
+    trace("phase 1 done")
+    return ctx, [done[p.index] for p in parts]

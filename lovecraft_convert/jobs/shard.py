@@ -432,24 +432,14 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
                 down.merge(r)
         float16 = down.report()
     fmt = get_format(o.to)
-    return mf.build(
-        command="shard",
-        output_format=o.to,
-        options=o.to_dict(),
-        rows=total,
-        schema=schema.to_list(),
-        shuffle={"seed": o.seed, "buckets": ctx.buckets} if o.shuffle else None,
-        shards=[
-            {
-                "index": fr["shard"],
-                "name": fr["name"],
-                "rows": fr["rows"],
-                "files": [f["path"] for f in fr["files"]],
-                "stats": fr["stats"],
-            }
-            for fr in frags
-        ],
-        files=[{**f, "shard": fr["shard"]} for fr in frags for f in fr["files"]],
+    return mf.build_job(
+        "shard",
+        o,
+        total,
+        schema,
+        ctx.buckets,
+        shards=mf.shard_entries(frags),
+        files=mf.unit_files(frags),
         stats=merged(schema, frags),
         float16=float16,
         sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),

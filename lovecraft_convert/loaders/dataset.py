@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -27,24 +26,61 @@ from ..errors import DatasetError
 from ..formats import for_dataset
 from ..formats.base import PartFiles, PartReader
 from ..schema import Batch, Field, Schema
+from ..storage import child_path
 from .buckets import bucket_groups
 from .common import Group, Part
+from .mixture import Mixture
 from .plan import Plan
+from .state import BatchIterator, make_state
 
 
-def open_dataset(path: str | os.PathLike, columns: list[str] | str | None = None, **options: Any) -> Dataset:
-    """Open the dataset directory ``path`` (or its ``_manifest.json``).
+def _names(columns: list[str] | str) -> list[str]:
+    return [columns] if isinstance(columns, str) else list(columns)
+
+
+def open_dataset(
+    path: str | os.PathLike | list | tuple,
+    columns: list[str] | str | None = None,
+    *,
+    weights: list[float] | None = None,
+    seed: int | None = None,
+    exhausted: str = "stop",
+    **options: Any,
+) -> Dataset | Mixture:
+    """Open the dataset directory ``path`` (or its ``_manifest.json``); an ``s3://``/``gs://`` URI
+    is copied to a local cache first (:mod:`lovecraft_convert.storage.dataset`).
 
     ``columns`` selects columns (in that order). ``options``: ``hdf5_cache_bytes`` (the chunk cache
     for exact shuffling of HDF5 datasets, default 512 MiB per process).
+
+    A list of paths (or of opened datasets) with ``weights`` opens a :class:`~.mixture.Mixture`: a
+    deterministic weighted interleave of their rows (same columns), seeded by ``seed`` (0 when not
+    given: the same interleave in every process); when one of them runs out the epoch ends
+    (``exhausted="stop"``) or it starts over in a new order (``"cycle"``).
     """
+    if isinstance(path, list | tuple):
+        members = [open_dataset(p, columns, **options) if not isinstance(p, Dataset) else p for p in path]
+        if columns is not None:
+            members = [m if m.columns == _names(columns) else m.select(columns) for m in members]
+        return Mixture(members, weights, seed=seed, exhausted=exhausted)
+    if weights is not None or seed is not None:
+        raise DatasetError("weights= and seed= are for a mixture of datasets", hint="give a list of datasets")
+    from ..storage import is_remote, local_path
+
     path = os.fspath(path)
+    if is_remote(path):
+        from ..storage.dataset import local_copy
+
+        uri = path[: -len(mf.MANIFEST_NAME)] if path.endswith("/" + mf.MANIFEST_NAME) else path
+        path = local_copy(uri)  # the format readers need local files: a checked copy, made once
+    path = local_path(path)
     if os.path.basename(path) == mf.MANIFEST_NAME and os.path.isfile(path):
         path = os.path.dirname(path) or "."
     if not os.path.isdir(path):
         raise DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
     manifest = mf.read(path)
     mf.check(manifest, mf.path_of(path))
+    mf.check_paths(path, manifest)
     return Dataset(path, manifest, columns, **options)
 
 
@@ -93,6 +129,7 @@ class Dataset:
         self._lock = threading.Lock()
         self._shared: dict | None = None  # per process: what the format's readers share (caches)
         self._pid = os.getpid()
+        self._fingerprint: str | None = None
 
     # -- what it is ---------------------------------------------------------------------------
 
@@ -114,6 +151,19 @@ class Dataset:
     @property
     def bucketed(self) -> bool:
         return self.groups[0].bucket is not None
+
+    @property
+    def fingerprint(self) -> str:
+        """What identifies the dataset's contents (from its manifest: rows, and every file's path,
+        size and digest): a saved loader state records it."""
+        if self._fingerprint is None:
+            import hashlib
+            import json
+
+            items = sorted([f["path"], f.get("bytes"), mf.file_digest(f)[1]] for f in self.manifest["files"])
+            text = json.dumps([self.manifest["rows"], items], sort_keys=True)
+            self._fingerprint = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return self._fingerprint
 
     @property
     def num_shards(self) -> int:
@@ -145,7 +195,7 @@ class Dataset:
             for p in g.parts:
                 for rel in p.files:
                     info = self._file_info.get(rel)
-                    full = os.path.join(self.path, rel)
+                    full = child_path(self.path, rel)
                     try:
                         size = os.stat(full).st_size
                     except OSError:
@@ -178,7 +228,7 @@ class Dataset:
         if self._shared is None:
             self._shared = {"hdf5_cache_bytes": self.hdf5_cache_bytes}
         files = PartFiles(
-            paths=[os.path.join(self.path, f) for f in part.files],
+            paths=[child_path(self.path, f) for f in part.files],
             entries=[self._file_info.get(f, {}) for f in part.files],
             rows=part.rows,
             schema=group.schema,
@@ -206,21 +256,52 @@ class Dataset:
         shuffle_buffer: int | None = None,
         pad_to: str = "bucket",
         pad_value: int | float = 0,
-    ) -> Iterator[dict[str, np.ndarray]]:
+        epoch: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        state: dict | None = None,
+    ) -> BatchIterator:
         """Batches as ``{column: ndarray}``, ``batch_size`` rows each (the last of an epoch may be
-        smaller unless ``drop_remainder``).
+        smaller unless ``drop_remainder``), from epoch ``epoch`` on, ``epochs`` of them (None:
+        forever).
 
-        ``shuffle``: False; True (exact for memmap/HDF5, shards + buffer for Parquet/TFRecord);
-        "exact"; or "buffer". The same ``seed`` gives the same order; each epoch has its own order.
-        ``epochs=None`` repeats forever. ``dtype_float16="float32"`` returns float16 columns as
-        float32. Bucketed datasets: each batch comes from one bucket, padded to the bucket's length
-        (``pad_to="bucket"``) or to the batch's longest (``pad_to="batch"``), with ``length``.
+        ``shuffle``: False; True (an exact permutation for memmap/HDF5, permuted blocks and windows
+        for Parquet/TFRecord); "exact"; "blocks"; or "buffer" (the older shuffle buffer, which
+        cannot resume). The order of an epoch is a pure function of (seed, epoch); each epoch has
+        its own. ``dtype_float16="float32"`` returns float16 columns as float32. Bucketed datasets:
+        each batch comes from one bucket, padded to the bucket's length (``pad_to="bucket"``) or
+        to the batch's longest (``pad_to="batch"``), with ``length``.
+
+        ``rank`` of ``world_size`` takes batch ``rank`` of every global step of ``world_size``
+        batches. The iterator's ``state_dict()`` is where it stands; ``state=`` goes on from a
+        saved state (the same order, nothing twice, nothing skipped, with any ``world_size``), in
+        time that does not grow with the position. The seed comes from the state when not given.
         """
+        if state is not None and seed is None and isinstance(state, dict) and shuffle:
+            seed = state.get("seed")
         plan = self.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_to, pad_value)
-        epoch = 0
-        while epochs is None or epoch < epochs:
-            yield from plan.epoch(epoch)
-            epoch += 1
+        return BatchIterator(plan, epoch=epoch, epochs=epochs, rank=rank, world_size=world_size, state=state)
+
+    def state_at(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool | str = False,
+        seed: int | None = None,
+        epoch: int = 0,
+        step: int = 0,
+        world_size: int = 1,
+        drop_remainder: bool = False,
+        shuffle_buffer: int | None = None,
+    ) -> dict:
+        """The state of a loader of these options after ``step`` global steps of epoch ``epoch``
+        (each of ``world_size`` batches), e.g. for ``to_tf_dataset(state=...)`` from Keras's count."""
+        plan = self.plan(batch_size, shuffle, seed, drop_remainder, shuffle_buffer=shuffle_buffer)
+        per = batch_size * world_size if plan.unit == "rows" else world_size
+        pos = min(plan.end(epoch), int(step) * per)
+        if pos >= plan.end(epoch):
+            epoch, pos = epoch + 1, 0
+        return make_state(plan.identity(), epoch, pos, world_size=world_size)
 
     def num_batches(self, batch_size: int, drop_remainder: bool = False) -> int:
         """Batches per epoch of ``batches(batch_size, drop_remainder=...)``."""
@@ -255,11 +336,14 @@ class Dataset:
         if self.bucketed:
             raise DatasetError(f"{self.path}: a bucketed dataset is read in batches", hint="use batches()")
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise IndexError(f"index out of range for a dataset of {n} rows")
-        idx = np.where(idx < 0, idx + n, idx)
         g = self.groups[0]
+        n = g.rows
+        if idx.size:
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < -n or hi >= n:
+                raise IndexError(f"index out of range for a dataset of {n} rows")
+            if lo < 0:
+                idx = np.where(idx < 0, idx + n, idx)
         key = (dtype_float16, pad_value)
         plan = self._take_plans.get(key)
         if plan is None:

@@ -1,43 +1,42 @@
 """How a dataset is read in batches: :class:`Plan` holds the checked batching options and gives the
-batches of an epoch for one worker, deterministic in (seed, epoch, worker).
+batches of an epoch for one reader, from any position of it.
 
 * The rows of a dataset form one *group* (all its shards, in manifest order), or, for bucketed
   datasets, one group per bucket (see :mod:`.buckets`).
-* Random-access formats shuffle exactly: each epoch draws a permutation of the group's rows
-  (seeded by ``(seed, epoch)``) and a batch is one gather of its indices. Without shuffling, rows
-  are read in large contiguous chunks and sliced into batches.
-* Streaming formats shuffle the order of the shards (and of their blocks) and pass rows through a
-  bounded shuffle buffer (``shuffle_buffer`` rows). ``shuffle="buffer"`` asks for the same on
-  random-access formats.
-* Splitting for workers and ranks: worker ``g`` of ``W`` gets, with exact shuffling, every ``W``-th
-  batch of the epoch; without, a contiguous ``1/W`` of the batches; for streaming formats a
-  contiguous ``1/W`` of the rows of the epoch's shard order. Every record is seen exactly once per
-  epoch across the ``W`` workers.
+* The order of an epoch is a pure function of (seed, epoch) (:mod:`.order`): the group's rows in
+  order; an exact permutation (random-access formats, ``shuffle=True`` or ``"exact"``); or permuted
+  blocks and windows (``"blocks"``: Parquet and TFRecord with ``shuffle=True``). ``"buffer"`` is
+  the older shuffle buffer (:mod:`.buffer`), which cannot resume.
+* The epoch is read in *global steps*: reader ``j`` of ``J`` (ranks, times DataLoader workers) takes
+  batch ``j`` of every step of ``J`` batches. A position of the epoch (rows; batches of the
+  buckets' interleave for bucketed datasets) is all it takes to go on from there, with any
+  ``J``: after every reader has taken ``k`` batches, the epoch's first ``k * J`` batches are done,
+  whichever readers took them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..engine.pipeline import prefetch
 from ..errors import DatasetError
-from ..schema import FIXED, Batch, Schema, VarColumn, row_nbytes
+from ..schema import FIXED, Batch, row_nbytes
 from .buckets import BucketEmitter
-from .common import Group, Permutation, convert_column, target_dtype, to_object_rows
+from .common import Group, Permutation, convert_column, target_dtype
+from .order import ALL, BlockCursor, BlockLayout, Cursor, ExactCursor, RangeCursor, StreamCursor, Wanted
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dataset import Dataset
 
-CHUNK_BYTES = 8 << 20  # rows read per call: large contiguous reads
-SHUFFLE_BUFFER_BYTES = 64 << 20
+SHUFFLE_BUFFER_BYTES = 64 << 20  # a window of the block order (shared by the buckets read at once)
+MODES = ("exact", "blocks", "buffer")
 
 
 class Plan:
-    """Checked batching options; ``epoch(e, worker)`` gives the batches of epoch ``e`` for worker
-    ``worker = (g, W)``. Deterministic in (seed, epoch, worker)."""
+    """Checked batching options; ``steps(e, reader, start)`` gives the batches of epoch ``e`` for
+    ``reader = (j, J)`` from position ``start``. Deterministic in (seed, epoch, reader, start)."""
 
     def __init__(
         self,
@@ -52,24 +51,24 @@ class Plan:
         pad_value: int | float = 0,
         split: str = "batches",
     ) -> None:
-        if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
             raise DatasetError(f"batch_size must be a positive integer, not {batch_size!r}")
         if dtype_float16 not in ("float16", "float32"):
             raise DatasetError(f"dtype_float16={dtype_float16!r}: use 'float16' or 'float32'")
         if pad_to not in ("bucket", "batch"):
             raise DatasetError(f"pad_to={pad_to!r}: use 'bucket' or 'batch'")
         if shuffle is True:
-            mode = "exact" if ds.random_access else "buffer"
+            mode = "exact" if ds.random_access else "blocks"
         elif shuffle is False or shuffle is None:
             mode = None
-        elif shuffle in ("exact", "buffer"):
+        elif shuffle in MODES:
             mode = shuffle
         else:
-            raise DatasetError(f"shuffle={shuffle!r}: use True, False, 'exact' or 'buffer'")
+            raise DatasetError(f"shuffle={shuffle!r}: use True, False, 'exact', 'blocks' or 'buffer'")
         if mode == "exact" and not ds.random_access:
             raise DatasetError(
                 f"{ds.path}: an exact shuffle needs random access, which {ds.format} does not offer",
-                hint="use shuffle=True (shard order and a shuffle buffer), or write memmap/hdf5",
+                hint="use shuffle=True (permuted blocks and windows), or write memmap/hdf5",
             )
         if mode and seed is None:
             seed = int(np.random.SeedSequence().entropy % (1 << 63))
@@ -79,133 +78,191 @@ class Plan:
         self.seed = seed
         self.drop_remainder = bool(drop_remainder)
         self.float32 = dtype_float16 == "float32"
+        self.dtype_float16 = dtype_float16
         self.pad_to = pad_to
         self.pad_value = pad_value
-        self.split = split  # "batches" (whole batches per worker) or "rows" (row ranges per worker)
-        if shuffle_buffer is None:  # one buffer per bucket read at the same time: they share the bytes
+        self.split = split  # kept for callers; every mode splits by global steps but "buffer"
+        if shuffle_buffer is None:  # one window per bucket read at the same time: they share the bytes
             row = sum(row_nbytes(f) for f in ds.schema) or 1
             shuffle_buffer = max(16 * self.batch_size, int(SHUFFLE_BUFFER_BYTES // len(ds.groups) // row))
-        if shuffle_buffer < 1:
-            raise DatasetError(f"shuffle_buffer must be positive, not {shuffle_buffer}")
+        if isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, int | np.integer) or shuffle_buffer < 1:
+            raise DatasetError(f"shuffle_buffer must be a positive number of rows, not {shuffle_buffer!r}")
         self.shuffle_buffer = int(shuffle_buffer)
+        self.unit = "batches" if len(ds.groups) > 1 else "rows"
         self._emitters = {g.index: self._emitter(g) for g in ds.groups}
+        self._perms: dict[tuple[int, int], Permutation] = {}
+        self._interleaves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    # -- identity (what a saved state must match) ----------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "dataset": self.ds.fingerprint,
+            "shuffle": self.mode or False,
+            "seed": self.seed if self.mode else None,
+            "batch_size": self.batch_size,
+            "drop_remainder": self.drop_remainder,
+            "window": self.shuffle_buffer if self.mode in ("blocks", "buffer") else None,
+            "unit": self.unit,
+        }
+
+    @property
+    def resumable(self) -> bool:
+        return self.mode != "buffer"
+
+    def with_seed(self, seed: int | None) -> Plan:
+        """The same options with another seed (a loader adopting the seed of a saved state)."""
+        return Plan(
+            self.ds,
+            self.batch_size,
+            self.mode or False,
+            seed,
+            self.drop_remainder,
+            self.dtype_float16,
+            self.shuffle_buffer,
+            self.pad_to,
+            self.pad_value,
+            self.split,
+        )
 
     # -- sizes --------------------------------------------------------------------------------
 
-    def _nbatches(self, rows: int) -> int:
+    def nbatches(self, rows: int) -> int:
         bs = self.batch_size
-        return rows // bs if self.drop_remainder else -(-rows // bs)
+        return max(0, rows // bs if self.drop_remainder else -(-rows // bs))
 
-    def _split(self, g: Group, worker: tuple[int, int]) -> tuple[str, int, int]:
-        """How worker ``(w, n)`` gets its share of group ``g``: ("stride", w, n) every n-th batch of
-        the epoch, ("batches", first, stop) a contiguous run of its batches, or ("rows", a, b)."""
-        w, n = worker
-        if self.ds.random_access and self.mode != "buffer" and self.split == "batches":
-            if self.mode == "exact":
-                return ("stride", w, n)
-            nb = self._nbatches(g.rows)
-            return ("batches", w * nb // n, (w + 1) * nb // n)
-        return ("rows", w * g.rows // n, (w + 1) * g.rows // n)
+    def end(self, epoch: int = 0) -> int:
+        """Positions in an epoch: rows, or for bucketed datasets batches of the interleave."""
+        if self.unit == "rows":
+            return self.ds.groups[0].rows
+        return sum(self.nbatches(g.rows) for g in self.ds.groups)
 
-    def group_count(self, g: Group, worker: tuple[int, int]) -> int:
-        how, a, b = self._split(g, worker)
-        if how == "stride":
-            return len(range(a, self._nbatches(g.rows), b))
-        if how == "batches":
-            return b - a
-        return self._nbatches(b - a)
+    def _steps_left(self, start: int) -> int:
+        """Batches of the epoch from position ``start`` on (all readers together)."""
+        if self.unit == "rows":
+            return self.nbatches(self.end() - start)
+        return max(0, self.end() - start)
 
-    def count(self, epoch: int = 0, workers: int = 1, worker: int | None = None) -> int:
-        """Batches of one epoch for ``worker`` of ``workers`` (all workers when None)."""
+    def count(self, epoch: int = 0, workers: int = 1, worker: int | None = None, start: int = 0) -> int:
+        """Batches of one epoch from ``start`` for ``worker`` of ``workers`` (all workers when None)."""
         ws = range(workers) if worker is None else [worker]
-        return sum(self.group_count(g, (w, workers)) for g in self.ds.groups for w in ws)
+        if self.mode == "buffer":
+            from .buffer import rows_of
+
+            return sum(
+                self.nbatches(b - a) for g in self.ds.groups for w in ws for a, b in [rows_of(self, g, (w, workers))]
+            )
+        m = self._steps_left(start)
+        return sum(len(range(w, m, workers)) for w in ws)
 
     # -- iteration ----------------------------------------------------------------------------
 
-    def _rng(self, *key: int) -> np.random.Generator:
+    def rng(self, *key: int) -> np.random.Generator:
         return np.random.default_rng([self.seed or 0, *key])
+
+    _rng = rng  # the Keras PyDataset draws its permutations here
 
     def epoch(self, epoch: int, worker: tuple[int, int] = (0, 1)) -> Iterator[dict[str, np.ndarray]]:
         """The batches (output dicts) of ``epoch`` that belong to ``worker = (index, count)``."""
-        for g, batch in self.raw_epoch(epoch, worker):
-            yield self.emit(g, batch)
+        for out, _ in self.steps(epoch, worker, 0):
+            yield out
 
-    def raw_epoch(self, epoch: int, worker: tuple[int, int] = (0, 1)) -> Iterator[tuple[Group, Batch]]:
-        w, n = worker
-        if not 0 <= w < n:
-            raise DatasetError(f"worker {w} of {n} does not exist")
-        groups = self.ds.groups
-        if len(groups) == 1:
-            for b in self._group_batches(groups[0], epoch, worker):
-                yield groups[0], b
+    def steps(self, epoch: int, reader: tuple[int, int] = (0, 1), start: int = 0) -> Iterator[tuple[dict, int]]:
+        """``(batch, position)`` pairs: the output batches of ``reader = (j, J)`` from position
+        ``start`` of ``epoch``, each with the position of the epoch once its global step is done."""
+        for g, batch, pos in self.raw_steps(epoch, reader, start):
+            yield self.emit(g, batch), pos
+
+    def raw_steps(self, epoch: int, reader: tuple[int, int] = (0, 1), start: int = 0) -> Iterator[tuple]:
+        j, n = reader
+        if not 0 <= j < n:
+            raise DatasetError(f"worker {j} of {n} does not exist")
+        if self.mode == "buffer":
+            if start:
+                raise DatasetError("shuffle='buffer' cannot start mid-epoch", hint="use shuffle=True")
+            from .buffer import buffer_epoch
+
+            for g, b in buffer_epoch(self, epoch, reader):
+                yield g, b, None
             return
-        # Buckets: every batch from one bucket; buckets interleaved in a seeded random order (so
-        # training does not go from short to long), each bucket's batches spread over the epoch.
-        streams = [self._group_batches(g, epoch, worker) for g in groups]
-        counts = [self.group_count(g, worker) for g in groups]
-        seq = np.repeat(np.arange(len(groups)), counts)
-        if self.mode:
-            self._rng(epoch, 2, w, n).shuffle(seq)
-        for k in seq.tolist():
-            b = next(streams[k], None)
-            if b is not None:
-                yield groups[k], b
+        if self.unit == "rows":
+            yield from self._group_steps(self.ds.groups[0], epoch, j, n, start)
+        else:
+            yield from self._bucket_steps(epoch, j, n, start)
 
-    def _group_batches(self, g: Group, epoch: int, worker: tuple[int, int]) -> Iterator[Batch]:
-        bs = self.batch_size
-        how, a, b = self._split(g, worker)
+    def _group_steps(self, g: Group, epoch: int, j: int, n: int, start: int) -> Iterator[tuple]:
+        bs, rows = self.batch_size, g.rows
+        m = self._steps_left(start)
+        if j >= m:
+            return
+        cursor = self.cursor(g, epoch, Wanted(start, bs, j, n), background=True)
+        try:
+            for k in range(j, m, n):
+                lo = start + k * bs
+                yield g, cursor.rows(lo, min(rows, lo + bs)), min(rows, start + (k - j + n) * bs)
+        finally:
+            cursor.close()
+
+    def interleave(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Bucketed datasets: the bucket of every batch of the epoch (in a seeded random order when
+        shuffling, bucket by bucket otherwise), and its index among its bucket's batches."""
+        got = self._interleaves.get(epoch)
+        if got is None:
+            groups = self.ds.groups
+            counts = np.array([self.nbatches(g.rows) for g in groups], dtype=np.int64)
+            seq = np.repeat(np.arange(len(groups)), counts)
+            if self.mode:
+                self.rng(epoch, 2, 0, 1).shuffle(seq)  # the key one reader used before the global order
+            occ = np.empty(len(seq), dtype=np.int64)
+            for k in range(len(groups)):
+                at = np.flatnonzero(seq == k)
+                occ[at] = np.arange(len(at))
+            got = self._interleaves[epoch] = (seq, occ)
+            while len(self._interleaves) > 2:
+                self._interleaves.pop(next(iter(self._interleaves)))
+        return got
+
+    def _bucket_steps(self, epoch: int, j: int, n: int, start: int) -> Iterator[tuple]:
+        seq, occ = self.interleave(epoch)
+        groups, bs, total = self.ds.groups, self.batch_size, len(seq)
+        cursors: dict[int, Cursor] = {}
+        try:
+            for m in range(start + j, total, n):
+                k, t = int(seq[m]), int(occ[m])
+                g = groups[k]
+                cur = cursors.get(k)
+                if cur is None:
+                    cur = cursors[k] = self.cursor(g, epoch, ALL, background=False)
+                lo = t * bs
+                yield g, cur.rows(lo, min(g.rows, lo + bs)), min(total, m - j + n)
+        finally:
+            for c in cursors.values():
+                c.close()
+
+    def permutation(self, g: Group, epoch: int) -> Permutation:
+        key = (epoch, g.index)
+        p = self._perms.get(key)
+        if p is None:
+            p = self._perms[key] = Permutation(g.rows, self.rng(epoch, 0, g.index))
+            while len(self._perms) > max(2, len(self.ds.groups)):
+                self._perms.pop(next(iter(self._perms)))
+        return p
+
+    def cursor(self, g: Group, epoch: int, wanted: Wanted, background: bool) -> Cursor:
+        """Reads positions of ``g``'s order in ``epoch`` (see :mod:`.order`)."""
         ds = self.ds
-        if how == "stride":
-            order = Permutation(g.rows, self._rng(epoch, 0, g.index))
-            nb = self._nbatches(g.rows)
-            take = ds.reader(g, g.parts[0]).take if len(g.parts) == 1 else (lambda i: ds.take_rows(g, i))
-            for k in range(a, nb, b):
-                yield take(order[k * bs : min(g.rows, (k + 1) * bs)])
-            return
-        if how == "batches":
-            lo, hi = a * bs, min(g.rows, b * bs)
-            chunk = max(bs, (CHUNK_BYTES // self._row_bytes(g)) // bs * bs)
-            yield from _rebatch(self._chunks(g, [(p, lo, hi) for p in g.parts], chunk, None), bs, self.drop_remainder)
-            return
-        if ds.random_access and self.mode == "exact":  # rows [a, b) of the epoch's permutation
-            order = Permutation(g.rows, self._rng(epoch, 0, g.index))
-            for i in range(a, b, bs):
-                j = min(b, i + bs)
-                if j - i < bs and self.drop_remainder:
-                    break
-                yield ds.take_rows(g, order[i:j])
-            return
-        # rows [a, b) of the epoch's part order (shuffled: parts and blocks permuted, then a buffer)
-        parts = list(g.parts)
-        if self.mode:
-            perm = self._rng(epoch, 0, g.index).permutation(len(parts))
-            parts = [parts[i] for i in perm.tolist()]
-        pieces, pos = [], 0
-        for p in parts:
-            lo, hi = max(a, pos), min(b, pos + p.rows)
-            if lo < hi:
-                pieces.append((p, p.start + lo - pos, p.start + hi - pos))
-            pos += p.rows
-        chunk = max(bs, CHUNK_BYTES // self._row_bytes(g))
+        if self.mode == "exact":
+            return ExactCursor(ds, g, self.permutation(g, epoch))
+        if self.mode == "blocks":
+            layout = BlockLayout(ds, g, self.rng(epoch, 0, g.index), self.shuffle_buffer)
+            key = (self.seed or 0, epoch, 3, g.index)
+            return BlockCursor(ds, g, layout, key, wanted, background)
         if ds.random_access:
-            chunk = max(bs, chunk // bs * bs)
-        rng = self._rng(epoch, 1, g.index, *worker) if self.mode else None
-        chunks = self._chunks(g, pieces, chunk, rng)
-        if not ds.random_access and len(ds.groups) == 1:
-            chunks = prefetch(chunks, depth=2)  # decoding overlaps with the consumer
-        if self.mode:
-            chunks = _shuffle_buffer(chunks, self.shuffle_buffer, rng, g.schema)
-        yield from _rebatch(chunks, bs, self.drop_remainder)
-
-    def _chunks(self, g: Group, pieces, chunk: int, rng) -> Iterator[Batch]:
-        """Rows ``[lo, hi)`` (group coordinates) of each part in ``pieces``, in large chunks."""
-        for p, lo, hi in pieces:
-            lo, hi = max(lo, p.start), min(hi, p.start + p.rows)
-            if lo < hi:
-                yield from self.ds.reader(g, p).chunks(lo - p.start, hi - p.start, chunk, rng)
+            return RangeCursor(ds, g, wanted, self.row_bytes(g))
+        return StreamCursor(ds, g, self.row_bytes(g), background)
 
     @staticmethod
-    def _row_bytes(g: Group) -> int:
+    def row_bytes(g: Group) -> int:
         return max(1, int(sum(row_nbytes(f) for f in g.schema)))
 
     # -- output -------------------------------------------------------------------------------
@@ -239,76 +296,3 @@ class Plan:
         for name, kind, target in steps:
             out.update(convert_column(name, kind, target, batch.columns[name], self.pad_value))
         return out
-
-
-def _rebatch(chunks: Iterator[Batch], bs: int, drop: bool) -> Iterator[Batch]:
-    """Chunks of any size as batches of exactly ``bs`` rows (the last may be short unless ``drop``)."""
-    carry: Batch | None = None
-    for c in chunks:
-        n = c.num_rows
-        start = 0
-        if carry is not None:
-            need = bs - carry.num_rows
-            if n < need:
-                carry = Batch.concat([carry, c])
-                continue
-            yield Batch.concat([carry, c.slice(0, need)])
-            carry = None
-            start = need
-        full = start + (n - start) // bs * bs
-        if start == 0 and full == n == bs:
-            yield c
-            continue
-        cols = c.columns
-        if all(isinstance(v, np.ndarray) for v in cols.values()):
-            names = list(cols)
-            arrays = list(cols.values())
-            for i in range(start, full, bs):
-                yield Batch(dict(zip(names, [a[i : i + bs] for a in arrays], strict=True)), bs)
-        else:
-            for i in range(start, full, bs):
-                yield c.slice(i, i + bs)
-        if full < n:
-            carry = c.slice(full, n)
-    if carry is not None and carry.num_rows and not drop:
-        yield carry
-
-
-def _objectify(b: Batch, schema: Schema) -> Batch:
-    """Variable-length columns as object arrays, so that rows can be scattered into a buffer."""
-    if not any(isinstance(c, VarColumn) for c in b.columns.values()):
-        return b
-    cols = {}
-    for name, c in b.columns.items():
-        cols[name] = to_object_rows(c, schema[name].kind) if isinstance(c, VarColumn) else c
-    return Batch(cols, b.num_rows)
-
-
-def _shuffle_buffer(
-    chunks: Iterator[Batch], capacity: int, rng: np.random.Generator, schema: Schema
-) -> Iterator[Batch]:
-    """A bounded shuffle buffer of ``capacity`` rows: each incoming row replaces a random row of the
-    buffer, which goes out (the rows that go out are a uniform draw from the buffer); at the end the
-    buffer goes out in random order. Every row goes out exactly once."""
-    pool: Batch | None = None
-    for c in chunks:
-        c = _objectify(c, schema)
-        if pool is None or pool.num_rows < capacity:
-            pool = c if pool is None else Batch.concat([pool, c])
-            if pool.num_rows < capacity:
-                continue
-            extra = pool.num_rows - capacity
-            perm = rng.permutation(pool.num_rows)
-            if extra:
-                yield pool.take(perm[:extra])
-            pool = pool.take(perm[extra:])  # a private, writable copy
-            continue
-        for s in range(0, c.num_rows, capacity):
-            piece = c.slice(s, s + capacity)
-            pos = rng.choice(capacity, size=piece.num_rows, replace=False)
-            out = pool.take(pos)
-            for name, col in pool.columns.items():
-                col[pos] = piece.columns[name]
-            yield out
-    if pool is not None and pool.num_rows:
-        yield pool.take(rng.permutation(pool.num_rows))

@@ -1,13 +1,15 @@
 """tf.data and Keras loaders. TensorFlow and Keras are imported here and nowhere else.
 
-* TFRecord datasets go through ``tf.data.TFRecordDataset`` (shards interleaved, the manifest's
-  feature spec for ``tf.io.parse_example`` on whole batches, prefetch). The file list is the
-  pipeline's source, so tf.distribute's file-level auto-sharding (``AutoShardPolicy.FILE``/``AUTO``)
-  splits the shards between workers.
-* Other formats (and bucketed datasets) go through ``Dataset.from_generator`` over
-  :meth:`Dataset.batches` with an exact ``output_signature`` (dtypes and row shapes from the schema;
-  the batch dimension is static with ``drop_remainder=True``). Each pass over the dataset (each
-  Keras epoch) is a new epoch of the loader: a new order when shuffling, the same for the same seed.
+* TFRecord datasets read in order go through ``tf.data.TFRecordDataset`` (shards interleaved, the
+  manifest's feature spec for ``tf.io.parse_example`` on whole batches, prefetch). The file list is
+  the pipeline's source, so tf.distribute's file-level auto-sharding (``AutoShardPolicy.FILE``/
+  ``AUTO``) splits the shards between workers.
+* Everything else (other formats, shuffled TFRecord, bucketed datasets, mixtures, and any pipeline
+  started from a saved ``state``) goes through ``Dataset.from_generator`` over the loader's own
+  order (:meth:`Plan.steps`) with an exact ``output_signature`` (dtypes and row shapes from the
+  schema; the batch dimension is static with ``drop_remainder=True``), so that a state means the
+  same batches here as in ``batches()`` and PyTorch. Each pass over the dataset (each Keras epoch)
+  is a new epoch of the loader: a new order when shuffling, the same for the same seed.
 * Under ``strategy.distribute_datasets_from_function``, pass ``input_context=``: each input
   pipeline then reads only its share (whole shards for TFRecord when there are enough of them).
 * ``to_keras_pydataset``: a ``keras.utils.PyDataset`` for memmap and HDF5 datasets (random access).
@@ -36,11 +38,13 @@ LABEL_NAMES = ("label", "labels", "y", "target", "targets")
 # --------------------------------------------------------------------------------------------
 
 
-def output_fields(plan) -> dict[str, tuple[tuple, np.dtype | str]]:
+def output_fields(plan, ds=None) -> dict[str, tuple[tuple, np.dtype | str]]:
     """Every key a batch of ``plan`` has: name -> (shape with batch dim, numpy dtype or "string")."""
     from .buckets import LENGTH
 
-    ds = plan.ds
+    ds = plan.ds if ds is None else ds
+    if not hasattr(ds, "groups"):  # a mixture: its members' columns
+        ds = ds.members[0]
     b = plan.batch_size if plan.drop_remainder else None
     out: dict[str, tuple[tuple, Any]] = {}
     for f in ds.schema:
@@ -110,20 +114,38 @@ def to_tf_dataset(
     pad_value: int | float = 0,
     input_context=None,
     prefetch: bool = True,
+    epoch: int = 0,
+    state: dict | None = None,
 ):
-    """A ``tf.data.Dataset`` of batches of ``ds`` (see the module docstring)."""
+    """A ``tf.data.Dataset`` of batches of ``ds`` (a dataset or a mixture; see the module docstring).
+
+    Each pass over it (each Keras epoch) reads the next epoch, from ``epoch`` on; ``state`` (of
+    ``batches()``, or ``ds.state_at(...)``) starts the first pass where it stood.
+    """
     import tensorflow as tf
 
-    plan = ds.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_to, pad_value)
-    fields = output_fields(plan)
+    from .state import check_state
+
+    mixture = getattr(ds, "members", None) is not None  # a Mixture
+    if state is not None and seed is None and isinstance(state, dict) and shuffle:
+        seed = state.get("seed")
+    if mixture:
+        plan = ds.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_value)
+    else:
+        plan = ds.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_to, pad_value)
+    start = check_state(state, plan.identity()) if state is not None else (int(epoch), 0)
+    fields = output_fields(plan, ds)
     xs, ys = _pick(list(fields), x, y)
-    native = None if ds.bucketed else ds.descriptor.tf_dataset(ds, plan, input_context)
+    native = None
+    if not mixture and not ds.bucketed and not plan.mode and start == (0, 0):
+        native = ds.descriptor.tf_dataset(ds, plan, input_context)
     if native is not None:
         d, batches = native
     else:
-        d, batches = _generator_dataset(tf, ds, plan, fields, input_context)
-    # A known length lets Keras show progress and end epochs without "ran out of data" warnings.
-    d = d.apply(tf.data.experimental.assert_cardinality(batches))
+        d, batches = _generator_dataset(tf, plan, fields, input_context, start)
+    if state is None:
+        # A known length lets Keras show progress and end epochs without "ran out of data" warnings.
+        d = d.apply(tf.data.experimental.assert_cardinality(batches))
     if xs is not None or ys is not None:
         d = d.map(lambda b: _structure(b, xs, ys))
     if input_context is not None:
@@ -137,19 +159,22 @@ def _tf_dtype(tf, dt):
     return tf.string if isinstance(dt, str) else tf.as_dtype(dt)
 
 
-def _generator_dataset(tf, ds, plan, fields, input_context):
+def _generator_dataset(tf, plan, fields, input_context, start: tuple[int, int]):
     worker = (0, 1)
     if input_context is not None:
         worker = (input_context.input_pipeline_id, input_context.num_input_pipelines)
     signature = {k: tf.TensorSpec(shape, _tf_dtype(tf, dt)) for k, (shape, dt) in fields.items()}
-    epochs = itertools.count()
+    passes = itertools.count()
     keys = list(fields)
 
     def gen():
-        for b in plan.epoch(next(epochs), worker):
+        k = next(passes)
+        epoch, pos = start[0] + k, (start[1] if k == 0 else 0)
+        for b, _ in plan.steps(epoch, worker, pos):
             yield {k: b[k] for k in keys}
 
-    return tf.data.Dataset.from_generator(gen, output_signature=signature), plan.count(0, worker[1], worker[0])
+    batches = plan.count(start[0], worker[1], worker[0], start[1])
+    return tf.data.Dataset.from_generator(gen, output_signature=signature), batches
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ Checks, each problem one line naming the file:
   shard and overall, and in bucketed datasets every length lies within its bucket.
 
 ``against`` (:mod:`.source`): the source is re-read with the reader and options recorded in the
-manifest and compared, row by row or as a multiset of row hashes when shuffled or bucketed.
+manifest and compared, row by row or as a multiset of row hashes when shuffled; a bucketed dataset
+(:mod:`.bucketsource`) against the sequences ``bucket`` makes of its source (packed ones are refused).
 
 Memory is bounded: files are read in batches sized from ``max_memory``; hostile files (headers
 claiming terabytes, truncated files, decompression bombs) are refused before anything is allocated.
@@ -60,6 +61,11 @@ def verify(
     path = os.fspath(path)
     if isinstance(against, (str, os.PathLike)):
         against = [os.fspath(against)]
+    from ..storage import is_remote, local_path
+
+    if is_remote(path):
+        return _verify_remote(path.rstrip("/"), against, parse_size(max_memory), progress)
+    path = local_path(path)
     if not os.path.isdir(path):
         raise DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
     v = Verifier(path, parse_size(max_memory), progress)
@@ -72,16 +78,53 @@ def verify(
     return v.report
 
 
+def _verify_remote(uri: str, against: list[str] | None, budget: int, progress: bool | None) -> Report:
+    """Verify a dataset on an object store: its objects are copied as they are to local scratch and
+    judged there like a directory (sizes, digests, decoding), problems naming the objects' URIs;
+    objects under the prefix that the manifest does not name are reported as strays."""
+    import shutil
+    import tempfile
+
+    from ..storage import dataset as remote
+    from ..storage.output import scratch_root
+
+    os.makedirs(scratch_root(), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="verify-", dir=scratch_root())
+    started = time.time()
+    try:
+        remote.copy_for_verify(uri, tmp)
+        v = Verifier(tmp, budget, progress, shown=uri)
+        try:
+            v.run(list(against) if against else None)
+        finally:
+            v.close()
+        m, problem = remote.load(uri)
+        if problem is None and isinstance(m, dict):
+            try:
+                listed = set(remote.listed_files(m))
+            except DatasetError:
+                listed = set()
+            for rel, why in remote.strays(uri, listed):
+                v.add(rel, "stray", why)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    v.report.seconds = time.time() - started
+    return v.report
+
+
 class Verifier:
-    def __init__(self, path: str, budget: int, progress: bool | None) -> None:
+    def __init__(self, path: str, budget: int, progress: bool | None, shown: str | None = None) -> None:
         self.root = path
+        self.shown = shown or path  # the dataset as printed (a URI for a remote dataset's local copy)
         self.budget = budget
-        self.report = Report(path)
+        self.report = Report(self.shown)
         self.progress = progress
         self.files: Files | None = None
 
     def add(self, file: str, kind: str, message: str, *, source: bool = False) -> None:
-        shown = file if source else os.path.join(self.root, file)
+        from ..storage import child_path
+
+        shown = file if source else child_path(self.shown, file)
         self.report.problems.append(Problem(file, kind, message, shown))
 
     def close(self) -> None:
@@ -95,7 +138,7 @@ class Verifier:
         if problem is not None:  # without a manifest, nothing else can be judged
             kind, message = problem
             kind = "manifest" if kind == "unreadable" else kind
-            self.report.problems.append(Problem(MANIFEST, kind, message, os.path.join(self.root, MANIFEST)))
+            self.add(MANIFEST, kind, message)
             return
         self.m = m
         st = read_structure(m, self.add)
@@ -114,7 +157,12 @@ class Verifier:
         self.files.strays(set(st.info))
         self.ctx = CheckContext(self.root, m, st.info, self.budget, self.step_rows)
         comparer = None
-        if against:
+        if against and m.get("command") == "bucket":  # the source's sequences, not its rows
+            from .bucketsource import BucketComparer, refuse_packed
+
+            refuse_packed(self.root, m)
+            comparer = BucketComparer(self, against, m, self.schema)
+        elif against:
             from .source import SourceComparer
 
             comparer = SourceComparer(self, against, m, self.schema)

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import manifest as mf
 from ..engine.writer import hash_file
+from ..storage import child_path
 from .structure import is_count
 
 MANIFEST = mf.MANIFEST_NAME
@@ -75,7 +76,7 @@ class Files:
 
     def present(self, p: str) -> bool:
         """Exists as a regular file of the listed size; a problem otherwise. Starts its hashing."""
-        full = os.path.join(self.root, p)
+        full = child_path(self.root, p)
         try:
             st = os.lstat(full)
         except FileNotFoundError:
@@ -89,6 +90,10 @@ class Files:
             return False
         if not stat.S_ISREG(st.st_mode):
             self.add(p, "decode", "not a regular file")
+            return False
+        why = mf.outside(self.root, p)  # a directory on its way is a link leaving the dataset
+        if why is not None:
+            self.add(MANIFEST, "manifest", why)
             return False
         want = self.info[p].get("bytes")
         if is_count(want) and st.st_size != want:

@@ -5,7 +5,6 @@ or buckets' shards) that ``verify`` then decodes."""
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,19 +36,6 @@ def is_count(v: Any) -> bool:
 def short(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-def safe_relpath(p: Any) -> str | None:
-    """``p`` as a normalised relative path inside the dataset, or None when it points outside
-    (absolute, ``..``, empty, backslashes, NUL)."""
-    if not isinstance(p, str) or not p or "\x00" in p or "\\" in p:
-        return None
-    if p.startswith("/") or posixpath.isabs(p):
-        return None
-    parts = p.split("/")
-    if any(x in ("", ".", "..") for x in parts):
-        return None
-    return posixpath.normpath(p)
 
 
 def read_structure(m: Any, add) -> Structure | None:
@@ -89,10 +75,10 @@ def read_structure(m: Any, add) -> Structure | None:
 def _files(files: list, add) -> dict[str, dict]:
     info: dict[str, dict] = {}
     for i, f in enumerate(files):
-        p = safe_relpath(f.get("path") if isinstance(f, dict) else None)
+        p = mf.relative_path(f.get("path") if isinstance(f, dict) else None)
         raw = f.get("path") if isinstance(f, dict) else f
         if p is None:
-            add(MANIFEST, "manifest", f"files[{i}]: path {raw!r} points outside the dataset directory")
+            add(MANIFEST, "manifest", f"files[{i}]: path {raw!r} {mf.OUTSIDE}")
             continue
         if p == MANIFEST:
             add(MANIFEST, "manifest", f"files[{i}]: lists the manifest itself")
@@ -171,9 +157,9 @@ def _units(m: dict, st: Structure, add) -> bool:
 def _unit_files(st: Structure, what: str, i: int, files: list, add) -> list[str]:
     names = []
     for raw in files:
-        p = safe_relpath(raw)
+        p = mf.relative_path(raw)
         if p is None:
-            add(MANIFEST, "manifest", f"{what}[{i}]: path {raw!r} points outside the dataset directory")
+            add(MANIFEST, "manifest", f"{what}[{i}]: path {raw!r} {mf.OUTSIDE}")
             continue
         if p not in st.info:
             add(MANIFEST, "manifest", f"{what}[{i}]: {p} is not in the manifest's files")
@@ -185,7 +171,7 @@ def _unit_files(st: Structure, what: str, i: int, files: list, add) -> list[str]
 def _extra_files(m: dict, st: Structure, add) -> None:
     """Files the format lists outside ``files`` (an HDF5 bucket index): checked like data files."""
     for key, idx in (st.fmt.extra_files(m) or {}).items():
-        p = safe_relpath(idx.get("path")) if isinstance(idx, dict) else None
+        p = mf.relative_path(idx.get("path")) if isinstance(idx, dict) else None
         alg, digest = mf.file_digest(idx) if isinstance(idx, dict) else (None, None)
         if p is None or not is_count(idx.get("bytes")) or not isinstance(digest, str):
             add(MANIFEST, "manifest", f"{key}: no valid path, bytes or digest")

@@ -162,3 +162,53 @@ def test_bucketed_through_tf(tmp_path, fmt, shuffled, pad_to):
         assert b["tokens"].shape == (len(b["length"]), width)
         ids.append(row_ids(b, truth))
     assert_each_once(np.concatenate(ids), len(truth))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_pipeline_starts_at_a_saved_state(datasets, fmt, shuffle):
+    """``to_tf_dataset(state=...)`` gives the rest of the epoch ``batches()`` would have given, then
+    the next epochs; the seed comes from the state; ``state_at`` is the state after k steps."""
+    ds = open_dataset(datasets[fmt, 4])
+    full = [b["id"] for b in ds.batches(32, shuffle=shuffle, seed=6, epochs=2)]
+    it = ds.batches(32, shuffle=shuffle, seed=6)
+    for _ in range(7):
+        next(it)
+    state = it.state_dict()
+    assert state == ds.state_at(32, shuffle=shuffle, seed=6, step=7) | {"rank": 0}
+    d = ds.to_tf_dataset(32, shuffle=shuffle, state=state)
+    got = [np.asarray(b[0]["id"]) for b in d.as_numpy_iterator()]  # (features, label)
+    assert len(got) == len(full) // 2 - 7
+    for a, b in zip(got, full[7:], strict=False):
+        np.testing.assert_array_equal(a, b)
+    second = [np.asarray(b[0]["id"]) for b in d.as_numpy_iterator()]  # the next pass: epoch 1, whole
+    np.testing.assert_array_equal(np.concatenate(second), np.concatenate(full[len(full) // 2 :]))
+
+
+def test_a_tf_pipeline_refuses_a_state_of_another_seed(datasets):
+    from lovecraft_convert.errors import DatasetError
+
+    ds = open_dataset(datasets["parquet"])
+    state = ds.state_at(32, shuffle=True, seed=1, step=2)
+    with pytest.raises(DatasetError) as e:
+        ds.to_tf_dataset(32, shuffle=True, seed=2, state=state)
+    assert str(e.value) == (
+        "the saved state is of another seed (seed 1; this loader has seed 2); "
+        "resume with the dataset and options the state was saved with"
+    )
+
+
+def test_a_mixture_through_tf_data_and_its_state(datasets):
+    paths = [datasets["parquet"], datasets["memmap", 4]]
+    mix = open_dataset(paths, weights=[0.7, 0.3], seed=1, exhausted="cycle")
+    want = [b["id"] for b in mix.batches(40, shuffle=True, seed=3)]
+    it = mix.batches(40, shuffle=True, seed=3)
+    for _ in range(5):
+        next(it)
+    d = open_dataset(paths, weights=[0.7, 0.3], seed=1, exhausted="cycle").to_tf_dataset(
+        40, shuffle=True, x=["id", "x"], y="label", state=it.state_dict()
+    )
+    got = [np.asarray(xb["id"]) for xb, _ in d.as_numpy_iterator()]
+    assert len(got) == len(want) - 5
+    for a, b in zip(got, want[5:], strict=True):
+        np.testing.assert_array_equal(a, b)

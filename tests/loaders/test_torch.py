@@ -3,6 +3,7 @@ datasets for Parquet/TFRecord split over DataLoader workers and ranks, each reco
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -194,7 +195,86 @@ def test_bucketed_batches_through_torch(tmp_path, fmt, shuffled, layout):
 def test_bad_combinations(datasets):
     with pytest.raises(DatasetError, match="random access"):
         open_dataset(datasets["parquet"]).to_torch(kind="map")
-    with pytest.raises(DatasetError, match="batch, shuffle and split with the DataLoader"):
+    with pytest.raises(DatasetError, match="batch, shuffle, split and resume with the DataLoader"):
         open_dataset(datasets["memmap"]).to_torch(kind="map", shuffle=True)
     with pytest.raises(DatasetError, match="rank 2 is not in range"):
         open_dataset(datasets["parquet"]).to_torch(rank=2, world_size=2)
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "hdf5"])
+def test_the_standard_dataloader_fetches_whole_batches(datasets, fmt, monkeypatch):
+    """``DataLoader(ds, batch_size=64, shuffle=True)`` (a RandomSampler) calls ``__getitems__``: one read per batch,
+    the batch the sampler drew, in its order, as the row-by-row path would give it."""
+    ods = open_dataset(datasets[fmt, 4])
+    calls = []
+    take = ods.take
+    monkeypatch.setattr(ods, "take", lambda idx, *a, **k: calls.append(len(idx)) or take(idx, *a, **k))
+    ds = ods.to_torch()
+    sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(4))
+    batches = list(DataLoader(ds, batch_size=64, sampler=sampler))
+    assert calls == [64] * (N // 64)
+    order = list(torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(4)))
+    cols = datasets["cols"]
+    for k, b in enumerate(batches):
+        idx = np.asarray(order[k * 64 : (k + 1) * 64])
+        np.testing.assert_array_equal(b["id"].numpy(), idx)
+        np.testing.assert_array_equal(b["x"].numpy(), cols["x"][idx])
+        np.testing.assert_array_equal(b["h"].numpy(), cols["h"][idx])
+        assert b["x"].shape == (64, 4) and b["x"].dtype == torch.float32 and b["h"].dtype == torch.float16
+    # a collate_fn of its own sees rows that are mappings, as with __getitem__
+    seen = next(iter(DataLoader(ds, batch_size=4, collate_fn=lambda rows: [dict(r) for r in rows])))
+    assert [int(r["id"]) for r in seen] == [0, 1, 2, 3] and seen[0]["x"].shape == (4,)
+
+
+def test_iterable_rows_collate_to_the_batches_they_come_from(datasets):
+    ds = open_dataset(datasets["parquet", 4]).to_torch(shuffle=True, seed=2)
+    got = list(DataLoader(ds, batch_size=50, num_workers=0))
+    ids = np.concatenate([b["id"].numpy() for b in got])
+    assert_each_once(ids, N)
+    assert all(b["x"].shape == (len(b["id"]), 4) for b in got)
+    np.testing.assert_array_equal(np.concatenate([b["x"].numpy() for b in got]), datasets["cols"]["x"][ids])
+
+
+def test_iterable_four_ranks_then_two(datasets):
+    """A rank's state (no DataLoader workers) is the global position: 4 ranks resume as 2."""
+    path = datasets["tfrecord", 4]
+    sets = [open_dataset(path).to_torch(batch_size=16, shuffle=True, seed=1, rank=r, world_size=4) for r in range(4)]
+    ranks = [iter(s) for s in sets]
+    seen = []
+    for _ in range(3):
+        seen += [next(it)["id"].numpy() for it in ranks]
+    states = [s.state_dict() for s in sets]
+    assert len({(s["epoch"], s["position"]) for s in states}) == 1
+    for r in range(2):
+        ds = open_dataset(path).to_torch(batch_size=16, shuffle=True, rank=r, world_size=2, state=states[r])
+        seen += [b["id"].numpy() for b in DataLoader(ds, batch_size=None)]
+    assert_each_once(np.concatenate(seen), N)
+
+
+def test_batch_sampler_reads_the_batches_order_through_the_dataloader(datasets):
+    from lovecraft_convert.loaders.torch import BatchSampler
+
+    ods = open_dataset(datasets["memmap", 4])
+    want = [b["id"] for b in ods.batches(64, shuffle=True, seed=9, epochs=2)]
+    sampler = BatchSampler(len(ods), 64, seed=9)
+    loader = DataLoader(ods.to_torch(), batch_sampler=sampler, num_workers=0)
+    got = [b["id"].numpy() for b in loader] + [b["id"].numpy() for b in loader]  # epochs 0 and 1
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # stop after 4 batches, resume from the JSON state on 2 ranks: every row once
+    s = BatchSampler(len(ods), 64, seed=9)
+    it = iter(DataLoader(ods.to_torch(), batch_sampler=s))
+    seen = [next(it)["id"].numpy() for _ in range(4)]
+    state = json.loads(json.dumps(s.state_dict()))
+    for r in range(2):
+        s2 = BatchSampler(len(ods), 64, seed=9, rank=r, world_size=2)
+        s2.load_state_dict(state)
+        seen += [b["id"].numpy() for b in DataLoader(ods.to_torch(), batch_sampler=s2, num_workers=2)]
+    assert_each_once(np.concatenate(seen), N)
+    with pytest.raises(DatasetError) as e:
+        BatchSampler(len(ods), 32, seed=9).load_state_dict(state)
+    assert str(e.value) == (
+        "the saved state is of another batch size (batch size 64; this loader has batch size 32); "
+        "resume with the dataset and options the state was saved with"
+    )

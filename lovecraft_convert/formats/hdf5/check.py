@@ -12,6 +12,7 @@ import numpy as np
 
 from ...schema import BINARY, FIXED, STRING, Batch, Field, Schema, VarColumn
 from ..base import CheckContext, FileProblem, Unit, short
+from .links import STRAY, survey
 
 MAX_CHUNK_BYTES = 64 << 20  # an HDF5 chunk larger than this is refused (we write ~1 MiB chunks)
 
@@ -95,55 +96,15 @@ def _datasets(p: str, f, unit: Unit, schema: Schema) -> dict:
 
 def _links(p: str, f, schema: Schema) -> None:
     """External and soft links, external storage, virtual datasets and objects other than the
-    schema's datasets are problems; none of them is followed. The worst is reported."""
-    names = set(schema.names)
-    found: list[tuple[int, str]] = []
-    todo = [("", f)]
-    seen = 0
-    while todo:
-        prefix, g = todo.pop()
-        for name in g:
-            seen += 1
-            if seen > 100_000:
-                raise FileProblem(p, "holds over 100000 objects (refused)")
-            full = f"{prefix}/{name}" if prefix else name
-            link = g.get(name, getlink=True)
-            if isinstance(link, h5py.ExternalLink):
-                found.append((0, f"'{full}' is an external link to {link.filename}:{link.path} (not followed)"))
-                continue
-            if isinstance(link, h5py.SoftLink):
-                found.append((2, f"'{full}' is a soft link to {link.path} (lovecraft writes none)"))
-                continue
-            obj = g.get(name)
-            if isinstance(obj, h5py.Group):
-                todo.append((full, obj))
-            elif isinstance(obj, h5py.Dataset):
-                why = _external(obj)
-                if why:
-                    found.append((1, f"dataset '{full}' {why} (not followed)"))
-                    continue
-            if prefix or name not in names:
-                found.append((3, f"holds '{full}', which is not a column of the schema"))
+    schema's datasets are problems (:func:`.links.survey`); none of them is followed. The worst is
+    reported."""
+    found = survey(f, set(schema.names))
     if found:
-        raise FileProblem(p, min(found)[1], "decode" if min(found)[0] < 3 else "schema")
+        rank, message = found[0]
+        raise FileProblem(p, message, "schema" if rank == STRAY else "decode")
     missing = [n for n in schema.names if n not in f]
     if missing:
         raise FileProblem(p, f"has no dataset '{missing[0]}'", "schema")
-
-
-def _external(ds) -> str | None:
-    """Why reading ``ds`` would open other files (virtual dataset, external storage), or None."""
-    try:
-        if ds.is_virtual:
-            return "is a virtual dataset mapping other files"
-    except (AttributeError, RuntimeError, ValueError):
-        pass
-    try:
-        if ds.id.get_create_plist().get_external_count():
-            return "keeps its data in external raw files"
-    except (AttributeError, RuntimeError, ValueError):
-        pass
-    return None
 
 
 def var_from_objects(raw, fd: Field) -> VarColumn:

@@ -106,6 +106,12 @@ def check(full: str, p: str, buckets: list[dict]) -> list[FileProblem]:
     """The index holds one group per bucket and nothing but external links to the bucket's own
     files (never followed here: their targets are checked as the buckets' files)."""
     try:
+        base = p.rsplit("/", 1)[0] + "/" if "/" in p else ""  # links are relative to the index's directory
+        if base:  # (a dataset on an object store keeps its files under its run's prefix)
+            buckets = [
+                {**bk, "shards": [{**sh, "files": [f.removeprefix(base) for f in sh["files"]]} for sh in bk["shards"]]}
+                for bk in buckets
+            ]
         want = {g: [(n, f, "/") for n, f in links] for g, links in index_groups(buckets).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         return []  # the buckets' own problems are reported already

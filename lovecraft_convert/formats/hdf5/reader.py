@@ -84,11 +84,19 @@ class Hdf5Reader(PartReader):
         if self._f is None or self._pid != os.getpid():
             import h5py
 
+            from .links import pointing_elsewhere
+
             with _H5_LOCK:
                 try:
                     f = h5py.File(self.path, "r", rdcc_nbytes=4 << 20)
                 except OSError as e:
                     raise DatasetError(f"{self.path}: cannot open ({e})", hint="the dataset is damaged") from None
+                why = pointing_elsewhere(f, set(self.schema.names))
+                if why is not None:
+                    f.close()
+                    raise DatasetError(
+                        f"{self.path}: {why}", hint="a dataset's files hold their own data; re-create the dataset"
+                    )
                 dsets = {}
                 for fd in self.schema:
                     if fd.name not in f:

@@ -66,13 +66,31 @@ class _NpyFile:
             header = npy_header(dtype, (0, *row_shape), HEADER_RESERVE)
             self.out = HashingWriter(path, hash=hash, threaded=threaded)
         self.out.write(header)
+        self.gather = bytearray()  # small pieces gathered into one write (many files: see coalesce)
+        self.coalesce = 0
 
     def write(self, arr: np.ndarray) -> None:
         arr = np.ascontiguousarray(arr, dtype=self.dtype)
-        self.out.write(arr.reshape(-1).view(np.uint8) if arr.size else b"")
         self.rows += len(arr)
+        if not arr.size:
+            return
+        data = arr.reshape(-1).view(np.uint8)
+        if len(data) + len(self.gather) <= self.coalesce:
+            self.gather += memoryview(data)
+            return
+        self._flush()
+        if len(data) < self.coalesce:
+            self.gather += memoryview(data)
+        else:
+            self.out.write(data)
+
+    def _flush(self) -> None:
+        if self.gather:
+            self.out.write(self.gather)
+            self.gather = bytearray()
 
     def close(self, sync: bool = True) -> tuple[int, str]:
+        self._flush()
         nbytes, digest = self.out.close(sync)
         if self.known is not None and self.known != self.rows:
             raise RuntimeError(f"{self.path}: wrote {self.rows} rows, expected {self.known}")
@@ -103,6 +121,7 @@ class MemmapWriter(Writer):
                 )
 
     MANY = 8  # above this many files, each is written in the caller's thread and all are fsynced at once
+    GATHER = 64 << 10  # the most gathered per file before a write
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
@@ -123,6 +142,12 @@ class MemmapWriter(Writer):
                 ]
                 self.files[f.name][1][1].write(np.zeros(1, dtype=np.int64))
         self._value_base = {f.name: 0 for f in schema if f.kind != FIXED}
+        if self.many:  # a wide table's columns arrive in pieces of a few hundred bytes per batch:
+            # gathered per file (within the writer's share of the budget) into fewer, larger writes
+            handles = [nf for entries in self.files.values() for _, nf in entries]
+            cap = min(self.GATHER, options.memory // max(1, len(handles)))
+            for nf in handles:
+                nf.coalesce = cap
 
     def _name(self, base: str) -> str:
         return f"{self.stem}.{base}" if self.stem else base

@@ -42,6 +42,26 @@ class ParquetReader(PartReader):
                 self._rg_start[i + 1] = self._rg_start[i] + md.row_group(i).num_rows
         return self._pf
 
+    def block_starts(self) -> np.ndarray:
+        self._open()
+        return self._rg_start
+
+    def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
+        """Row group ``k`` (decoded whole; ``rows`` of it kept when given)."""
+        import pyarrow as pa
+
+        from ...arrowconv import batch_from_arrow
+
+        pf = self._open()
+        n = int(self._rg_start[k + 1] - self._rg_start[k])
+        try:
+            rbs = list(pf.iter_batches(batch_size=max(1, n), row_groups=[k], columns=self.schema.names))
+        except (OSError, pa.ArrowException) as e:
+            raise DatasetError(f"{self.path}: row group {k}: cannot read ({e})", hint=CORRUPT) from None
+        parts = [batch_from_arrow(rb, self.schema) for rb in rbs]
+        batch = parts[0] if len(parts) == 1 else Batch.concat(parts)
+        return batch if rows is None else batch.take(np.asarray(rows, dtype=np.int64))
+
     def chunks(self, start: int, stop: int, chunk_rows: int, rng: np.random.Generator | None = None) -> Iterator[Batch]:
         import pyarrow as pa
 

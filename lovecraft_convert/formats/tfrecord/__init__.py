@@ -32,6 +32,11 @@ class TfrecordFormat(OutputFormat):
 
         info = dict((unit_extras[0] if unit_extras else {}).get("tfrecord") or {})
         info["feature_spec"] = feature_spec(schema)
+        blocks = {}
+        for extra in unit_extras:  # every unit's files (their blocks, see .blocks)
+            blocks.update((extra.get("tfrecord") or {}).get("blocks") or {})
+        if blocks:
+            info["blocks"] = dict(sorted(blocks.items()))
         return {"tfrecord": info}
 
     def bucket_extra(self, unit_extra):
@@ -46,8 +51,10 @@ class TfrecordFormat(OutputFormat):
         from .reader import TfrecordReader
 
         path = self.unit_file(files.paths, f"shard {files.key[1]}")
-        comp = (manifest.get("tfrecord") or {}).get("compression")
-        return TfrecordReader(files.rows, files.schema, path, comp)
+        info = manifest.get("tfrecord") or {}
+        rel = {p: e.get("path") for p, e in zip(files.paths, files.entries, strict=True)}.get(path)
+        blocks = info.get("blocks") if isinstance(info.get("blocks"), dict) else {}
+        return TfrecordReader(files.rows, files.schema, path, info.get("compression"), blocks=blocks.get(rel))
 
     def tf_dataset(self, ds, plan, input_context):
         from .tfdata import tfrecord_dataset

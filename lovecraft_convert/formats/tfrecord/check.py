@@ -1,7 +1,8 @@
 """``verify`` of a TFRecord dataset's unit: every record's framing and both CRCs, and every
 ``tf.train.Example`` decoded against the schema (exactly its features, of the right kind and
-count). Gzip files are decompressed in bounded pieces, and a stream inflating beyond 1000x its
-size is refused."""
+count), and the manifest's block index (:mod:`.blocks`) against the offsets the file's records
+have. Gzip files are decompressed in bounded pieces, and a stream inflating beyond 1000x its size
+is refused."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import os
 import zlib
 from collections.abc import Iterator
 
-from ...errors import LovecraftError
+import numpy as np
+
+from ...errors import DatasetError, LovecraftError
 from ...schema import FIXED, Batch, Schema
 from ..base import CheckContext, FileProblem, Unit, short
+from .blocks import decode_blocks, scan_index
 from .decode import decode_records
 from .framing import iter_records
 from .reader import TfrecordReader
@@ -33,6 +37,35 @@ def check_unit(ctx: CheckContext, unit: Unit, schema: Schema, p: str) -> Iterato
         batches = _rows(ctx, unit, schema, p, gz, step)
     for b in batches:
         yield b, p
+    check_index(ctx, unit, p, gz)
+
+
+def check_index(ctx: CheckContext, unit: Unit, p: str, gz: bool) -> None:
+    """The manifest's block index of the file (datasets written before it have none) lists where
+    its blocks start, as computed from the file itself."""
+    info = ctx.manifest.get("tfrecord") if isinstance(ctx.manifest.get("tfrecord"), dict) else {}
+    blocks = info.get("blocks")
+    if blocks is None:
+        return
+    if not isinstance(blocks, dict) or p not in blocks:
+        raise FileProblem(p, "the manifest's tfrecord.blocks has no entry for the file", "manifest")
+    try:
+        n, offsets = decode_blocks(blocks[p], unit.rows, os.path.getsize(ctx.full(p)), p)
+    except DatasetError as e:
+        raise FileProblem.of(p, e, "manifest") from None
+    try:
+        actual = scan_index(ctx.full(p), gz, n)
+    except OSError as e:
+        raise FileProblem(p, f"cannot be read ({short(e)})") from None
+    if actual is None:
+        raise FileProblem(p, f"not written in blocks of {n} records (gzip members) as the manifest says")
+    if not np.array_equal(actual, offsets):
+        k = int(np.flatnonzero(actual != offsets)[0]) if len(actual) == len(offsets) else min(len(actual), len(offsets))
+        raise FileProblem(p, f"block {k} starts at byte {_at(actual, k)}, the manifest's index says {_at(offsets, k)}")
+
+
+def _at(a: np.ndarray, i: int) -> str:
+    return str(int(a[i])) if i < len(a) else "nothing"
 
 
 def _fixed(ctx: CheckContext, unit: Unit, schema: Schema, p: str, gz: bool, step: int) -> Iterator[Batch]:

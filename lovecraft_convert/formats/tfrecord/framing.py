@@ -94,19 +94,31 @@ class RecordRuns:
     def _err(self, message: str, hint: str = "re-create it", kind: str = "decode") -> DatasetError:
         return DatasetError(message, where=self.path, hint=hint, kind=kind)
 
-    def _blocks(self) -> Iterator[bytes]:
+    def _blocks(self, at: int = 0, limit: int | None = None) -> Iterator[bytes]:
+        """The file's (decompressed) bytes from byte ``at`` of the file (for gzip, the start of a
+        member), reading at most ``limit`` bytes of it."""
         try:
             f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
         except OSError as e:
             raise self._err(f"cannot open ({e})", "the dataset is damaged") from None
+        left = (1 << 62) if limit is None else limit
+
+        def read(n: int) -> bytes:
+            nonlocal left
+            blk = f.read(min(n, left)) if left > 0 else b""
+            left -= len(blk)
+            return blk
+
         with f:
+            if at:
+                f.seek(at)
             if not self.gzip:
-                while blk := f.read(BLOCK):
+                while blk := read(BLOCK):
                     yield blk
                 return
             d = zlib.decompressobj(31)
             while True:
-                raw = f.read(BLOCK // 4)
+                raw = read(BLOCK // 4)
                 if not raw:
                     break
                 while raw:
@@ -124,14 +136,21 @@ class RecordRuns:
             if not d.eof and (d.unconsumed_tail or d.unused_data or d.flush()):
                 raise self._err("truncated gzip stream", "the file is cut short; re-create it")
 
-    def runs(self, start: int, stop: int) -> Iterator[tuple[str, object]]:
-        """Records ``[start, stop)``; records before ``start`` are skipped (framing checked only)."""
+    def runs(
+        self, start: int, stop: int, origin: tuple[int, int, int | None] | None = None
+    ) -> Iterator[tuple[str, object]]:
+        """Records ``[start, stop)``; records before ``start`` are skipped (framing checked only).
+
+        ``origin = (byte, record, limit)`` starts reading at that byte of the file, where record
+        ``record`` (0-based) begins (with gzip, at the start of a member), reading at most ``limit``
+        bytes (None: to the end); :mod:`.blocks` keeps these offsets.
+        """
         crc = crc32c_fn()
         buf = b""
         pos = 0
-        index = 0  # record index at ``pos``
-        offset = 0  # (decompressed) file offset of ``buf[0]``
-        blocks = self._blocks()
+        at, index, limit = origin if origin is not None else (0, 0, None)  # record index at ``pos``
+        offset = 0 if self.gzip else at  # (decompressed) file offset of ``buf[0]``
+        blocks = self._blocks(at, limit)
         eof = False
         need = 12
         while index < stop:

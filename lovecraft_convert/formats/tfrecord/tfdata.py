@@ -38,7 +38,9 @@ def decode_float64(tf, v, s: dict):
 
 
 def tfrecord_dataset(ds, plan, input_context):
-    """A tf.data pipeline over the dataset's TFRecord files and the batch count of an epoch."""
+    """A tf.data pipeline over the dataset's TFRecord files (in order: shuffled epochs go through
+    the loader's own block order, so that a saved state means the same everywhere) and the batch
+    count of an epoch."""
     import tensorflow as tf
 
     info = ds.manifest.get("tfrecord") or {}
@@ -65,8 +67,6 @@ def tfrecord_dataset(ds, plan, input_context):
         else:
             per_record_shard = (n, i)
             total = len(range(i, total, n))
-    if plan.mode:
-        d = d.shuffle(len(files), seed=plan.seed, reshuffle_each_iteration=True)
     d = d.interleave(
         lambda f: tf.data.TFRecordDataset(f, compression_type=compression, buffer_size=4 << 20),
         cycle_length=max(1, min(4, len(files))),
@@ -76,8 +76,6 @@ def tfrecord_dataset(ds, plan, input_context):
     )
     if per_record_shard:
         d = d.shard(*per_record_shard)
-    if plan.mode:
-        d = d.shuffle(plan.shuffle_buffer, seed=plan.seed, reshuffle_each_iteration=True)
     d = d.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
     targets = {}
     for f in ds.schema:

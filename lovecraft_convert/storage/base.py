@@ -1,0 +1,89 @@
+"""The store interface every scheme implements, the store of a URI, and the one-line errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import LovecraftError
+
+
+class StorageError(LovecraftError):
+    """The object store refused or could not be reached (missing bucket, access denied, expired
+    credentials, network); one line naming the URI and what to do."""
+
+    kind = "storage"
+
+
+def named(e: StorageError, where: str) -> StorageError:
+    """The same error naming ``where`` (what the user gave) instead of the object it failed on."""
+    return StorageError(e.detail, where=where, hint=e.hint, kind=e.kind)
+
+
+class PreconditionFailed(Exception):
+    """A conditional write found the object already there (S3's 412 to ``If-None-Match: *``)."""
+
+
+MIN_PART = 5 << 20  # S3's smallest multipart part (but the last)
+MAX_PARTS = 10_000
+
+
+def part_size(budget: int, size: int | None = None) -> int:
+    """The multipart part size for a memory budget: 1/32 of it (three parts are in flight), at
+    least 5 MiB, and large enough that ``size`` bytes fit in 10,000 parts."""
+    p = max(MIN_PART, budget // 32)
+    if size:
+        p = max(p, -(-size // MAX_PARTS))
+    return p
+
+
+class Store:
+    """One bucket of an object store. Keys are ``/``-separated, without a leading slash."""
+
+    scheme = ""
+
+    def __init__(self, bucket: str) -> None:
+        self.bucket = bucket
+
+    def uri(self, key: str = "") -> str:
+        return f"{self.scheme}://{self.bucket}/{key}" if key else f"{self.scheme}://{self.bucket}"
+
+    # every method below raises StorageError (naming the URI) for what the user can fix
+    def check(self, key: str = "") -> None:
+        """The bucket exists and is reachable with these credentials."""
+        raise NotImplementedError
+
+    def size(self, key: str) -> int | None:
+        """The object's size, None when there is none."""
+        raise NotImplementedError
+
+    def open_body(self, key: str, start: int, end: int) -> Any:
+        """A stream (``read(n)``, ``close()``) of bytes ``[start, end)`` of the object."""
+        raise NotImplementedError
+
+    def read_all(self, key: str) -> bytes | None:
+        """The whole (small) object, None when there is none."""
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        """Write a small object; with ``if_absent``, raise PreconditionFailed when one is there."""
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> list[tuple[str, int]]:
+        """(key, size) of every object under ``prefix`` (a ``/``-ended prefix lists a "directory")."""
+        raise NotImplementedError
+
+    def delete(self, keys: list[str]) -> None:
+        raise NotImplementedError
+
+    def upload(self, local: str, key: str, *, part: int, hash: str) -> tuple[int, str]:
+        """Upload the local file ``local`` as ``key`` (in parts of ``part`` bytes, hashed on the
+        way); (bytes, hex digest). A failed or interrupted upload is aborted."""
+        raise NotImplementedError
+
+    def uploads(self, prefix: str) -> list[str]:
+        """Keys of unfinished multipart uploads under ``prefix``."""
+        return []
+
+    def abort_uploads(self, prefix: str) -> int:
+        """Abort unfinished multipart uploads under ``prefix``; how many."""
+        return 0

@@ -1,0 +1,325 @@
+"""Writing a dataset to an object store: the commit without rename.
+
+An object store has no directory rename and no lock, so the manifest object is the commit:
+
+1. The run gets an id, ``run-<UTC time>-<random hex>``; its data objects go under
+   ``<out>/run-<id>/`` and nowhere else.
+2. The files are written to local scratch (the format writers need files they can seek in, and a
+   resumable run keeps its journal beside them) and uploaded: multipart, in parts sized from the
+   memory budget, at most three parts in memory, hashed on the way and compared with the digests
+   the writers recorded. A failed or interrupted upload is aborted.
+3. ``<out>/_manifest.json`` naming ``run-<id>/<file>`` is written last, and only if absent
+   (``If-None-Match: *``): of two runs racing to one prefix exactly one commits; the other deletes
+   its own run prefix and fails with one line. With ``--overwrite`` the manifest is replaced and
+   the previous run's objects are deleted after the new commit.
+4. A resumable run (``shard``, ``bucket``) records ``<out>/_partial.json`` (its run id) first; a
+   later ``--resume`` continues the same run id, ``--overwrite`` deletes the dead run's objects
+   and unfinished uploads, and anything else is refused naming the unfinished run.
+
+What a reader that ignores the manifest could see: a glob over ``<out>/**/*.parquet`` during a run
+sees the new run's objects appear one by one under ``run-<id>/`` (complete objects only: an object
+becomes visible when its upload completes), and after an ``--overwrite`` commit briefly both runs.
+Our readers start from the manifest and see only committed runs; a glob confined to the prefix
+the manifest names sees exactly one run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+
+from .. import manifest as mf
+from ..errors import OutputError
+from .base import PreconditionFailed, part_size
+from .stores import get_store as store_for
+from .uri import split
+
+PARTIAL = "_partial.json"
+MARKER = "_remote.json"  # in the local work directory: where units upload their files
+UPLOADED = "_uploaded"  # in the local work directory: one record per file already uploaded
+
+
+def new_run_id() -> str:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"run-{now}-{secrets.token_hex(4)}"
+
+
+def scratch_root() -> str:
+    return os.environ.get("LOVECRAFT_SCRATCH") or os.path.join(tempfile.gettempdir(), "lovecraft-scratch")
+
+
+class RemoteOutputDir:
+    """:class:`~lovecraft_convert.engine.commit.OutputDir` for an object-store URI (same interface:
+    ``path``, ``tmp``, ``keep``, ``reset()``, ``commit(manifest)``)."""
+
+    def __init__(
+        self, uri: str, *, overwrite: bool = False, resume: bool | None = None, budget: int = 256 << 20
+    ) -> None:
+        self.path = uri.rstrip("/")
+        _, self.bucket, key = split(self.path)
+        self.prefix = key.strip("/") + "/" if key.strip("/") else ""
+        self.store = store_for(self.path)
+        self.overwrite = overwrite
+        self.resumable = resume is not None
+        self.resume = bool(resume)
+        self.keep = False
+        self.budget = budget
+        self.run = ""
+        self.tmp = ""
+        self.old_run: str | None = None
+
+    def key(self, rel: str) -> str:
+        return self.prefix + rel
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def __enter__(self) -> RemoteOutputDir:
+        self.store.check(self.prefix)
+        existing = self._manifest()
+        if existing is not None and not self.overwrite:
+            raise OutputError(
+                f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path"
+            )
+        self.old_run = run_of(existing)
+        partial = self._partial()
+        if partial is not None:
+            if self.resumable and self.resume:
+                self.run = partial
+            elif not self.overwrite:
+                raise OutputError(
+                    f"{self.path}: an unfinished run was left in {self.path}/{partial}",
+                    hint="run the same command with --resume to finish it, or --overwrite to start over",
+                )
+            else:
+                self.remove_run(partial)
+                self.store.delete([self.key(PARTIAL)])
+        local = os.path.join(scratch_root(), hashlib.sha256(self.path.encode()).hexdigest()[:20])
+        if self.run:
+            self.tmp = local + ".partial"
+            if not os.path.isdir(self.tmp):  # the journal is gone with the machine: start the run over
+                self.remove_run(self.run)
+                os.makedirs(self.tmp)
+            else:
+                self.store.abort_uploads(self.key(self.run + "/"))
+            self._mark()
+            return self
+        self.run = new_run_id()
+        os.makedirs(scratch_root(), exist_ok=True)
+        if self.resumable:
+            self.tmp = local + ".partial"
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            os.makedirs(self.tmp)
+            body = json.dumps({"run": self.run, "started": self.run.split("-")[1]}).encode()
+            self.store.put(self.key(PARTIAL), body)
+        else:
+            self.tmp = tempfile.mkdtemp(prefix=f"{os.path.basename(local)}.tmp-", dir=scratch_root())
+        self._mark()
+        return self
+
+    def _mark(self) -> None:
+        """Tell the units (in any process) where their files go: see :func:`upload_unit`."""
+        with open(os.path.join(self.tmp, MARKER), "w") as f:
+            json.dump({"uri": self.path, "run": self.run, "part": part_size(self.budget)}, f)
+
+    def _manifest(self) -> dict | None:
+        data = self.store.read_all(self.key(mf.MANIFEST_NAME))
+        if data is None:
+            return None
+        try:
+            m = json.loads(data)
+        except ValueError:
+            return {}
+        return m if isinstance(m, dict) else {}
+
+    def _partial(self) -> str | None:
+        data = self.store.read_all(self.key(PARTIAL))
+        if data is None:
+            return None
+        try:
+            run = json.loads(data).get("run")
+        except (ValueError, AttributeError):
+            run = None
+        return run if isinstance(run, str) and run.startswith("run-") and "/" not in run else None
+
+    def remove_run(self, run: str) -> None:
+        """Delete every object of ``run`` and abort its unfinished uploads."""
+        p = self.key(run + "/")
+        self.store.abort_uploads(p)
+        self.store.delete([k for k, _ in self.store.list(p)])
+
+    def reset(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        os.makedirs(self.tmp)
+
+    # -- the commit ----------------------------------------------------------------------------
+
+    def commit(self, manifest: dict, drop: tuple[str, ...] = ()) -> None:
+        """Upload what units have not, then put the manifest if absent (the commit); ``drop``: the
+        local scratch entries of a resumable run (journal, plan, spill), removed first."""
+        import shutil
+
+        for name in drop:
+            p = os.path.join(self.tmp, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            elif os.path.lexists(p):
+                os.unlink(p)
+        names = manifest_files(manifest)
+        part = part_size(self.budget)
+        for rel, entry in names.items():
+            local = os.path.join(self.tmp, *rel.split("/"))
+            if not os.path.exists(local):  # a unit uploaded it already
+                nbytes, digest = uploaded(self.tmp, rel)
+            else:
+                nbytes, digest = self.store.upload(
+                    local, self.key(f"{self.run}/{rel}"), part=part, hash=mf.file_digest(entry)[0] or mf.DEFAULT_HASH
+                )
+            want = mf.file_digest(entry)[1]
+            if nbytes != entry.get("bytes") or (want is not None and digest != want):
+                raise OutputError(
+                    f"{self.path}/{self.run}/{rel}: the uploaded bytes differ from those written",
+                    hint="the scratch file changed during the upload; run the command again",
+                )
+        committed = prefixed(manifest, self.run)
+        body = mf.dumps(committed).encode()
+        mkey = self.key(mf.MANIFEST_NAME)
+        if self.overwrite and self.old_run is not None:
+            self.store.put(mkey, body)
+        else:
+            try:
+                self.store.put(mkey, body, if_absent=True)
+            except PreconditionFailed:
+                self.remove_run(self.run)
+                raise OutputError(
+                    f"{self.path}: another run committed this output first (its {mf.MANIFEST_NAME} appeared "
+                    "while this run wrote); nothing of this run was kept",
+                    hint="pass --overwrite to replace it, or choose another path",
+                ) from None
+        manifest.clear()
+        manifest.update(committed)
+        if self.resumable:
+            self.store.delete([self.key(PARTIAL)])
+        if self.old_run is not None and self.old_run != self.run:
+            self.store.abort_uploads(self.key(self.old_run + "/"))
+        self.remove_strays()
+
+    def remove_strays(self) -> None:
+        """After the commit: delete every object under the prefix the manifest does not name (the
+        replaced run's, a dead run's). A run still writing there has lost the race already: its
+        own commit will find the manifest and remove what it wrote."""
+        mine = self.key(self.run + "/")
+        keep = {self.key(mf.MANIFEST_NAME)}
+        stray = [k for k, _ in self.store.list(self.prefix) if k not in keep and not k.startswith(mine)]
+        if stray:
+            self.store.delete(stray)
+        for key in self.store.uploads(self.prefix):  # a dead run's unfinished uploads (ours are complete)
+            if not key.startswith(mine):
+                self.store.abort_uploads(key)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.keep or not self.tmp:
+            return
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if exc_type is not None and self.run:  # a failed run leaves nothing behind
+            try:
+                self.remove_run(self.run)
+                if self.resumable:
+                    self.store.delete([self.key(PARTIAL)])
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                pass
+
+
+def upload_unit(work: str, records: list) -> None:
+    """Upload the files of a unit just committed into the work directory ``work`` when the run
+    writes to a store (``work`` holds the marker), each checked against its record (size and
+    digest) and recorded as uploaded; the local copy is then removed, so local scratch holds only
+    the units in flight. Called in the unit's process (any worker that has the credentials)."""
+    marker = os.path.join(work, MARKER)
+    if not os.path.exists(marker):
+        return
+    with open(marker) as f:
+        where = json.load(f)
+    store = store_for(where["uri"])
+    _, _, key = split(where["uri"])
+    prefix = key.strip("/") + "/" if key.strip("/") else ""
+    os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
+    for r in records:
+        local = os.path.join(work, *r.path.split("/"))
+        nbytes, digest = store.upload(local, f"{prefix}{where['run']}/{r.path}", part=where["part"], hash=r.hash)
+        if nbytes != r.bytes or digest != r.digest:
+            raise OutputError(
+                f"{where['uri']}/{where['run']}/{r.path}: the uploaded bytes differ from those written",
+                hint="the scratch file changed during the upload; run the command again with --resume",
+            )
+        record = os.path.join(work, UPLOADED, r.path.replace("/", "%2F") + ".json")
+        with open(record + ".tmp", "w") as f:
+            json.dump({"bytes": nbytes, "digest": digest}, f)
+        os.rename(record + ".tmp", record)
+        os.unlink(local)
+
+
+def uploaded(work: str, rel: str) -> tuple[int, str | None]:
+    """(bytes, digest) of a file a unit uploaded; (-1, None) when there is no record of it."""
+    try:
+        with open(os.path.join(work, UPLOADED, rel.replace("/", "%2F") + ".json")) as f:
+            d = json.load(f)
+        return int(d["bytes"]), str(d["digest"])
+    except (OSError, ValueError, KeyError):
+        return -1, None
+
+
+def run_of(m: dict | None) -> str | None:
+    """The run prefix a committed manifest names (``run-...``), None for none."""
+    for f in (m or {}).get("files") or []:
+        p = f.get("path") if isinstance(f, dict) else None
+        if isinstance(p, str) and p.startswith("run-") and "/" in p:
+            return p.split("/", 1)[0]
+    return None
+
+
+def manifest_files(m: dict) -> dict[str, dict]:
+    """Every file a manifest names (its ``files`` and the format's extra files such as an index):
+    relative path -> entry (``bytes`` and digest)."""
+    from ..formats import for_dataset
+
+    out = {f["path"]: f for f in m.get("files") or []}
+    try:
+        extra = for_dataset(m.get("output_format"), mf.MANIFEST_NAME).extra_files(m) or {}
+    except Exception:  # noqa: BLE001 - a format without extra files
+        extra = {}
+    for idx in extra.values():
+        if isinstance(idx, dict) and isinstance(idx.get("path"), str):
+            out[idx["path"]] = idx
+    return out
+
+
+def prefixed(m: dict, run: str) -> dict:
+    """The manifest with every file it names moved under ``run/``: ``files[].path``, the files of
+    its shards and buckets (and their shards), and the format's extra files."""
+    import copy
+
+    m = copy.deepcopy(m)
+    names = set(manifest_files(m))
+
+    def fix(p):
+        return f"{run}/{p}" if isinstance(p, str) and p in names else p
+
+    for f in m.get("files") or []:
+        f["path"] = fix(f["path"])
+    for group in (m.get("shards") or []) + (m.get("buckets") or []):
+        if isinstance(group, dict):
+            group["files"] = [fix(p) for p in group.get("files") or []]
+            for sub in group.get("shards") or []:
+                if isinstance(sub, dict):
+                    sub["files"] = [fix(p) for p in sub.get("files") or []]
+    for v in m.values():
+        if isinstance(v, dict) and isinstance(v.get("path"), str) and v["path"] in names:
+            v["path"] = fix(v["path"])
+        if isinstance(v, dict) and isinstance(v.get("blocks"), dict):  # a format's index keyed by file
+            v["blocks"] = {fix(k): x for k, x in v["blocks"].items()}
+    return m

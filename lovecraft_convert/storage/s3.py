@@ -1,0 +1,247 @@
+"""S3 and every S3-compatible store, through boto3.
+
+boto3 rather than pyarrow's S3FileSystem or fsspec: the commit needs conditional writes
+(``If-None-Match: *`` on ``put_object`` and ``complete_multipart_upload``), control of multipart
+uploads (part size, abort, listing the unfinished ones of a dead run), and the endpoint from
+``AWS_ENDPOINT_URL`` (which boto3 reads and pyarrow's ``S3FileSystem()`` does not). Transient
+errors (throttling, 5xx, dropped connections) are retried by botocore's "standard" mode with
+exponential backoff and jitter, ``LOVECRAFT_S3_ATTEMPTS`` attempts (default 8).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any
+
+from .base import MAX_PARTS, PreconditionFailed, StorageError, Store
+
+CONFIG_HINTS = {
+    "creds": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)",
+}
+
+
+class S3Store(Store):
+    scheme = "s3"
+
+    def __init__(self, bucket: str) -> None:
+        super().__init__(bucket)
+        self._client = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self):
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = make_client()
+        return self._client
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def check(self, key: str = "") -> None:
+        with errors(self.uri(key.rstrip("/")), bucket_op=True):
+            self.client.head_bucket(Bucket=self.bucket)
+
+    def size(self, key: str) -> int | None:
+        with errors(self.uri(key), missing_ok=True):
+            return int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+        return None
+
+    def open_body(self, key: str, start: int, end: int) -> Any:
+        if end <= start:
+            import io
+
+            return io.BytesIO(b"")
+        with errors(self.uri(key)):
+            r = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+            return r["Body"]
+
+    def read_all(self, key: str) -> bytes | None:
+        with errors(self.uri(key), missing_ok=True):
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return None
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        extra = {"IfNoneMatch": "*"} if if_absent else {}
+        with errors(self.uri(key), precondition=True):
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **extra)
+
+    def list(self, prefix: str) -> list[tuple[str, int]]:
+        out = []
+        with errors(self.uri(prefix)):
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                for o in page.get("Contents", []):
+                    out.append((o["Key"], int(o["Size"])))
+        return out
+
+    def delete(self, keys: list[str]) -> None:
+        keys = list(keys)
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i : i + 1000]
+            with errors(self.uri(chunk[0])):
+                self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
+                )
+
+    def uploads(self, prefix: str) -> list[str]:
+        out = []
+        with errors(self.uri(prefix)):
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                out.extend(u["Key"] for u in page.get("Uploads", []))
+        return sorted(out)
+
+    def abort_uploads(self, prefix: str) -> int:
+        n = 0
+        with errors(self.uri(prefix)):
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                for u in page.get("Uploads", []):
+                    with contextlib.suppress(Exception):
+                        self.client.abort_multipart_upload(Bucket=self.bucket, Key=u["Key"], UploadId=u["UploadId"])
+                        n += 1
+        return n
+
+    def upload(self, local: str, key: str, *, part: int, hash: str) -> tuple[int, str]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ..engine.writer import new_hash
+
+        h = new_hash(hash)
+        size = os.path.getsize(local)
+        part = max(part, -(-size // MAX_PARTS))  # S3 takes at most 10,000 parts
+        uri = self.uri(key)
+        with open(local, "rb", buffering=0) as f:
+            if size <= part:
+                data = f.read()
+                h.update(data)
+                with errors(uri):
+                    self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+                return len(data), h.hexdigest()
+            with errors(uri):
+                upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+            done: list[dict] = []
+            try:
+                with ThreadPoolExecutor(3, thread_name_prefix="lovecraft-upload") as pool:
+                    pending: list = []
+                    number = 0
+                    total = 0
+                    while True:
+                        data = f.read(part)
+                        if not data:
+                            break
+                        h.update(data)
+                        total += len(data)
+                        number += 1
+                        pending.append(pool.submit(self._part, uri, key, upload_id, number, data))
+                        del data
+                        while len(pending) >= 3:  # at most three parts in memory
+                            done.append(pending.pop(0).result())
+                    for fut in pending:
+                        done.append(fut.result())
+                with errors(uri):
+                    self.client.complete_multipart_upload(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
+                    )
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                raise
+        return total, h.hexdigest()
+
+    def _part(self, uri: str, key: str, upload_id: str, number: int, data: bytes) -> dict:
+        with errors(uri):
+            r = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data)
+        return {"PartNumber": number, "ETag": r["ETag"]}
+
+
+def make_client():
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise StorageError(
+            "s3:// needs boto3, which is not installed", hint="pip install 'lovecraft_convert[s3]'"
+        ) from None
+    attempts = int(os.environ.get("LOVECRAFT_S3_ATTEMPTS", "8"))
+    config = Config(
+        retries={"mode": "standard", "max_attempts": attempts},
+        max_pool_connections=16,
+        connect_timeout=float(os.environ.get("LOVECRAFT_S3_CONNECT_TIMEOUT", "10")),
+        read_timeout=60,
+    )
+    session = boto3.session.Session()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or session.region_name
+    return session.client("s3", region_name=region or "us-east-1", config=config)
+
+
+@contextlib.contextmanager
+def errors(uri: str, *, missing_ok: bool = False, precondition: bool = False, bucket_op: bool = False):
+    """Turn botocore's exceptions into one-line StorageErrors naming ``uri`` (and a missing object
+    into nothing when ``missing_ok``; a failed ``If-None-Match`` into PreconditionFailed)."""
+    from botocore import exceptions as bx
+
+    try:
+        yield
+    except bx.ClientError as e:
+        err = e.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if precondition and (code in ("PreconditionFailed", "412") or status == 412):
+            raise PreconditionFailed(uri) from None
+        if missing_ok and code in ("NoSuchKey", "404", "NotFound"):
+            return
+        raise client_error(uri, code, status, str(err.get("Message") or ""), bucket_op) from None
+    except bx.NoCredentialsError:
+        raise StorageError(where=uri, message="no credentials found", hint=CONFIG_HINTS["creds"]) from None
+    except (bx.EndpointConnectionError, bx.ConnectTimeoutError) as e:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or getattr(e, "kwargs", {}).get("endpoint_url") or "the endpoint"
+        raise StorageError(
+            where=uri,
+            message=f"cannot connect to {endpoint}",
+            hint="check the network and AWS_ENDPOINT_URL/AWS_REGION, then run the command again",
+        ) from None
+    except (bx.ReadTimeoutError, bx.ConnectionClosedError, bx.ResponseStreamingError) as e:
+        raise StorageError(
+            where=uri,
+            message=f"the connection failed after retries ({type(e).__name__})",
+            hint="check the network, then run the command again (shard and bucket resume with --resume)",
+        ) from None
+    except bx.BotoCoreError as e:
+        raise StorageError(
+            where=uri, message=f"{' '.join(str(e).split())}", hint="check the URI and AWS settings"
+        ) from None
+
+
+def client_error(uri: str, code: str, status: int | None, message: str, bucket_op: bool = False) -> StorageError:
+    _, _, rest = uri.partition("://")
+    bucket = rest.split("/", 1)[0]
+    if code == "NoSuchBucket" or (bucket_op and code in ("404", "NotFound")):
+        return StorageError(
+            where=uri,
+            message=f"no such bucket '{bucket}'",
+            hint="check the bucket name, AWS_REGION and AWS_ENDPOINT_URL",
+        )
+    if code in ("NoSuchKey", "404", "NotFound"):
+        return StorageError(where=uri, message="no such object", hint="check the path")
+    if code in ("ExpiredToken", "TokenRefreshRequired", "RequestExpired"):
+        return StorageError(
+            where=uri, message="the credentials have expired", hint="renew them (a new AWS_SESSION_TOKEN) and run again"
+        )
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken"):
+        return StorageError(where=uri, message=f"the credentials were refused ({code})", hint=CONFIG_HINTS["creds"])
+    if code in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
+        return StorageError(
+            where=uri,
+            message="access denied",
+            hint="check the credentials and that they may read and write this bucket",
+        )
+    text = f" ({' '.join(message.split())[:200]})" if message else ""
+    return StorageError(
+        where=uri, message=f"the store answered {code or status}{text}", hint="check the URI and AWS settings"
+    )

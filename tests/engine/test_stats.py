@@ -1,0 +1,63 @@
+"""Column statistics: a wide batch's plain numeric columns are reduced together as one array; the
+figures must be exactly those of the column-by-column path (the manifest may not depend on width)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lovecraft_convert.schema import Batch, Field, Schema
+from lovecraft_convert.stats import WIDE, BatchStats
+
+SPECIAL = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e308, -1e-320, 65504.0]
+
+
+def _by_column(schema: Schema, batches: list[Batch]) -> dict:
+    """The reference: every column on its own (the path narrow tables take)."""
+    stats = BatchStats(schema)
+    for b in batches:
+        for name, cs in stats.columns.items():
+            cs.update(b.columns[name])
+    return stats.to_dict()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(["float64", "float32", "int64", "uint8", "int16", "bool"]),
+    width=st.integers(WIDE, WIDE + 9),
+    rows=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+    seed=st.integers(0, 2**32 - 1),
+    special=st.floats(0, 1),
+)
+def test_wide_batches_give_the_column_by_column_figures(dtype, width, rows, seed, special):
+    rng = np.random.default_rng(seed)
+    schema = Schema([Field(f"c{i}", "fixed", dtype) for i in range(width)] + [Field("h", "fixed", "float16")])
+    batches = []
+    for n in rows:
+        cols = {}
+        for i in range(width):
+            if dtype == "bool":
+                a = rng.integers(0, 2, n).astype(bool)
+            elif dtype.startswith("float"):
+                a = rng.normal(size=n).astype(dtype) * 1e3
+                mask = rng.random(n) < special
+                with np.errstate(over="ignore"):
+                    a[mask] = rng.choice(np.array(SPECIAL).astype(dtype), int(mask.sum()))
+                if i == 0:
+                    a[:] = np.nan  # a column of NaNs only
+            else:
+                info = np.iinfo(dtype)
+                a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+            cols[f"c{i}"] = a
+        cols["h"] = rng.normal(size=n).astype(np.float16)
+        batches.append(Batch(cols, n))
+    wide = BatchStats(schema)
+    for b in batches:
+        wide.update(b)
+    got, want = wide.to_dict(), _by_column(schema, batches)
+    assert got == want
+    for name in want:  # -0.0 and 0.0 compare equal: the signs must agree too
+        for k in ("min", "max"):
+            if isinstance(want[name].get(k), float):
+                assert np.signbit(got[name][k]) == np.signbit(want[name][k]), (name, k)
