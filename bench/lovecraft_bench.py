@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import engine_bench  # noqa: E402
 import jsonl_inputs  # noqa: E402
+import tokens_bench  # noqa: E402
 from measure import Result, run  # noqa: E402
 
 PY = sys.executable
@@ -330,14 +331,14 @@ class Bench:
         os.makedirs(d)
         return d
 
-    def rounds(self, cmds: dict[str, callable]) -> dict[str, list[Result]]:
+    def rounds(self, cmds: dict[str, callable], env: dict | None = None) -> dict[str, list[Result]]:
         """Warm up once, then N rounds alternating the tools; each callable returns a command."""
         res: dict[str, list[Result]] = {k: [] for k in cmds}
         for make in cmds.values():  # warm-up (page cache, imports)
-            run(make(), every=0.05)
+            run(make(), env=env, every=0.05)
         for _ in range(self.args.runs):
             for k, make in cmds.items():
-                res[k].append(run(make(), every=0.05))
+                res[k].append(run(make(), env=env, every=0.05))
         return res
 
 
@@ -706,6 +707,7 @@ BENCHES = {
     "npy": bench_npy,
     "shard": bench_shard,
     "bucket": bench_bucket,
+    "tokens": lambda b, size: tokens_bench.bench_tokens(b, size, sys.modules[__name__]),
     "verify": bench_verify,
     "jsonl": bench_jsonl,
     "parquet": bench_parquet,
@@ -713,7 +715,7 @@ BENCHES = {
     "wide": lambda b, size: engine_bench.bench_wide(b, size, Row, mbps),
     "s3": lambda b, size: __import__("s3_bench").bench_s3(b, size),  # bench/s3_bench.py
 }
-ALL = "csv,npy,shard,bucket,verify,jsonl,parquet,ray,wide,s3,memory,jsonl_memory,help"
+ALL = "csv,npy,shard,bucket,tokens,verify,jsonl,parquet,ray,wide,s3,memory,jsonl_memory,help"
 
 
 def main() -> None:
@@ -767,7 +769,8 @@ def render(b: Bench, size: int, elapsed: float) -> str:
         met = "yes" if r.target == 0 or r.ratio >= r.target else "NO"
         tgt = f">= {r.target:g}x" if r.target else "-"
         note = f" ({r.note})" if r.note else ""
-        lines.append(f"| {r.name} | {r.ours:.0f} | {r.peer}{note} | {r.theirs:.1f} | {r.ratio:.2f}x | {tgt} | {met} |")
+        ours = f"{r.ours:.0f}" if r.ours >= 10 else f"{r.ours:.2f}"  # slow rows (tokenizers) keep their digits
+        lines.append(f"| {r.name} | {ours} | {r.peer}{note} | {r.theirs:.2f} | {r.ratio:.2f}x | {tgt} | {met} |")
     if b.mem:
         lines += [
             "",
