@@ -77,7 +77,11 @@ class LocalExecutor:
         """Results in the order of ``calls``."""
         if self.pool is None:
             return [fn(*args) for args in calls]
-        return list(self.pool.map(fn, *zip(*calls, strict=True))) if calls else []
+        if not calls:
+            return []
+        with held():
+            futures = [self.pool.submit(fn, *args) for args in calls]
+        return [_result(f) for f in futures]
 
     def map(self, fn, calls: list[tuple]) -> Iterator[dict]:
         """Yield results as units finish (any order). The first error stops everything, once the
@@ -96,7 +100,7 @@ class LocalExecutor:
             while pending:
                 done, pending = _wait(pending, FIRST_COMPLETED)
                 for fut in done:
-                    yield fut.result()
+                    yield _result(fut)
         except Exception:
             _wait([f for f in pending if not f.cancel()], ALL_COMPLETED)
             raise
@@ -119,6 +123,21 @@ class LocalExecutor:
             import pyarrow as pa
 
             pa.set_cpu_count(self._cpus)
+
+
+def _result(fut):
+    """A unit's result; a worker process that died (killed for memory, or by a signal) is one line."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return fut.result()
+    except BrokenProcessPool:
+        from ..errors import OutputError
+
+        raise OutputError(
+            "a worker process died while running a unit (killed by the system, most often for memory)",
+            hint="lower --max-memory or --workers and run it again",
+        ) from None
 
 
 def _wait(fs, return_when: str):
