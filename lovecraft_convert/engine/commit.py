@@ -142,12 +142,7 @@ class OutputDir:
         its journal until its output is complete."""
         with held():
             manifest_file.write(self.tmp, manifest)
-            for name in drop:
-                p = os.path.join(self.tmp, name)
-                if os.path.isdir(p) and not os.path.islink(p):
-                    shutil.rmtree(p)
-                elif os.path.lexists(p):
-                    os.unlink(p)
+            remove_entries(self.tmp, drop)
             fsync_path(self.tmp)
             old = None
             if os.path.exists(self.path):
@@ -205,6 +200,17 @@ def _file_in_the_way(parent: str) -> str | None:
             return None
         p = up
     return p if p and os.path.lexists(p) and not os.path.isdir(p) else None
+
+
+def remove_entries(directory: str, names: tuple[str, ...]) -> None:
+    """Remove the files or directories ``names`` of ``directory`` (a run's scratch: spill, journal,
+    plan) where they exist; a symbolic link is removed, never followed."""
+    for name in names:
+        p = os.path.join(directory, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        elif os.path.lexists(p):
+            os.unlink(p)
 
 
 def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:

@@ -161,14 +161,9 @@ class RemoteOutputDir:
     def commit(self, manifest: dict, drop: tuple[str, ...] = ()) -> None:
         """Upload what units have not, then put the manifest if absent (the commit); ``drop``: the
         local scratch entries of a resumable run (journal, plan, spill), removed first."""
-        import shutil
+        from ..engine.commit import remove_entries
 
-        for name in drop:
-            p = os.path.join(self.tmp, name)
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p)
-            elif os.path.lexists(p):
-                os.unlink(p)
+        remove_entries(self.tmp, drop)
         names = manifest_files(manifest)
         part = part_size(self.budget)
         for rel, entry in names.items():
