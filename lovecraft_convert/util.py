@@ -98,3 +98,16 @@ def number(v) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
+
+
+def remove_entries(directory: str, names: tuple[str, ...]) -> None:
+    """Remove the files or directories ``names`` of ``directory`` (a run's scratch: spill, journal,
+    plan) where they exist; a symbolic link is removed, never followed."""
+    import shutil
+
+    for name in names:
+        p = os.path.join(directory, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        elif os.path.lexists(p):
+            os.unlink(p)

@@ -20,7 +20,7 @@ import shutil
 
 from .. import manifest as manifest_file
 from ..errors import Interrupted, OutputError
-from ..util import format_size, fsync_path, trim_heap
+from ..util import format_size, fsync_path, remove_entries, trim_heap
 from .interrupts import held
 
 
@@ -200,17 +200,6 @@ def _file_in_the_way(parent: str) -> str | None:
             return None
         p = up
     return p if p and os.path.lexists(p) and not os.path.isdir(p) else None
-
-
-def remove_entries(directory: str, names: tuple[str, ...]) -> None:
-    """Remove the files or directories ``names`` of ``directory`` (a run's scratch: spill, journal,
-    plan) where they exist; a symbolic link is removed, never followed."""
-    for name in names:
-        p = os.path.join(directory, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p)
-        elif os.path.lexists(p):
-            os.unlink(p)
 
 
 def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:

@@ -161,7 +161,7 @@ class RemoteOutputDir:
     def commit(self, manifest: dict, drop: tuple[str, ...] = ()) -> None:
         """Upload what units have not, then put the manifest if absent (the commit); ``drop``: the
         local scratch entries of a resumable run (journal, plan, spill), removed first."""
-        from ..engine.commit import remove_entries
+        from ..util import remove_entries
 
         remove_entries(self.tmp, drop)
         names = manifest_files(manifest)
