@@ -144,3 +144,12 @@ def location(path: str, *, line: int | None = None, row: int | None = None, colu
     if column is not None:
         parts.append(f"column '{column}'")
     return ", ".join(parts)
+
+
+UTF8_HINT = "fix the file or pass --errors replace"
+
+
+def invalid_utf8(e: UnicodeDecodeError, byte: int | None = None, of: str = " of the line") -> str:
+    """What an invalid UTF-8 error says (``byte``: its 1-based position, by default in the piece
+    decoded); the hint is :data:`UTF8_HINT`."""
+    return f"invalid UTF-8 ({e.reason} at byte {e.start + 1 if byte is None else byte}{of})"

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InputError, SchemaError
+from ..errors import UTF8_HINT, InputError, SchemaError, invalid_utf8
 from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, VarColumn
 
 NAT = np.iinfo(np.int64).min  # a null timestamp, as NumPy's NaT
@@ -463,8 +463,7 @@ class Converter:
                 r.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise InputError(
-                    f"{self._where(source, row0, i, c)}: invalid UTF-8 ({e.reason} at byte {e.start + 1})",
-                    hint="fix the file or pass --errors replace",
+                    f"{self._where(source, row0, i, c)}: {invalid_utf8(e, of='')}", hint=UTF8_HINT
                 ) from None
         raise InputError(f"{source}, column '{c.name}': malformed strings", hint="re-create the file")
 

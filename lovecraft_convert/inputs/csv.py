@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import InputError, OptionsError, SchemaError
+from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
 from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
@@ -469,10 +469,7 @@ def _header_utf8(spec: InputSpec, header: bytes) -> None:
     try:
         header.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(
-            f"{spec.name}, line 1 (the header): invalid UTF-8 ({e.reason} at byte {e.start + 1} of the line)",
-            hint="fix the file or pass --errors replace",
-        ) from None
+        raise InputError(f"{spec.name}, line 1 (the header): {invalid_utf8(e)}", hint=UTF8_HINT) from None
 
 
 def _escaped(s: str) -> bool:

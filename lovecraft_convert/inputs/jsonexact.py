@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import UTF8_HINT, invalid_utf8
 from .jsontypes import (
     EXACT,
     INT64_MAX,
@@ -162,8 +163,8 @@ class ExactParser:
                 raise LineError(
                     line,
                     None,
-                    f"invalid UTF-8 ({e.reason} at byte {e.start + 1} of the line)",
-                    "fix the file or pass --errors replace",
+                    invalid_utf8(e),
+                    UTF8_HINT,
                 ) from None
             text = raw.decode("utf-8", "replace")
         try:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import UTF8_HINT, InputError, invalid_utf8
 from ..schema import STRING, Batch, Field, Schema, VarColumn
 from .base import Part, Reader, ReadOptions
 from .streams import open_range
@@ -89,10 +89,7 @@ class TextReader(Reader):
             if self.options.errors != "replace":
                 line = line_no + buf.count(b"\n", 0, e.start) + 1
                 col = e.start - (buf.rfind(b"\n", 0, e.start) + 1) + 1
-                raise InputError(
-                    f"{name}, line {line}: invalid UTF-8 ({e.reason} at byte {col} of the line)",
-                    hint="fix the file or pass --errors replace",
-                ) from None
+                raise InputError(f"{name}, line {line}: {invalid_utf8(e, col)}", hint=UTF8_HINT) from None
             buf = buf.decode("utf-8", errors="replace").encode("utf-8")
         arr = np.frombuffer(buf, dtype=np.uint8)
         nl = np.flatnonzero(arr == 10)
