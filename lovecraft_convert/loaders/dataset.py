@@ -209,19 +209,22 @@ class Dataset:
                             hint="the file was changed or truncated; run `lovecraft verify` or re-create the dataset",
                         )
 
-    def reader(self, group: Group, part: Part) -> PartReader:
-        """The part's reader, made (and its files opened) lazily in each process."""
+    def reader(self, group: Group, part: Part, own: bool = False) -> PartReader:
+        """The part's reader, made (and its files opened) lazily in each process; ``own``: one for
+        the calling thread alone (readers hold open files and are not thread-safe: two iterators
+        building windows in their background threads must not share one)."""
         if self._pid != os.getpid():
             self._readers = {}
             self._shared = None
             self._lock = threading.Lock()
             self._pid = os.getpid()
-        r = self._readers.get(part.key)
+        key = (part.key, threading.get_ident()) if own else part.key
+        r = self._readers.get(key)
         if r is None:
             with self._lock:
-                r = self._readers.get(part.key)
+                r = self._readers.get(key)
                 if r is None:
-                    r = self._readers[part.key] = self._make_reader(group, part)
+                    r = self._readers[key] = self._make_reader(group, part)
         return r
 
     def _make_reader(self, group: Group, part: Part) -> PartReader:

@@ -264,7 +264,7 @@ class BlockCursor(Cursor):
 
     def _read(self, j: int, rows: np.ndarray | None) -> Batch:
         p = self.g.parts[int(self.layout.part[j])]
-        return self.ds.reader(self.g, p).read_block(int(self.layout.block[j]), rows)
+        return self.ds.reader(self.g, p, own=True).read_block(int(self.layout.block[j]), rows)
 
     def _windows(self, first: int) -> Iterator[Window]:
         for w in range(first, self.layout.windows):
