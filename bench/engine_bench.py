@@ -14,7 +14,7 @@ import tempfile
 import time
 
 import numpy as np
-from measure import run
+from measure import run, write_repeated
 
 PY = sys.executable
 LOVECRAFT = [PY, "-m", "lovecraft_convert"]
@@ -34,14 +34,7 @@ def make_wide_csv(path: str, target: int, columns: int) -> str:
     np.savetxt(buf, rng.normal(size=(rows, columns)).astype(np.float32), fmt="%.7g", delimiter=",")
     block = buf.getvalue().encode()
     header = (",".join(f"c{i}" for i in range(columns)) + "\n").encode()
-    with open(path + ".tmp", "wb") as f:
-        f.write(header)
-        written = len(header)
-        while written < target:
-            f.write(block)
-            written += len(block)
-    os.rename(path + ".tmp", path)
-    return path
+    return write_repeated(path, header, block, target)
 
 
 def bench_wide(b, size: int, Row, mbps) -> None:

@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 import engine_bench  # noqa: E402
 import jsonl_inputs  # noqa: E402
 import tokens_bench  # noqa: E402
-from measure import Result, run  # noqa: E402
+from measure import Result, run, write_repeated  # noqa: E402
 
 PY = sys.executable
 LOVECRAFT = [PY, "-m", "lovecraft_convert"]
@@ -60,14 +60,7 @@ def make_csv(path: str, target: int) -> str:
     np.savetxt(buf, np.column_stack([data, label]), fmt=["%.7g"] * 20 + ["%d"], delimiter=",")
     block = buf.getvalue().encode()
     header = (",".join([f"f{i}" for i in range(20)] + ["label"]) + "\n").encode()
-    with open(path + ".tmp", "wb") as f:
-        f.write(header)
-        written = len(header)
-        while written < target:
-            f.write(block)
-            written += len(block)
-    os.rename(path + ".tmp", path)
-    return path
+    return write_repeated(path, header, block, target)
 
 
 def make_text(path: str, target: int) -> str:
@@ -90,13 +83,7 @@ def make_text(path: str, target: int) -> str:
             pos = 0
     block = ("\n".join(lines) + "\n").encode()[: 64 << 20]
     block = block[: block.rfind(b"\n") + 1]
-    with open(path + ".tmp", "wb") as f:
-        written = 0
-        while written < target:
-            f.write(block)
-            written += len(block)
-    os.rename(path + ".tmp", path)
-    return path
+    return write_repeated(path, b"", block, target)
 
 
 def make_npy(path: str, target: int, cols: int = 64) -> str:

@@ -83,3 +83,16 @@ def run(cmd: list[str], env: dict | None = None, every: float = 0.004, expect: i
         sys.stderr.write(err.decode(errors="replace")[-3000:])
         raise SystemExit(f"bench: command exited with {p.returncode}, not {expect}: {' '.join(cmd)}")
     return Result(dt, peak / 1024, err.decode(errors="replace"))
+
+
+def write_repeated(path: str, header: bytes, block: bytes, target: int) -> str:
+    """``path``: ``header``, then ``block`` repeated until the file holds ``target`` bytes or more
+    (written to a temporary name, then renamed: a cached input is always whole)."""
+    with open(path + ".tmp", "wb") as f:
+        f.write(header)
+        written = len(header)
+        while written < target:
+            f.write(block)
+            written += len(block)
+    os.rename(path + ".tmp", path)
+    return path
