@@ -254,8 +254,9 @@ PEERS = {
 }
 
 
-def make_tokenizer(path: str, text: str) -> str:
-    """A BPE tokenizer.json (8,000 tokens) trained on the first 200,000 lines of ``text``."""
+def make_tokenizer(path: str, text: str, specials: tuple[str, ...] = ("[UNK]", "[PAD]")) -> str:
+    """A BPE tokenizer.json (8,000 tokens, ``specials`` among them) trained on the first 200,000
+    lines of ``text``."""
     if os.path.exists(path):
         return path
     import itertools
@@ -266,8 +267,9 @@ def make_tokenizer(path: str, text: str) -> str:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     with open(text, encoding="utf-8") as f:
         lines = list(itertools.islice(f, 200_000))
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=8000, special_tokens=["[UNK]", "[PAD]"]))
-    tok.save(path)
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=8000, special_tokens=list(specials)))
+    tok.save(path + ".tmp")
+    os.rename(path + ".tmp", path)
     return path
 
 

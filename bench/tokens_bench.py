@@ -86,32 +86,13 @@ def make_corpus(lb: types.ModuleType, work: str, target: int, jsonl: bool) -> st
     return path
 
 
-def make_tokenizer(path: str, text: str) -> str:
-    """A BPE tokenizer.json (8,000 tokens, with the special tokens [UNK], [PAD], </s>) trained on
-    the first 200,000 lines of ``text``."""
-    if os.path.exists(path):
-        return path
-    import itertools
-
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    with open(text, encoding="utf-8") as f:
-        lines = list(itertools.islice(f, 200_000))
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=8000, special_tokens=["[UNK]", "[PAD]", "</s>"]))
-    tok.save(path + ".tmp")
-    os.rename(path + ".tmp", path)
-    return path
-
-
 def bench_tokens(b, size: int, lb: types.ModuleType) -> None:
     jsonl = jsonl_readable(lb)
     kind = "json" if jsonl else "text"
     target = size // 10  # ~100 MB (6 MB with --quick)
     src = make_corpus(lb, b.work, target, jsonl)
     text = make_corpus(lb, b.work, target, False)
-    tok = make_tokenizer(os.path.join(b.work, "tokenizer_8k_eos.json"), text)
+    tok = lb.make_tokenizer(os.path.join(b.work, "tokenizer_8k_eos.json"), text, ("[UNK]", "[PAD]", "</s>"))
     n = os.path.getsize(src)
     label = "JSONL" if jsonl else "text"
     env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
