@@ -36,15 +36,6 @@ TOKENS_PEERS = {
         "ds = ds.map(encode, batched=True, num_proc=os.cpu_count(), remove_columns=ds.column_names)\n"
         "ds.save_to_disk(out + '/saved')\n"
     ),
-    # the tokenizers package on its own: the same texts, in batches, through encode_batch
-    "encode_batch_text": (
-        "import sys\n"
-        "from tokenizers import Tokenizer\n"
-        "tok = Tokenizer.from_file(sys.argv[2])\n"
-        "with open(sys.argv[1], encoding='utf-8') as f:\n"
-        "    while lines := f.readlines(16 << 20):\n"
-        "        tok.encode_batch([x.rstrip('\\n') for x in lines])\n"
-    ),
     "encode_batch_json": (
         "import sys, json\n"
         "from tokenizers import Tokenizer\n"
@@ -109,7 +100,8 @@ def bench_tokens(b, size: int, lb: types.ModuleType) -> None:
             "convert": ours("convert"),
             "shard": ours("shard", "--workers", "2", "--num-shards", "4"),
             "datasets": lambda: peer("datasets", src, tok, b.fresh_dir("tok_datasets"), kind),
-            "encode": lambda: peer(f"encode_batch_{'json' if jsonl else 'text'}", src, tok),
+            # text: lovecraft_bench's own encode_batch peer (the same lines through encode_batch)
+            "encode": lambda: peer("encode_batch_json", src, tok) if jsonl else lb.peer("encode_batch", src, tok),
         },
         env=env,
     )
