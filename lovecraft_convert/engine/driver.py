@@ -24,8 +24,6 @@ from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
 from .meter import ByteBar
 from .pipeline import unit_bar
 
-SigTerm = Signals  # SIGTERM behaves like Ctrl-C (the name other jobs import)
-
 
 @dataclass
 class Run:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
-from ..engine.driver import SigTerm
+from ..engine.interrupts import Signals
 from ..engine.pipeline import Progress, prefetch, write_step
 from ..errors import InputError, Interrupted, OptionsError
 from ..formats import get as get_format
@@ -37,7 +37,7 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
     fmt = get_format(o.to)
     protect = [s.path for s in reader.specs if not s.is_stdin]
     started = time.time()
-    with SigTerm(), output_dir(output, overwrite=o.overwrite, protect=protect, budget=budget) as out:
+    with Signals(), output_dir(output, overwrite=o.overwrite, protect=protect, budget=budget) as out:
         try:
             while True:
                 try:
