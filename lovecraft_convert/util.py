@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
 
 _UNITS = {
     "": 1,
@@ -50,20 +49,6 @@ def fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def put_while(q, item, go: Callable[[], bool], poll: float = 0.1) -> bool:
-    """Put ``item`` on the bounded queue ``q``, waiting for room only while ``go()`` holds (the
-    other side is still there): never blocks for good. False when it gave up."""
-    import queue
-
-    while go():
-        try:
-            q.put(item, timeout=poll)
-            return True
-        except queue.Full:
-            continue
-    return False
 
 
 def trim_heap() -> None:

@@ -6,6 +6,12 @@ not be cut there:
 * waiting on a process pool's futures: ``concurrent.futures.wait`` takes every future's lock one
   by one, and an exception raised while it takes them leaves them taken; the pool's manager thread
   then blocks on them forever, and so does the pool's shutdown (the run hangs instead of exiting);
+* a wait on a lock another thread also takes (a queue's put or get, a future's result, a
+  thread's join): an interrupt raised just after the lock is taken, before the ``with`` that
+  releases it, leaves it taken for good, and the writer or reader thread on the other side, then
+  this thread's own cleanup, block on it forever (seen as a rare hang of a memmap convert on
+  Ctrl-C: a writer thread per column, so many puts per batch). :func:`put_while`,
+  :func:`get_polled`, :func:`result` and :func:`join` wait in short held slices instead;
 * the commit: between moving an old output aside and renaming the new one into place, or between
   removing a resumable run's journal and the rename, an interrupt would lose work or leave it
   un-resumable.
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _state = {"holding": 0, "pending": False, "installed": 0}
@@ -89,7 +95,68 @@ def pending() -> bool:
 
 
 def raise_pending() -> None:
-    """Raise ``KeyboardInterrupt`` for an interrupt that arrived while held (outside any held block)."""
-    if _state["pending"] and not _state["holding"]:
+    """Raise ``KeyboardInterrupt`` for an interrupt that arrived while held (outside any held block;
+    in the main thread only, where signals arrive)."""
+    if _state["pending"] and not _state["holding"] and threading.current_thread() is threading.main_thread():
         _state["pending"] = False
         raise KeyboardInterrupt
+
+
+POLL = 0.1  # seconds a held wait lasts before an interrupt that arrived meanwhile is raised
+
+
+def put_while(q, item, go: Callable[[], bool], poll: float = POLL) -> bool:
+    """Put ``item`` on the bounded queue ``q``, waiting for room only while ``go()`` holds (the
+    other side is still there): never blocks for good, never cut inside the queue's lock. False
+    when it gave up."""
+    import queue
+
+    while go():
+        with held():
+            try:
+                q.put(item, timeout=poll)
+                put = True
+            except queue.Full:
+                put = False
+        raise_pending()
+        if put:
+            return True
+    return False
+
+
+def get_polled(q, poll: float = POLL):
+    """``q.get()``, not cut inside the queue's lock: waits in held slices of ``poll`` seconds."""
+    import queue
+
+    while True:
+        with held():
+            try:
+                item, got = q.get(timeout=poll), True
+            except queue.Empty:
+                got = False
+        raise_pending()
+        if got:
+            return item
+
+
+def result(fut, poll: float = POLL):
+    """``fut.result()``, not cut inside the future's lock (its thread would block setting it)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    while True:
+        with held():
+            try:
+                value, done = fut.result(timeout=poll), True
+            except FutureTimeout:
+                done = False
+        raise_pending()
+        if done:
+            return value
+
+
+def join(t: threading.Thread, poll: float = POLL) -> None:
+    """``t.join()`` in held slices of ``poll`` seconds."""
+    while t.is_alive():
+        with held():
+            t.join(poll)
+        raise_pending()

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from .interrupts import join
 from .journal import SPILL
 
 PROGRESS = "progress"
@@ -154,7 +155,7 @@ class ByteBar:
     def close(self) -> None:
         self.stop.set()
         if self.thread is not None:
-            self.thread.join()
+            join(self.thread)
         if self.bar is not None:
             self.bar.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from ..schema import Batch, Schema
 from ..stats import BatchStats
-from ..util import put_while
+from .interrupts import get_polled, put_while
 
 
 def write_step(batch: Batch, down, stats: BatchStats, writer) -> int:
@@ -53,7 +53,7 @@ def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
     t.start()
     try:
         while True:
-            item, err = q.get()
+            item, err = get_polled(q)
             if err is not None:
                 raise err
             if item is done:

@@ -16,7 +16,8 @@ import os
 import threading
 
 from ..manifest import DEFAULT_HASH, HASHES
-from ..util import fsync_path, put_while
+from ..util import fsync_path
+from .interrupts import join, put_while, result
 
 
 def new_hash(name: str = DEFAULT_HASH):
@@ -60,7 +61,7 @@ def hash_fsynced(path: str, name: str = DEFAULT_HASH) -> str:
     try:
         digest = hash_file(path, name)
     finally:
-        t.join()
+        join(t)
     if errors:
         raise errors[0]
     return digest
@@ -251,7 +252,7 @@ class HashingWriter:
     def _drain(self) -> None:
         if self._t is not None and self._t.is_alive():
             put_while(self._q, None, self._t.is_alive)
-            self._t.join()
+            join(self._t)
 
     def close(self, sync: bool = True) -> tuple[int, str]:
         """Finish the file: (bytes, hex digest). ``sync`` False leaves the fsync to the caller
@@ -307,7 +308,7 @@ def fsync_all(paths: list[str], threads: int = 8) -> None:
         return
     with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="lovecraft-fsync") as ex:
         for f in [ex.submit(one, p) for p in paths]:
-            f.result()
+            result(f)
 
 
 def _open_write(path: str, direct: bool = True):

@@ -15,6 +15,7 @@ import os
 import threading
 from typing import Any
 
+from ..engine.interrupts import result
 from .base import MAX_PARTS, PreconditionFailed, StorageError, Store
 
 CONFIG_HINTS = {
@@ -141,9 +142,9 @@ class S3Store(Store):
                         pending.append(pool.submit(self._part, uri, key, upload_id, number, data))
                         del data
                         while len(pending) >= 3:  # at most three parts in memory
-                            done.append(pending.pop(0).result())
+                            done.append(result(pending.pop(0)))
                     for fut in pending:
-                        done.append(fut.result())
+                        done.append(result(fut))
                 with errors(uri):
                     self.client.complete_multipart_upload(
                         Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.interrupts import result
 from ..errors import OverflowErrorF16
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 
@@ -74,7 +75,7 @@ def downcast_array(src: np.ndarray, target: np.dtype, st: DowncastStats, on_over
     errors = []
     for f in futures:  # in order: the first half's error is the earlier one
         try:
-            part = f.result()
+            part = result(f)
         except OverflowErrorF16 as e:
             errors.append(e)
             continue

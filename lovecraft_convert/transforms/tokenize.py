@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from ..engine.interrupts import result
 from ..errors import InputError, OptionsError, SchemaError
 from ..schema import BINARY, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
 
@@ -138,7 +139,7 @@ class HfTokenizer(Tokenizer):
         ahead = self._pool.submit(self._fast, pieces[0])
         out = []
         for k in range(len(pieces)):
-            encs = ahead.result()
+            encs = result(ahead)
             if k + 1 < len(pieces):
                 ahead = self._pool.submit(self._fast, pieces[k + 1])
             out.append(_ids(encs))

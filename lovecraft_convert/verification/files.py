@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from .. import manifest as mf
+from ..engine.interrupts import result
 from ..engine.writer import hash_file
 from ..storage import child_path
 from .structure import is_count
@@ -110,7 +111,7 @@ class Files:
         if fut is None:
             return
         try:
-            digest = fut.result()
+            digest = result(fut)
         except OSError as e:
             self.add(p, "hash", f"cannot be read ({e.strerror})")
             return

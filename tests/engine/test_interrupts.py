@@ -1,0 +1,79 @@
+"""Waits on another thread's lock are never cut inside that lock: an interrupt that arrives while
+the queue, future or thread is locked is raised only once the operation has finished (an interrupt
+raised inside would leave the lock taken, and the other thread, then the cleanup, blocked on it)."""
+
+import os
+import queue
+import signal
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from lovecraft_convert.engine import interrupts
+
+
+class SignalInsideLock(queue.Queue):
+    """A queue whose put and get send SIGINT to this process while its lock is held."""
+
+    def _put(self, item):
+        os.kill(os.getpid(), signal.SIGINT)
+        super()._put(item)
+        self.inside = interrupts.pending()
+
+    def _get(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        item = super()._get()
+        self.inside = interrupts.pending()
+        return item
+
+
+def test_put_is_finished_then_the_interrupt_raised():
+    q = SignalInsideLock(maxsize=1)
+    with interrupts.Signals(), pytest.raises(KeyboardInterrupt):
+        interrupts.put_while(q, "x", lambda: True)
+    assert q.inside is True  # held while the lock was taken
+    assert q.mutex.acquire(blocking=False)  # and the lock was released
+    q.mutex.release()
+    assert list(q.queue) == ["x"]  # the put finished
+
+
+def test_get_is_finished_then_the_interrupt_raised():
+    q = SignalInsideLock(maxsize=1)
+    q.queue.append("y")
+    with interrupts.Signals(), pytest.raises(KeyboardInterrupt):
+        interrupts.get_polled(q)
+    assert q.inside is True and q.empty()
+    assert q.mutex.acquire(blocking=False)
+    q.mutex.release()
+
+
+def test_result_and_join_wait_in_slices_and_raise_an_interrupt_between_them():
+    fut: Future = Future()
+    t = threading.Timer(0.35, fut.set_result, args=(7,))
+    t.start()
+    assert interrupts.result(fut, poll=0.05) == 7
+    interrupts.join(t, poll=0.05)
+    assert not t.is_alive()
+
+    slow = threading.Thread(target=threading.Event().wait, args=(0.5,))
+    slow.start()
+    threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+    with interrupts.Signals(), pytest.raises(KeyboardInterrupt):
+        interrupts.join(slow, poll=0.05)
+    assert slow.is_alive()  # raised between slices, not after the thread ended
+    slow.join()
+
+
+def test_outside_the_main_thread_nothing_is_raised():
+    """A pending interrupt is the main thread's: a reader thread's put never raises it."""
+    seen = []
+    q: queue.Queue = queue.Queue()
+    interrupts._state["pending"] = True
+    try:
+        t = threading.Thread(target=lambda: seen.append(interrupts.put_while(q, 1, lambda: True)))
+        t.start()
+        t.join()
+        assert seen == [True] and interrupts.pending()
+    finally:
+        interrupts._state["pending"] = False
