@@ -128,22 +128,24 @@ def shard_options(f: Callable) -> Callable:
     return _stack(f, opts)
 
 
+MARKER_OPTIONS = [
+    click.option("--eos", metavar="TOKEN|ID", help="Append this token after every document: a token of the tokenizer's vocabulary (e.g. '</s>') or an integer id."),
+    click.option("--bos", metavar="TOKEN|ID", help="Put this token before every document (a token or an integer id)."),
+]  # fmt: skip
+TOKEN_OPTIONS = [
+    click.option("--tokenizer", metavar="bytes|chars|PATH", help="Tokenize a text column into token ids ('tokens'): UTF-8 bytes, code points, or a Hugging Face tokenizer.json. The output holds the tokens and the columns --columns names."),
+    click.option("--column", metavar="NAME", help="With --tokenizer: the text column (default: text)."),
+]  # fmt: skip
+
+
 def marker_options(f: Callable) -> Callable:
     """--eos and --bos: the document markers of tokenized text (convert, shard, bucket)."""
-    opts = [
-        click.option("--eos", metavar="TOKEN|ID", help="Append this token after every document: a token of the tokenizer's vocabulary (e.g. '</s>') or an integer id."),
-        click.option("--bos", metavar="TOKEN|ID", help="Put this token before every document (a token or an integer id)."),
-    ]  # fmt: skip
-    return _stack(f, opts)
+    return _stack(f, MARKER_OPTIONS)
 
 
 def token_options(f: Callable) -> Callable:
     """--tokenizer and --column (convert and shard; bucket has its own), then the markers."""
-    opts = [
-        click.option("--tokenizer", metavar="bytes|chars|PATH", help="Tokenize a text column into token ids ('tokens'): UTF-8 bytes, code points, or a Hugging Face tokenizer.json. The output holds the tokens and the columns --columns names."),
-        click.option("--column", metavar="NAME", help="With --tokenizer: the text column (default: text)."),
-    ]  # fmt: skip
-    return _stack(marker_options(f), opts)
+    return _stack(marker_options(f), TOKEN_OPTIONS)
 
 
 TOKEN_FLAGS = ("tokenizer", "column", "eos", "bos")

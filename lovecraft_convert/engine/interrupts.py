@@ -124,34 +124,32 @@ def put_while(q, item, go: Callable[[], bool], poll: float = POLL) -> bool:
     return False
 
 
+def _polled(attempt: Callable[[], object], missed: type[BaseException]):
+    """``attempt()`` (a wait with a timeout, which raises ``missed`` when it ran out) repeated in
+    held slices until it succeeds, an interrupt that arrived meanwhile raised between them."""
+    while True:
+        with held():
+            try:
+                value, got = attempt(), True
+            except missed:
+                got = False
+        raise_pending()
+        if got:
+            return value
+
+
 def get_polled(q, poll: float = POLL):
     """``q.get()``, not cut inside the queue's lock: waits in held slices of ``poll`` seconds."""
     import queue
 
-    while True:
-        with held():
-            try:
-                item, got = q.get(timeout=poll), True
-            except queue.Empty:
-                got = False
-        raise_pending()
-        if got:
-            return item
+    return _polled(lambda: q.get(timeout=poll), queue.Empty)
 
 
 def result(fut, poll: float = POLL):
     """``fut.result()``, not cut inside the future's lock (its thread would block setting it)."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
-    while True:
-        with held():
-            try:
-                value, done = fut.result(timeout=poll), True
-            except FutureTimeout:
-                done = False
-        raise_pending()
-        if done:
-            return value
+    return _polled(lambda: fut.result(timeout=poll), FutureTimeout)
 
 
 def join(t: threading.Thread, poll: float = POLL) -> None:

@@ -31,7 +31,8 @@ from .buckets import bucket_groups
 from .common import Group, Part
 from .mixture import Mixture
 from .plan import Plan
-from .state import BatchIterator, make_state
+from .source import Batches
+from .state import make_state
 
 
 def _names(columns: list[str] | str) -> list[str]:
@@ -84,7 +85,7 @@ def open_dataset(
     return Dataset(path, manifest, columns, **options)
 
 
-class Dataset:
+class Dataset(Batches):
     """A dataset directory opened for reading. See :func:`open_dataset`."""
 
     def __init__(
@@ -247,44 +248,6 @@ class Dataset:
 
     # -- batches ------------------------------------------------------------------------------
 
-    def batches(
-        self,
-        batch_size: int = 256,
-        shuffle: bool | str = False,
-        seed: int | None = None,
-        epochs: int | None = 1,
-        drop_remainder: bool = False,
-        dtype_float16: str = "float16",
-        *,
-        shuffle_buffer: int | None = None,
-        pad_to: str = "bucket",
-        pad_value: int | float = 0,
-        epoch: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        state: dict | None = None,
-    ) -> BatchIterator:
-        """Batches as ``{column: ndarray}``, ``batch_size`` rows each (the last of an epoch may be
-        smaller unless ``drop_remainder``), from epoch ``epoch`` on, ``epochs`` of them (None:
-        forever).
-
-        ``shuffle``: False; True (an exact permutation for memmap/HDF5, permuted blocks and windows
-        for Parquet/TFRecord); "exact"; "blocks"; or "buffer" (the older shuffle buffer, which
-        cannot resume). The order of an epoch is a pure function of (seed, epoch); each epoch has
-        its own. ``dtype_float16="float32"`` returns float16 columns as float32. Bucketed datasets:
-        each batch comes from one bucket, padded to the bucket's length (``pad_to="bucket"``) or
-        to the batch's longest (``pad_to="batch"``), with ``length``.
-
-        ``rank`` of ``world_size`` takes batch ``rank`` of every global step of ``world_size``
-        batches. The iterator's ``state_dict()`` is where it stands; ``state=`` goes on from a
-        saved state (the same order, nothing twice, nothing skipped, with any ``world_size``), in
-        time that does not grow with the position. The seed comes from the state when not given.
-        """
-        if state is not None and seed is None and isinstance(state, dict) and shuffle:
-            seed = state.get("seed")
-        plan = self.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_to, pad_value)
-        return BatchIterator(plan, epoch=epoch, epochs=epochs, rank=rank, world_size=world_size, state=state)
-
     def state_at(
         self,
         batch_size: int,
@@ -381,20 +344,8 @@ class Dataset:
 
     # -- the frameworks -----------------------------------------------------------------------
 
-    def to_tf_dataset(self, batch_size: int = 256, **kwargs: Any):
-        """A ``tf.data.Dataset`` of batches; see :func:`lovecraft_convert.loaders.tf.to_tf_dataset`."""
-        from .tf import to_tf_dataset
-
-        return to_tf_dataset(self, batch_size, **kwargs)
-
     def to_keras_pydataset(self, batch_size: int = 256, **kwargs: Any):
         """A ``keras.utils.PyDataset`` (memmap, HDF5); see :func:`lovecraft_convert.loaders.tf.to_keras_pydataset`."""
         from .tf import to_keras_pydataset
 
         return to_keras_pydataset(self, batch_size, **kwargs)
-
-    def to_torch(self, batch_size: int | None = None, **kwargs: Any):
-        """A PyTorch dataset; see :func:`lovecraft_convert.loaders.torch.to_torch`."""
-        from .torch import to_torch
-
-        return to_torch(self, batch_size, **kwargs)

@@ -30,13 +30,13 @@ import numpy as np
 
 from ..errors import DatasetError
 from .order import ALL, Cursor
-from .state import BatchIterator
+from .source import Batches
 
 MIX_CHUNK = 1024
 EXHAUSTED = ("stop", "cycle")
 
 
-class Mixture:
+class Mixture(Batches):
     """Several datasets of the same columns, read as one weighted interleave (see the module)."""
 
     def __init__(self, members: list, weights: list[float] | None, *, seed: int | None, exhausted: str) -> None:
@@ -182,56 +182,14 @@ class Mixture:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def plan(
-        self,
-        batch_size: int,
-        shuffle: bool | str = False,
-        seed: int | None = None,
-        drop_remainder: bool = False,
-        dtype_float16: str = "float16",
-        shuffle_buffer: int | None = None,
-        pad_value: int | float = 0,
-    ) -> MixPlan:
-        return MixPlan(self, batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_value)
-
-    def batches(
-        self,
-        batch_size: int = 256,
-        shuffle: bool | str = False,
-        seed: int | None = None,
-        epochs: int | None = 1,
-        drop_remainder: bool = False,
-        dtype_float16: str = "float16",
-        *,
-        shuffle_buffer: int | None = None,
-        pad_value: int | float = 0,
-        epoch: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        state: dict | None = None,
-    ) -> BatchIterator:
-        """Batches of the mixture, as :meth:`Dataset.batches` (``shuffle``/``seed`` shuffle each
-        member's rows; the interleave is the mixture's own, seeded when it was opened)."""
-        if state is not None and seed is None and isinstance(state, dict) and shuffle:
-            seed = state.get("seed")
-        plan = self.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_value)
-        return BatchIterator(plan, epoch=epoch, epochs=epochs, rank=rank, world_size=world_size, state=state)
+    def plan(self, batch_size: int, *args: Any, **kwargs: Any) -> MixPlan:
+        """The batching options, as :meth:`Dataset.plan` (``shuffle``/``seed`` shuffle each member's
+        rows; the interleave is the mixture's own, seeded when it was opened)."""
+        return MixPlan(self, batch_size, *args, **kwargs)
 
     def num_batches(self, batch_size: int, drop_remainder: bool = False, epoch: int = 0) -> int:
         n = self.end(epoch)
         return n // batch_size if drop_remainder else -(-n // batch_size)
-
-    def to_torch(self, batch_size: int | None = None, **kwargs: Any):
-        """A PyTorch iterable dataset; see :func:`lovecraft_convert.loaders.torch.to_torch`."""
-        from .torch import to_torch
-
-        return to_torch(self, batch_size, **kwargs)
-
-    def to_tf_dataset(self, batch_size: int = 256, **kwargs: Any):
-        """A ``tf.data.Dataset``; see :func:`lovecraft_convert.loaders.tf.to_tf_dataset`."""
-        from .tf import to_tf_dataset
-
-        return to_tf_dataset(self, batch_size, **kwargs)
 
 
 class MixPlan:
@@ -245,14 +203,13 @@ class MixPlan:
         self,
         mix: Mixture,
         batch_size: int,
-        shuffle: bool | str,
-        seed: int | None,
-        drop_remainder: bool,
-        dtype_float16: str,
-        shuffle_buffer: int | None,
-        pad_value: int | float,
+        shuffle: bool | str = False,
+        seed: int | None = None,
+        drop_remainder: bool = False,
+        **member: Any,
     ) -> None:
-        self._args = (batch_size, shuffle, drop_remainder, dtype_float16, shuffle_buffer, pad_value)
+        """``member``: the rest of :meth:`Dataset.plan`'s options, given to each member's plan."""
+        self._args = (batch_size, shuffle, drop_remainder, member)
         if shuffle and seed is None:
             seed = int(np.random.SeedSequence().entropy % (1 << 63))
         self.mix = mix
@@ -260,21 +217,22 @@ class MixPlan:
         self.plans = []
         for k, m in enumerate(mix.members):
             sk = None if not shuffle else int(np.random.default_rng([seed, 7, k]).integers(1 << 62))
-            self.plans.append(
-                m.plan(batch_size, shuffle, sk, False, dtype_float16, shuffle_buffer, "bucket", pad_value)
-            )
+            self.plans.append(m.plan(batch_size, shuffle, sk, False, **member))
         if any(p.mode == "buffer" for p in self.plans):
             raise DatasetError("shuffle='buffer' cannot be mixed", hint="use shuffle=True")
-        self.batch_size = self.plans[0].batch_size
+        first = self.plans[0]
+        self.batch_size, self.mode, self.float32, self.pad_value = (
+            first.batch_size,
+            first.mode,
+            first.float32,
+            first.pad_value,
+        )
         self.drop_remainder = bool(drop_remainder)
-        self.float32 = dtype_float16 == "float32"
-        self.pad_value = pad_value
-        self.mode = self.plans[0].mode
 
     def with_seed(self, seed: int | None) -> MixPlan:
         """The same options with another seed (a loader adopting the seed of a saved state)."""
-        bs, shuffle, drop, f16, buf, pad = self._args
-        return MixPlan(self.mix, bs, shuffle, seed, drop, f16, buf, pad)
+        bs, shuffle, drop, member = self._args
+        return MixPlan(self.mix, bs, shuffle, seed, drop, **member)
 
     def identity(self) -> dict[str, Any]:
         m = self.mix

@@ -159,3 +159,8 @@ class BatchIterator:
         if self._it is not None and hasattr(self._it, "close"):
             self._it.close()
         self._it = None
+
+
+def plan_options(dtype_float16: str, shuffle_buffer: int | None, pad_to: str, pad_value: int | float) -> dict[str, Any]:
+    """The options of a plan after its first four (batch size, shuffle, seed, drop_remainder)."""
+    return {"dtype_float16": dtype_float16, "shuffle_buffer": shuffle_buffer, "pad_to": pad_to, "pad_value": pad_value}

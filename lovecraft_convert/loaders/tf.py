@@ -124,15 +124,11 @@ def to_tf_dataset(
     """
     import tensorflow as tf
 
-    from .state import check_state
+    from .state import check_state, plan_options
 
     mixture = getattr(ds, "members", None) is not None  # a Mixture
-    if state is not None and seed is None and isinstance(state, dict) and shuffle:
-        seed = state.get("seed")
-    if mixture:
-        plan = ds.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_value)
-    else:
-        plan = ds.plan(batch_size, shuffle, seed, drop_remainder, dtype_float16, shuffle_buffer, pad_to, pad_value)
+    opts = plan_options(dtype_float16, shuffle_buffer, pad_to, pad_value)
+    plan = ds.resumed_plan(state, batch_size, shuffle, seed, drop_remainder, **opts)
     start = check_state(state, plan.identity()) if state is not None else (int(epoch), 0)
     fields = output_fields(plan, ds)
     xs, ys = _pick(list(fields), x, y)

@@ -32,7 +32,7 @@ import copy
 import numpy as np
 
 from ..errors import DatasetError
-from .state import STATE_TAG, check_reader, check_state, make_state
+from .state import STATE_TAG, check_reader, check_state, make_state, plan_options
 
 ROW_READ_BATCH = 1024  # rows read at a time by an iterable dataset that yields rows
 
@@ -369,12 +369,13 @@ def to_torch(
             seed = 0 if world_size > 1 else int(np.random.SeedSequence().entropy % (1 << 63))
     rows = batch_size is None
     unit = ROW_READ_BATCH if rows else batch_size
-    if mixture:
-        plan = ds.plan(unit, shuffle, seed, drop_remainder and not rows, dtype_float16, shuffle_buffer, pad_value)
-    else:
-        plan = ds.plan(
-            unit, shuffle, seed, drop_remainder and not rows, dtype_float16, shuffle_buffer, pad_to, pad_value
-        )
+    plan = ds.plan(
+        unit,
+        shuffle,
+        seed,
+        drop_remainder and not rows,
+        **plan_options(dtype_float16, shuffle_buffer, pad_to, pad_value),
+    )
     out = _classes()["TorchIterableDataset"](plan, rows, rank, world_size, as_tensors, seed_given)
     if state is not None:
         out.load_state_dict(state)

@@ -13,6 +13,7 @@ constant. Text, bytes and sequences go through a per-row encoder.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator
 
@@ -110,48 +111,81 @@ def _as_uint64(col: np.ndarray, name: str) -> np.ndarray:
     return col.astype(np.int64, copy=False).view(np.uint64) if col.dtype != np.uint64 else col
 
 
-def _fixed_layout(batch: Batch, schema: Schema) -> tuple[bytes, list[tuple[int, np.ndarray]]]:
-    """Template example bytes and (offset, uint8 2-D data) for each column, for all-fixed batches."""
-    n = batch.num_rows
-    fills: list[tuple[int, np.ndarray]] = []
-    body = bytearray()
-    for f in schema:
-        col = batch.columns[f.name]
-        k = f.row_size
-        kind = feature_kind(f)
-        if kind == "float":
-            data = np.ascontiguousarray(col, dtype="<f4").reshape(n, k).view(np.uint8)
-            tag = 0x12
-        elif kind == "f64":
-            data = np.ascontiguousarray(col, dtype="<f8").reshape(n, k).view(np.uint8)
-            tag = 0x0A
+def _entry_head(name: str, kind: str, tag: int, payload_len: int) -> bytes:
+    """The bytes of a feature-map entry before its payload (``payload_len`` bytes of values)."""
+    # a packed number list is left out when empty; a bytes list always holds its one value
+    lst = (b"\x0a" + varint(payload_len)) if payload_len or kind == "f64" else b""
+    feature = bytes([tag]) + varint(len(lst) + payload_len) + lst
+    key = name.encode()
+    head = b"\x0a" + varint(len(key)) + key + b"\x12" + varint(len(feature) + payload_len) + feature
+    return b"\x0a" + varint(len(head) + payload_len) + head
+
+
+_TAGS = {"float": 0x12, "f64": 0x0A, "int64": 0x1A}
+_DTYPES = {"float": "<f4", "f64": "<f8", "int64": None}
+
+
+@functools.lru_cache(maxsize=16)
+def _segments(schema: Schema) -> tuple[tuple[str, int, int, int], ...]:
+    """Runs of consecutive columns of one kind and row size: (kind, row size, first, end). A table
+    thousands of columns wide is a few runs, each encoded with a handful of NumPy operations."""
+    runs: list[list] = []
+    for i, f in enumerate(schema):
+        kind, k = feature_kind(f), f.row_size
+        if runs and runs[-1][0] == kind and runs[-1][1] == k:
+            runs[-1][3] = i + 1
         else:
-            v = _as_uint64(col.reshape(n, k), f.name)
-            width = int(_varint_len(v).max()) if v.size else 1
-            data = _varints_fixed(v, width).reshape(n, k * width)
-            tag = 0x1A
-        payload_len = data.shape[1]
-        # a packed number list is left out when empty; a bytes list always holds its one value
-        lst = (b"\x0a" + varint(payload_len)) if payload_len or kind == "f64" else b""
-        p_len = len(lst) + payload_len
-        feature = bytes([tag]) + varint(p_len) + lst
-        f_len = len(feature) + payload_len
-        key = f.name.encode()
-        head = b"\x0a" + varint(len(key)) + key + b"\x12" + varint(f_len) + feature
-        entry_len = len(head) + payload_len
-        entry_head = b"\x0a" + varint(entry_len) + head
-        body += entry_head
-        fills.append((len(body), data))
+            runs.append([kind, k, i, i + 1])
+    return tuple(tuple(r) for r in runs)
+
+
+@functools.lru_cache(maxsize=16)
+def _layout(schema: Schema, widths: tuple[int, ...]) -> tuple[bytes, tuple[tuple[int, int, int, int, int], ...]]:
+    """The template Example of an all-fixed batch whose column i has values of ``widths[i]`` bytes
+    each, and its fills: (offset, stride, head length, first column, end column) for each run of
+    columns whose entries have one length (their payloads then sit ``stride`` bytes apart)."""
+    body = bytearray()
+    fills: list[list[int]] = []
+    for i, f in enumerate(schema):
+        kind = feature_kind(f)
+        payload_len = f.row_size * widths[i]
+        head = _entry_head(f.name, kind, _TAGS[kind], payload_len)
+        stride = len(head) + payload_len
+        last = fills[-1] if fills else None
+        same = last and feature_kind(schema.fields[last[3]]) == kind and widths[last[3]] == widths[i]
+        if same and last[1] == stride and last[2] == len(head):
+            last[4] = i + 1
+        else:
+            fills.append([len(body), stride, len(head), i, i + 1])
+        body += head
         body += bytes(payload_len)
     example = b"\x0a" + varint(len(body))
     shift = len(example)
-    template = example + bytes(body)
-    return template, [(off + shift, d) for off, d in fills]
+    return example + bytes(body), tuple((off + shift, st, h, a, b) for off, st, h, a, b in fills)
 
 
-def _encode_fixed(batch: Batch, schema: Schema) -> bytes:
+def _encode_fixed(batch: Batch, schema: Schema) -> np.ndarray:
+    """Framed records of an all-fixed, numeric batch: one template, filled a run of columns at once."""
     n = batch.num_rows
-    template, fills = _fixed_layout(batch, schema)
+    cols = [batch.columns[f.name] for f in schema]
+    widths = [0] * len(cols)
+    stacked = []  # per run: (first, end, uint8 array (n, columns, k * width) or None for ints)
+    for kind, k, a, b in _segments(schema):
+        if kind == "int64":
+            v = np.stack(
+                [_as_uint64(c.reshape(n, k), f.name) for c, f in zip(cols[a:b], schema.fields[a:b], strict=True)],
+                axis=1,
+            )
+            w = _varint_len(v.max(axis=(0, 2))) if v.size else np.ones(b - a, dtype=np.int64)
+            for i in range(a, b):
+                widths[i] = int(w[i - a])
+            stacked.append((a, b, v))
+        else:
+            arr = np.stack([c.reshape(n, k) for c in cols[a:b]], axis=1).astype(_DTYPES[kind], copy=False)
+            for i in range(a, b):
+                widths[i] = arr.itemsize
+            stacked.append((a, b, arr.view(np.uint8).reshape(n, b - a, -1)))
+    template, fills = _layout(schema, tuple(widths))
     e = len(template)
     rec = 12 + e + 4
     out = np.empty((n, rec), dtype=np.uint8)
@@ -159,8 +193,16 @@ def _encode_fixed(batch: Batch, schema: Schema) -> bytes:
     out[:, :8] = np.frombuffer(head, dtype=np.uint8)
     out[:, 8:12] = np.frombuffer(struct.pack("<I", masked_crc32c(head)), dtype=np.uint8)
     out[:, 12 : 12 + e] = np.frombuffer(template, dtype=np.uint8)
-    for off, data in fills:
-        out[:, 12 + off : 12 + off + data.shape[1]] = data
+    run = 0
+    for off, stride, h, a, b in fills:
+        while not stacked[run][0] <= a < stacked[run][1]:
+            run += 1
+        first, _, arr = stacked[run]
+        part = arr[:, a - first : b - first]
+        if part.dtype != np.uint8:  # int64 values: varints of this fill's one width
+            part = _varints_fixed(part, widths[a]).reshape(n, b - a, -1)
+        dst = out[:, 12 + off : 12 + off + stride * (b - a)].reshape(n, b - a, stride)
+        dst[:, :, h:] = part
     # One C call per record over the rows of a 2-D view (each row a contiguous buffer): about
     # half the cost of slicing a memoryview per record in a generator.
     raw = np.fromiter(map(crc32c_fn(), out[:, 12 : 12 + e]), dtype=np.uint64, count=n)
