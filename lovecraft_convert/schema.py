@@ -22,6 +22,9 @@ STRING_LIST = "string_list"  # a list of UTF-8 strings per row; values are a Var
 KINDS = (FIXED, STRING, BINARY, SEQUENCE, STRING_LIST)
 
 
+WIDE_COLUMNS = 64  # a table this many columns wide or more is read and written in larger batches
+
+
 @dataclass(frozen=True)
 class Field:
     """One column: its name, kind, element dtype and (for fixed rows) per-row shape."""

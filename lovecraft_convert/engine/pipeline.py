@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from ..schema import Batch, Schema
+from ..schema import WIDE_COLUMNS, Batch, Schema
 from ..stats import BatchStats
 from .interrupts import get_polled, put_while
 
@@ -22,6 +22,28 @@ def write_step(batch: Batch, down, stats: BatchStats, writer) -> int:
         stats.update(batch)
     writer.write(batch)
     return batch.num_rows
+
+
+def coalesce(batches: Iterator[Batch], target_bytes: int) -> Iterator[Batch]:
+    """The batches of a wide table gathered into batches of about ``target_bytes``.
+
+    A reader's batch is sized by bytes, so a table thousands of columns wide comes in batches of
+    a few rows, and every per-column step of every batch (statistics, conversions, a writer's call
+    per column) is paid per few rows: gathered, it is paid once per ``target_bytes``. Narrow
+    tables pass through as they are."""
+    parts: list[Batch] = []
+    size = 0
+    for b in batches:
+        if len(b.columns) < WIDE_COLUMNS:
+            yield b
+            continue
+        parts.append(b)
+        size += b.nbytes
+        if size >= target_bytes:
+            yield Batch.concat(parts)
+            parts, size = [], 0
+    if parts:
+        yield Batch.concat(parts)
 
 
 def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:

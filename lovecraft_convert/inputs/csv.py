@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
-from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema
+from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .sources import InputSpec
@@ -75,11 +75,18 @@ class CsvReader(Reader):
     def _first_record_end(self, piece: bytes, spec: InputSpec) -> int:
         return QuoteScan(piece, self._syntax(spec, comments=False)).record_end(1)
 
+    def _block_size(self) -> int:
+        """pyarrow's parse block: an eighth of a batch (1 to 4 MiB); a whole batch (up to 4 MiB)
+        for a wide table, whose per-block, per-column costs would otherwise dominate (2,000
+        columns: read 1.6x faster, and in less memory, in 4 MiB blocks than in 1 MiB ones)."""
+        share = 1 if len(self.header or ()) >= WIDE_COLUMNS else 8
+        return int(max(1 << 20, min(self.options.batch_bytes // share, 4 << 20)))
+
     def _arrow_options(self, spec: InputSpec):
         import pyarrow.csv as pc
 
         ro = pc.ReadOptions(
-            block_size=int(max(1 << 20, min(self.options.batch_bytes // 8, 4 << 20))),
+            block_size=self._block_size(),
             autogenerate_column_names=not self.options.header,
             use_threads=self.options.threads,
         )

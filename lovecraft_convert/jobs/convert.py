@@ -13,7 +13,7 @@ from typing import Any
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
 from ..engine.interrupts import Signals
-from ..engine.pipeline import Progress, prefetch, write_step
+from ..engine.pipeline import Progress, coalesce, prefetch, write_step
 from ..errors import InputError, Interrupted, OptionsError
 from ..formats import get as get_format
 from ..formats.base import FileRecord, WriteOptions
@@ -175,7 +175,7 @@ def write_unit_files(
     stats = BatchStats(schema)
 
     def feed(writer) -> None:
-        for batch in source:
+        for batch in coalesce(source, budget // 16):
             write_step(batch, down, stats, writer)
 
     files, extra = commit_unit(
@@ -195,7 +195,7 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     progress = Progress(reader, o.progress)
     rows = 0
     try:
-        for batch in prefetch(map(plan.prepare, reader.batches()), depth=2):
+        for batch in prefetch(coalesce(map(plan.prepare, reader.batches()), budget // 16), depth=2):
             rows += write_step(batch, down, stats, writer)
             progress.update()
         files: list[FileRecord] = writer.close()

@@ -13,7 +13,6 @@ constant. Text, bytes and sequences go through a per-row encoder.
 
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Iterator
 
@@ -125,7 +124,21 @@ _TAGS = {"float": 0x12, "f64": 0x0A, "int64": 0x1A}
 _DTYPES = {"float": "<f4", "f64": "<f8", "int64": None}
 
 
-@functools.lru_cache(maxsize=16)
+_CACHE: dict[tuple, tuple] = {}  # (id(schema), key) -> (schema, value): a wide schema is slow to hash
+
+
+def _cached(schema: Schema, key: tuple, build):
+    """``build()``, kept for this very schema object (and ``key``); a few entries at most."""
+    hit = _CACHE.get((id(schema), key))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    if len(_CACHE) >= 16:
+        _CACHE.clear()
+    value = build()
+    _CACHE[(id(schema), key)] = (schema, value)
+    return value
+
+
 def _segments(schema: Schema) -> tuple[tuple[str, int, int, int], ...]:
     """Runs of consecutive columns of one kind and row size: (kind, row size, first, end). A table
     thousands of columns wide is a few runs, each encoded with a handful of NumPy operations."""
@@ -139,7 +152,6 @@ def _segments(schema: Schema) -> tuple[tuple[str, int, int, int], ...]:
     return tuple(tuple(r) for r in runs)
 
 
-@functools.lru_cache(maxsize=16)
 def _layout(schema: Schema, widths: tuple[int, ...]) -> tuple[bytes, tuple[tuple[int, int, int, int, int], ...]]:
     """The template Example of an all-fixed batch whose column i has values of ``widths[i]`` bytes
     each, and its fills: (offset, stride, head length, first column, end column) for each run of
@@ -164,50 +176,56 @@ def _layout(schema: Schema, widths: tuple[int, ...]) -> tuple[bytes, tuple[tuple
     return example + bytes(body), tuple((off + shift, st, h, a, b) for off, st, h, a, b in fills)
 
 
-def _encode_fixed(batch: Batch, schema: Schema) -> np.ndarray:
-    """Framed records of an all-fixed, numeric batch: one template, filled a run of columns at once."""
+def _stack_runs(batch: Batch, schema: Schema) -> tuple[list[tuple[int, int, np.ndarray]], tuple[int, ...]]:
+    """Each run of columns (:func:`_segments`) as one array (rows, columns, values): float runs as
+    their bytes, int64 runs as uint64 values; and every column's value width in bytes."""
     n = batch.num_rows
     cols = [batch.columns[f.name] for f in schema]
-    widths = [0] * len(cols)
-    stacked = []  # per run: (first, end, uint8 array (n, columns, k * width) or None for ints)
-    for kind, k, a, b in _segments(schema):
+    widths: list[int] = []
+    stacked = []
+    for kind, k, a, b in _cached(schema, ("segments",), lambda: _segments(schema)):
         if kind == "int64":
-            v = np.stack(
-                [_as_uint64(c.reshape(n, k), f.name) for c, f in zip(cols[a:b], schema.fields[a:b], strict=True)],
-                axis=1,
-            )
-            w = _varint_len(v.max(axis=(0, 2))) if v.size else np.ones(b - a, dtype=np.int64)
-            for i in range(a, b):
-                widths[i] = int(w[i - a])
+            fields = schema.fields[a:b]
+            v = np.stack([_as_uint64(c.reshape(n, k), f.name) for c, f in zip(cols[a:b], fields, strict=True)], axis=1)
+            widths += _varint_len(v.max(axis=(0, 2))).tolist() if v.size else [1] * (b - a)
             stacked.append((a, b, v))
         else:
             arr = np.stack([c.reshape(n, k) for c in cols[a:b]], axis=1).astype(_DTYPES[kind], copy=False)
-            for i in range(a, b):
-                widths[i] = arr.itemsize
+            widths += [arr.itemsize] * (b - a)
             stacked.append((a, b, arr.view(np.uint8).reshape(n, b - a, -1)))
-    template, fills = _layout(schema, tuple(widths))
+    return stacked, tuple(widths)
+
+
+def _encode_fixed(batch: Batch, schema: Schema, piece_bytes: int) -> Iterator[np.ndarray]:
+    """Framed records of an all-fixed, numeric batch, in pieces of about ``piece_bytes``: one
+    template, filled a run of same-layout columns at a time."""
+    n = batch.num_rows
+    stacked, widths = _stack_runs(batch, schema)
+    template, fills = _cached(schema, widths, lambda: _layout(schema, widths))
     e = len(template)
     rec = 12 + e + 4
-    out = np.empty((n, rec), dtype=np.uint8)
     head = struct.pack("<Q", e)
-    out[:, :8] = np.frombuffer(head, dtype=np.uint8)
-    out[:, 8:12] = np.frombuffer(struct.pack("<I", masked_crc32c(head)), dtype=np.uint8)
-    out[:, 12 : 12 + e] = np.frombuffer(template, dtype=np.uint8)
-    run = 0
-    for off, stride, h, a, b in fills:
-        while not stacked[run][0] <= a < stacked[run][1]:
-            run += 1
-        first, _, arr = stacked[run]
-        part = arr[:, a - first : b - first]
-        if part.dtype != np.uint8:  # int64 values: varints of this fill's one width
-            part = _varints_fixed(part, widths[a]).reshape(n, b - a, -1)
-        dst = out[:, 12 + off : 12 + off + stride * (b - a)].reshape(n, b - a, stride)
-        dst[:, :, h:] = part
-    # One C call per record over the rows of a 2-D view (each row a contiguous buffer): about
-    # half the cost of slicing a memoryview per record in a generator.
-    raw = np.fromiter(map(crc32c_fn(), out[:, 12 : 12 + e]), dtype=np.uint64, count=n)
-    out[:, 12 + e :] = mask_array(raw).view(np.uint8).reshape(n, 4)
-    return out.reshape(-1)
+    frame = np.frombuffer(head + struct.pack("<I", masked_crc32c(head)) + template, dtype=np.uint8)
+    crc = crc32c_fn()
+    step = max(1, piece_bytes // rec)
+    for lo in range(0, n, step):
+        m = min(n, lo + step) - lo
+        out = np.empty((m, rec), dtype=np.uint8)
+        out[:, : 12 + e] = frame
+        run = 0
+        for off, stride, h, a, b in fills:
+            while not stacked[run][0] <= a < stacked[run][1]:
+                run += 1
+            first, _, arr = stacked[run]
+            part = arr[lo : lo + m, a - first : b - first]
+            if part.dtype != np.uint8:  # int64 values: varints of this fill's one width
+                part = _varints_fixed(part, widths[a]).reshape(m, b - a, -1)
+            out[:, 12 + off : 12 + off + stride * (b - a)].reshape(m, b - a, stride)[:, :, h:] = part
+        # One C call per record over the rows of a 2-D view (each row a contiguous buffer): about
+        # half the cost of slicing a memoryview per record in a generator.
+        raw = np.fromiter(map(crc, out[:, 12 : 12 + e]), dtype=np.uint64, count=m)
+        out[:, 12 + e :] = mask_array(raw).view(np.uint8).reshape(m, 4)
+        yield out.reshape(-1)
 
 
 def _put_varints(out: np.ndarray, pos: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -335,15 +353,14 @@ def iter_encoded(batch: Batch, schema: Schema, piece_bytes: int = 8 << 20) -> It
     """Framed ``tf.train.Example`` records, one per row, in pieces of about ``piece_bytes`` (bytes-like)."""
     if batch.num_rows == 0:
         return
-    fixed = all(f.kind == FIXED for f in schema)
-    if fixed:
-        per_row = 16 + sum(f.row_size * 10 + 32 for f in schema)
-    else:  # bounded by bytes, not rows: the vectorised encoder's temporaries scale with the piece
-        per_row = 64 + batch.nbytes // batch.num_rows + sum(len(f.name) + 16 for f in schema)
+    if all(f.kind == FIXED for f in schema):
+        yield from _encode_fixed(batch, schema, piece_bytes)
+        return
+    # bounded by bytes, not rows: the vectorised encoder's temporaries scale with the piece
+    per_row = 64 + batch.nbytes // batch.num_rows + sum(len(f.name) + 16 for f in schema)
     step = max(1, piece_bytes // per_row)
     for i in range(0, batch.num_rows, step):
-        part = batch.slice(i, i + step) if batch.num_rows > step else batch
-        yield _encode_fixed(part, schema) if fixed else _encode_rows(part, schema)
+        yield _encode_rows(batch.slice(i, i + step) if batch.num_rows > step else batch, schema)
 
 
 def encode_batch(batch: Batch, schema: Schema) -> bytes:

@@ -1,0 +1,39 @@
+"""Wide tables are written in gathered batches: the rows, their order and their values are those
+of the reader's batches; narrow tables pass through untouched."""
+
+import numpy as np
+
+from lovecraft_convert.engine.pipeline import coalesce
+from lovecraft_convert.schema import WIDE_COLUMNS, Batch, VarColumn
+
+
+def _batches(columns: int, sizes: list[int]) -> list[Batch]:
+    out, start = [], 0
+    for n in sizes:
+        cols = {f"c{j}": np.arange(start, start + n, dtype=np.float64) + j / 1000 for j in range(columns)}
+        offs = np.arange(n + 1, dtype=np.int64)
+        cols["text"] = VarColumn(np.frombuffer(bytes(range(start, start + n)), dtype=np.uint8), offs)
+        out.append(Batch(cols, n))
+        start += n
+    return out
+
+
+def test_narrow_batches_pass_through_as_they_are():
+    src = _batches(3, [5, 7, 2])
+    assert [b is s for b, s in zip(coalesce(iter(src), 1 << 30), src, strict=True)] == [True] * 3
+
+
+def test_wide_batches_are_gathered_to_the_target_keeping_every_row_in_order():
+    src = _batches(WIDE_COLUMNS, [5, 7, 2, 9, 1, 3])
+    per_row = src[0].nbytes // 5
+    out = list(coalesce(iter(src), 12 * per_row))
+    assert [b.num_rows for b in out] == [12, 12, 3]  # 5+7 reach the target, then 2+9+1; 3 is the rest
+    for name in src[0].columns:
+        if name == "text":
+            got = np.concatenate([b.columns[name].values for b in out])
+            want = np.concatenate([b.columns[name].values for b in src])
+            offs = np.concatenate([b.columns[name].offsets[1:] for b in out])
+            assert np.array_equal(got, want) and len(offs) == 27
+        else:
+            got = np.concatenate([b.columns[name] for b in out])
+            assert np.array_equal(got, np.arange(27) + int(name[1:]) / 1000)
