@@ -33,7 +33,8 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _tree_anon(pid: int) -> int:
+def tree_anon_kib(pid: int) -> int:
+    """Anonymous memory (KiB) of ``pid`` and every process below it, now."""
     total, todo, seen = 0, [pid], set()
     while todo:
         p = todo.pop()
@@ -70,7 +71,7 @@ def run(cmd: list[str], env: dict | None = None, every: float = 0.004, expect: i
     def sample():
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, _tree_anon(p.pid))
+            peak = max(peak, tree_anon_kib(p.pid))
             time.sleep(every)
 
     t = threading.Thread(target=sample, daemon=True)

@@ -19,29 +19,23 @@ pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _anon_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
+def _tree_anon_kib():
+    """The benchmarks' sampler of a process tree's anonymous memory (bench/measure.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lovecraft_measure", os.path.join(ROOT, "bench", "measure.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return mod.tree_anon_kib
 
 
 def _peak_mib(cmd: list[str]) -> float:
+    tree_anon_kib = _tree_anon_kib()
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0
     while p.poll() is None:
-        kids = []
-        try:
-            for tid in os.listdir(f"/proc/{p.pid}/task"):
-                with open(f"/proc/{p.pid}/task/{tid}/children") as f:
-                    kids += [int(x) for x in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-        peak = max(peak, _anon_kib(p.pid) + sum(_anon_kib(k) for k in kids))
+        peak = max(peak, tree_anon_kib(p.pid))
         time.sleep(0.005)
     assert p.returncode == 0, p.stderr.read().decode()[-2000:]
     return peak / 1024
