@@ -4,12 +4,16 @@ Chunks are chosen by us (about 1 MiB, whole rows) because h5py's automatic shape
 datasets can be absurdly small; the chunk cache is sized to hold a chunk of every column.
 Fixed-size columns get fletcher32 checksums; text becomes UTF-8 variable-length strings and
 sequences variable-length arrays.
+
+Uncompressed fixed-size columns skip HDF5's chunk cache and filter pipeline: their chunks are
+checksummed and written by a thread of ours (direct.py), the same chunks a cached write makes.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from functools import partial
 
 import numpy as np
 
@@ -17,6 +21,7 @@ from ...engine.writer import hash_fsynced
 from ...errors import SchemaError
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
+from .direct import DirectColumn, Hdf5Thread
 
 CHUNK_BYTES = 1 << 20  # the chunk size of a narrow table
 MIN_CHUNK_BYTES = 4 << 10  # the smallest chunk a wide table gets (many columns, little memory)
@@ -56,6 +61,38 @@ def _disk_error(e: Exception, path: str) -> Exception:
     return e
 
 
+def _fixed(ds, start: int, col: np.ndarray) -> None:
+    """Rows of a fixed-size column through the low-level write (a third of h5py's per-call cost)."""
+    from h5py import h5s
+
+    fspace = ds.id.get_space()
+    fspace.select_hyperslab((start,) + (0,) * (col.ndim - 1), col.shape)
+    ds.id.write(h5s.create_simple(col.shape), fspace, col)
+
+
+def _vlen(ds, start: int, obj) -> None:
+    """Variable-length numeric rows, through the low-level write: h5py's ``ds[a:b] = obj``
+    turns rows that all have the same length into a 2-d array and fails to broadcast it."""
+    from h5py import h5s, h5t
+
+    fspace = ds.id.get_space()
+    fspace.select_hyperslab((start,), (len(obj),))
+    ds.id.write(h5s.create_simple((len(obj),)), fspace, obj, mtype=h5t.py_create(ds.dtype))
+
+
+def _strings(ds, start: int, stop: int, obj, name: str) -> None:
+    try:
+        ds[start:stop] = obj
+    except ValueError as e:
+        if "NUL" not in str(e):
+            raise
+        i = next(i for i, v in enumerate(obj) if isinstance(v, str) and "\x00" in v)
+        raise SchemaError(
+            f"column '{name}', row {start + i + 1}: holds a NUL character, which HDF5 strings cannot store",
+            hint="remove it from the input, or write parquet, tfrecord or memmap",
+        ) from None
+
+
 class Hdf5Writer(Writer):
     extension = ".h5"
 
@@ -90,6 +127,8 @@ class Hdf5Writer(Writer):
         rows = options.expected_rows
         comp = options.compression
         self.dsets = {}
+        self.direct: dict[str, DirectColumn] = {}
+        self.io = Hdf5Thread(self.path)  # every HDF5 call after this one, in order
         for fd in schema:
             kw = {}
             if comp == "gzip":
@@ -100,10 +139,13 @@ class Hdf5Writer(Writer):
                 dt = fd.np_dtype
                 row_bytes = dt.itemsize * fd.row_size
                 shape = (rows or 0, *fd.shape)
+                per_chunk = max(1, min(chunk_rows(row_bytes, self.chunk_bytes), rows or 1 << 30))
                 ds = self.f.create_dataset(
                     fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
-                    chunks=(max(1, min(chunk_rows(row_bytes, self.chunk_bytes), rows or 1 << 30)), *fd.shape), fletcher32=True, track_times=False, **kw,
+                    chunks=(per_chunk, *fd.shape), fletcher32=True, track_times=False, **kw,
                 )  # fmt: skip
+                if not kw and row_bytes:
+                    self.direct[fd.name] = DirectColumn(ds, per_chunk, self.io)
             else:
                 if fd.kind == STRING or fd.np_dtype.kind == "U":
                     dt = h5py.string_dtype("utf-8")
@@ -126,15 +168,16 @@ class Hdf5Writer(Writer):
             raise _disk_error(e, self.path) from None
 
     def _write(self, batch: Batch) -> None:
+        """The batch's HDF5 calls handed to the HDF5 thread, in column order; what can be done
+        here (decoding text into objects, gathering chunks) is done here, overlapping them."""
         n = batch.num_rows
         start, stop = self.rows, self.rows + n
-        from h5py import h5s
-
+        io = self.io
         for fd in self.schema:
             ds = self.dsets[fd.name]
-            sid = ds.id  # the low-level calls: a third of h5py's per-call cost, paid per column and batch
             if self.known is None or stop > self.known:
-                sid.set_extent((stop, *fd.shape) if fd.kind == FIXED and fd.np_dtype.kind != "U" else (stop,))
+                fixed = fd.kind == FIXED and fd.np_dtype.kind != "U"
+                io.submit(partial(ds.id.set_extent, (stop, *fd.shape) if fixed else (stop,)))
             col = batch.columns[fd.name]
             if isinstance(col, VarColumn):
                 obj = np.empty(n, dtype=object)
@@ -142,48 +185,28 @@ class Hdf5Writer(Writer):
                     data = col.values.tobytes()
                     o = col.offsets
                     obj[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
-                    self._strings(ds, start, stop, obj, fd.name)
+                    io.submit(partial(_strings, ds, start, stop, obj, fd.name))
                 elif n:
                     for i, row in enumerate(np.split(col.values, col.offsets[1:-1])):
                         obj[i] = row  # one by one: rows of equal length would make numpy build a 2-d array
-                    self._vlen(ds, start, obj)
+                    io.submit(partial(_vlen, ds, start, obj))
             elif fd.np_dtype.kind == "U":
                 obj = np.empty(n, dtype=object)
                 obj[:] = col.tolist()
-                self._strings(ds, start, stop, obj, fd.name)
-            else:
-                if n:
-                    col = np.ascontiguousarray(col)
-                    fspace = sid.get_space()
-                    fspace.select_hyperslab((start,) + (0,) * len(fd.shape), col.shape)
-                    sid.write(h5s.create_simple(col.shape), fspace, col)
+                io.submit(partial(_strings, ds, start, stop, obj, fd.name))
+            elif fd.name in self.direct:
+                self.direct[fd.name].add(col)
+            elif n:
+                io.submit(partial(_fixed, ds, start, np.ascontiguousarray(col)))
         self.rows = stop
-
-    def _vlen(self, ds, start: int, obj) -> None:
-        """Variable-length numeric rows, through the low-level write: h5py's ``ds[a:b] = obj``
-        turns rows that all have the same length into a 2-d array and fails to broadcast it."""
-        from h5py import h5s, h5t
-
-        fspace = ds.id.get_space()
-        fspace.select_hyperslab((start,), (len(obj),))
-        ds.id.write(h5s.create_simple((len(obj),)), fspace, obj, mtype=h5t.py_create(ds.dtype))
-
-    def _strings(self, ds, start: int, stop: int, obj, name: str) -> None:
-        try:
-            ds[start:stop] = obj
-        except ValueError as e:
-            if "NUL" not in str(e):
-                raise
-            i = next(i for i, v in enumerate(obj) if isinstance(v, str) and "\x00" in v)
-            raise SchemaError(
-                f"column '{name}', row {start + i + 1}: holds a NUL character, which HDF5 strings cannot store",
-                hint="remove it from the input, or write parquet, tfrecord or memmap",
-            ) from None
 
     def close(self) -> list[FileRecord]:
         try:
             # Chunks still in the cache are written here. Flushed before closing: a full disk then
             # fails with every object still open, which a close does not leave (see abort()).
+            for d in self.direct.values():
+                d.finish()
+            self.io.close()
             self.f.flush()
             self.f.close()
             digest = hash_fsynced(self.path, self.options.hash)
@@ -198,6 +221,7 @@ class Hdf5Writer(Writer):
         that fails to write them leaves datasets half-closed inside the library, and freeing them
         later crashes the interpreter (SIGSEGV at exit, after our error message). So empty the
         file (freeing its blocks) and flush until nothing is left to write, then close."""
+        self.io.abort()
         if not self.f.id.valid:
             return
         for _ in range(64):

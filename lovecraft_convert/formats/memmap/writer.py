@@ -100,7 +100,7 @@ class _NpyFile:
                 f.flush()
                 if sync:
                     os.fsync(f.fileno())
-            digest = hash_file(self.path, self.hash)
+            digest = hash_file(self.path, self.hash, mapped=True)
         return nbytes, digest
 
     def abort(self) -> None:

@@ -1,0 +1,63 @@
+"""HDF5's fletcher32 chunk checksum, computed with NumPy, for chunks we write ourselves.
+
+HDF5 checks each chunk with a Fletcher-32 over its bytes read as big-endian 16-bit words, sums
+kept modulo 65535 (stored 1..65535, 0 only for all-zero data), an odd last byte counted as the high
+byte of a final word, and the 32-bit result appended to the chunk little-endian. Its filter runs
+the sums one word at a time (about 1 GB/s here, on the writing thread); this does the same
+arithmetic in a few vector operations (about 3.5 GB/s on one core):
+
+* 65536 = 1 (mod 65535), so a big-endian word ``256*b0 + b1`` equals ``256 * (b0 + 65536*b1)``,
+  256 times the little-endian word of the same bytes: no byte swap is needed.
+* ``sum2`` adds ``sum1`` after every word, so it is the sum of word ``j`` times ``n - j``. Words
+  are taken 256 to a row: each row's sum and each column's sum (uint32 reductions, no BLAS, so no
+  thread pool spinning on the other core) give the weighted sum as
+  ``sum_b (n - 256 b) row_b - sum_k k col_k``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_ROW = 256
+_SEGMENT = 1 << 21  # words summed at once: every partial sum stays inside uint32 / int64
+_COLUMN = np.arange(_ROW, dtype=np.int64)
+
+
+def _fold(total: int) -> int:
+    """A non-negative sum as HDF5 leaves it: 0 only when nothing was added, else 1..65535."""
+    return 0 if total == 0 else (256 * total - 1) % 65535 + 1
+
+
+def _sums(words: np.ndarray) -> tuple[int, int]:
+    """(sum of the words, sum of word j times len(words) - j), exactly, for at most _SEGMENT
+    words: a row sum is below 2**24 and a column sum below 2**32."""
+    n = len(words)
+    body = n - n % _ROW
+    s1 = s2 = 0
+    if body:
+        block = words[:body].reshape(-1, _ROW)
+        rows = block.sum(axis=1, dtype=np.uint32).astype(np.int64)
+        cols = block.sum(axis=0, dtype=np.uint32).astype(np.int64)
+        s1 = int(rows.sum())
+        s2 = int(np.dot(n - _ROW * np.arange(len(rows), dtype=np.int64), rows)) - int(np.dot(_COLUMN, cols))
+    if body < n:
+        tail = words[body:].astype(np.int64)
+        s1 += int(tail.sum())
+        s2 += int(np.dot(n - np.arange(body, n, dtype=np.int64), tail))
+    return s1, s2
+
+
+def fletcher32(data) -> int:
+    """The checksum HDF5's fletcher32 filter appends to the chunk ``data`` (any bytes-like)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if len(raw) % 2:
+        raw = np.concatenate([raw, np.zeros(1, np.uint8)])  # the odd byte is the high half of a word
+    words = raw.view("<u2")
+    n = len(words)
+    s1 = s2 = 0
+    for start in range(0, n, _SEGMENT):
+        seg = words[start : start + _SEGMENT]
+        a, b = _sums(seg)
+        s1 += a
+        s2 += b + (n - start - len(seg)) * a  # the words after this segment add its sum once each
+    return (_fold(s2) << 16) | _fold(s1)
