@@ -158,13 +158,3 @@ def join(t: threading.Thread, poll: float = POLL) -> None:
         with held():
             t.join(poll)
         raise_pending()
-
-
-def wait_event(ev: threading.Event, poll: float = POLL) -> None:
-    """``ev.wait()`` in held slices of ``poll`` seconds."""
-    while True:
-        with held():
-            ok = ev.wait(poll)
-        raise_pending()
-        if ok:
-            return

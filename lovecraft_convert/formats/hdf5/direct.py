@@ -1,9 +1,11 @@
 """HDF5 written from one thread of its own, and uncompressed fixed-size columns written chunk by
 chunk without HDF5's chunk cache.
 
-Each such column gathers rows in a chunk-sized buffer (two, alternating); a full buffer gets its
-fletcher32 appended (fletcher.py) and goes to the HDF5 thread, which writes it with
-``write_direct_chunk`` while the caller fills the other buffer. The file is the one a cached
+Each such column gathers rows in a chunk-sized buffer; a full buffer gets its fletcher32 appended
+(fletcher.py) and is handed to the HDF5 thread, which writes it with ``write_direct_chunk`` while
+the caller fills the next one (buffers come back to a pool). Calls are handed over in lists of
+up to 4 MiB of chunks, so that a table of thousands of columns (thousands of small chunks per
+batch) pays for a thread hand-over per list, not per chunk. The file is the one a cached
 write makes (the same chunks and checksums), but every byte is copied once, the checksum is
 vectorised, and checksums and writes overlap with reading and statistics on the other core.
 Every ``SYNC_EVERY`` bytes the file is flushed to disk in the background, so the final fsync
@@ -14,55 +16,95 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from functools import partial
 
 import numpy as np
 
-from ...engine.interrupts import join, put_while, wait_event
+from ...engine.interrupts import join, put_while
 from ...engine.writer import BackgroundSync
 from .fletcher import fletcher32
+
+QUEUED = 3  # lists waiting for the thread
 
 
 class Hdf5Thread:
     """The one thread that makes every HDF5 call of a file being written, in the order they are
-    handed over: resizes, cached writes and full chunks (checksummed here). HDF5 lays the file out
-    in the order of its calls, so the bytes depend only on the data, never on timing; and HDF5
-    is not thread-safe (h5py's own lock is taken for each call). An error stops the work; the
-    caller's next call raises it."""
+    handed over: resizes, cached writes and full chunks. HDF5 lays the file out in the order of its
+    calls, so the bytes depend only on the data, never on timing; and HDF5 is not thread-safe
+    (h5py's own lock is taken around each list). An error stops the work; the caller's next call
+    raises it."""
 
     SYNC_EVERY = 64 << 20
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, memory: int, threaded: bool = True) -> None:
+        """``memory``: what the calls in flight may hold, about half the writer's share.
+        ``threaded`` False: every call made at once, in the caller's thread. For small chunks (a
+        wide table's): a thread that takes the GIL back after every one of thousands of short
+        HDF5 calls waits out the interpreter's switch interval behind the caller each time."""
         from h5py._objects import phil  # the lock h5py holds around its calls
 
+        self.threaded = threaded
         self.lock = phil
         self.path = path
-        self.q: queue.Queue = queue.Queue(maxsize=3)
+        self.q: queue.Queue = queue.Queue(maxsize=QUEUED)
         self.error: BaseException | None = None
         self.sync: BackgroundSync | None = None
         self.unsynced = 0
+        # bytes per hand-over: with QUEUED lists waiting, one running and one being gathered
+        self.batch_bytes = max(64 << 10, min(4 << 20, memory // (QUEUED + 2)))
+        self.ops: list = []  # calls not yet handed over
+        self.op_bytes = 0
+        self.pools: dict[int, deque] = {}
         self.t = threading.Thread(target=self._run, name="lovecraft-hdf5", daemon=True)
-        self.t.start()
+        if threaded:
+            self.t.start()
 
     def _run(self) -> None:
         while True:
-            item = self.q.get()
-            if item is None:
+            ops = self.q.get()
+            if ops is None:
                 return
-            fn, free = item
             try:
                 if self.error is None:
                     with self.lock:
-                        fn()
+                        for fn in ops:
+                            fn()
             except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
                 self.error = e
-            finally:
-                if free is not None:
-                    free.set()
+
+    def add(self, fn, nbytes: int = 0) -> None:
+        """Run ``fn()`` on the thread after everything added before."""
+        if not self.threaded:
+            with self.lock:
+                fn()
+            return
+        self.ops.append(fn)
+        self.op_bytes += nbytes
+        if self.op_bytes >= self.batch_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand over the calls added so far."""
+        self.check()
+        if self.ops:
+            ops, self.ops, self.op_bytes = self.ops, [], 0
+            put_while(self.q, ops, self.t.is_alive)
+
+    def buffer(self, size: int) -> bytearray:
+        pool = self.pools.setdefault(size, deque())
+        try:
+            return pool.pop()
+        except IndexError:
+            return bytearray(size)
 
     def chunk(self, dsid, coord: tuple, buf: bytearray) -> None:
-        """Write ``buf`` (a chunk and its checksum) as the chunk at ``coord``."""
+        """Write ``buf`` (a chunk and its checksum) as the chunk at ``coord``; the buffer goes
+        back to the pool, which keeps what the calls in flight could need."""
         dsid.write_direct_chunk(coord, buf)
+        pool = self.pools[len(buf)]
+        if len(pool) * len(buf) < (QUEUED + 2) * self.batch_bytes:
+            pool.append(buf)
         self.unsynced += len(buf)
         if self.unsynced >= self.SYNC_EVERY:
             if self.sync is None:
@@ -74,15 +116,9 @@ class Hdf5Thread:
         if self.error is not None:
             raise self.error
 
-    def submit(self, fn, free: threading.Event | None = None) -> None:
-        """Run ``fn()`` on the thread after everything submitted before; ``free`` is set when done."""
-        self.check()
-        if free is not None:
-            free.clear()
-        put_while(self.q, (fn, free), self.t.is_alive)
-
     def close(self) -> None:
-        """Wait for everything handed over to be done; raise the first error."""
+        """Wait for everything added to be done; raise the first error."""
+        self.flush()
         if self.t.is_alive():
             put_while(self.q, None, self.t.is_alive)
             join(self.t)
@@ -94,6 +130,7 @@ class Hdf5Thread:
     def abort(self) -> None:
         """Stop without raising: what is still queued is dropped."""
         self.error = self.error or RuntimeError("aborted")
+        self.ops = []
         try:
             self.close()
         except BaseException:  # noqa: BLE001 - already failing
@@ -101,37 +138,32 @@ class Hdf5Thread:
 
 
 class DirectColumn:
-    """A fixed-size column's rows, gathered into whole chunks for the :class:`ChunkWriter`. The
+    """A fixed-size column's rows, gathered into whole chunks for the :class:`Hdf5Thread`. The
     last chunk is zero-padded, as HDF5 stores an edge chunk."""
 
-    def __init__(self, ds, rows_per_chunk: int, out: Hdf5Thread) -> None:
-        self.out = out
+    def __init__(self, ds, rows_per_chunk: int, io: Hdf5Thread) -> None:
+        self.io = io
         self.dsid = ds.id
         self.dtype = ds.dtype
         self.rows = rows_per_chunk
         self.tail = (0,) * (len(ds.shape) - 1)
         self.shape = (rows_per_chunk, *ds.shape[1:])
-        self.nbytes = int(np.prod(self.shape)) * ds.dtype.itemsize
-        # two buffers, each a chunk and room for its checksum: one filled here, one being written
-        self.bufs = [bytearray(self.nbytes + 4) for _ in range(2)]
-        self.free = [threading.Event(), threading.Event()]
-        for e in self.free:
-            e.set()
-        self.cur = 0
-        self.held = 0  # rows in the current buffer
-        self.start = 0  # the first row of the chunk being filled
-
-    def _view(self) -> np.ndarray:
-        return np.frombuffer(self.bufs[self.cur], dtype=self.dtype, count=int(np.prod(self.shape))).reshape(self.shape)
+        self.count = int(np.prod(self.shape))
+        self.nbytes = self.count * ds.dtype.itemsize
+        self.buf: bytearray | None = None  # the chunk being filled, and room for its checksum
+        self.view: np.ndarray | None = None
+        self.held = 0  # rows in it
+        self.start = 0  # its first row
 
     def add(self, col: np.ndarray) -> None:
         col = np.ascontiguousarray(col, dtype=self.dtype)
         i, n = 0, len(col)
         while i < n:
-            if self.held == 0:
-                wait_event(self.free[self.cur])  # written out since it was last handed over
+            if self.buf is None:
+                self.buf = self.io.buffer(self.nbytes + 4)
+                self.view = np.frombuffer(self.buf, dtype=self.dtype, count=self.count).reshape(self.shape)
             k = min(self.rows - self.held, n - i)
-            self._view()[self.held : self.held + k] = col[i : i + k]
+            self.view[self.held : self.held + k] = col[i : i + k]
             self.held += k
             i += k
             if self.held == self.rows:
@@ -139,16 +171,15 @@ class DirectColumn:
 
     def finish(self) -> None:
         if self.held:
-            self._view()[self.held :] = 0
+            self.view[self.held :] = 0
             self._emit()
 
     def _emit(self) -> None:
-        c = self.cur
-        buf = self.bufs[c]
+        buf = self.buf
         # the checksum here, the write there: the two take about as long, and so the HDF5 thread
         # writes while this one reads, checks and sums the next chunk
         buf[self.nbytes :] = fletcher32(memoryview(buf)[: self.nbytes]).to_bytes(4, "little")
-        self.out.submit(partial(self.out.chunk, self.dsid, (self.start, *self.tail), buf), self.free[c])
+        self.io.add(partial(self.io.chunk, self.dsid, (self.start, *self.tail), buf), len(buf))
         self.start += self.rows
         self.held = 0
-        self.cur = 1 - c
+        self.buf = self.view = None

@@ -21,6 +21,8 @@ import numpy as np
 _ROW = 256
 _SEGMENT = 1 << 21  # words summed at once: every partial sum stays inside uint32 / int64
 _COLUMN = np.arange(_ROW, dtype=np.int64)
+_SMALL = 1 << 13  # words: up to here a direct weighted sum is faster
+_weights: dict[int, np.ndarray] = {}
 
 
 def _fold(total: int) -> int:
@@ -34,6 +36,14 @@ def _sums(words: np.ndarray) -> tuple[int, int]:
     n = len(words)
     body = n - n % _ROW
     s1 = s2 = 0
+    if n <= _SMALL:  # a small chunk (a wide table's): one pass, the weights cached per length
+        w = _weights.get(n)
+        if w is None:
+            if len(_weights) > 64:
+                _weights.clear()
+            w = _weights[n] = np.arange(n, 0, -1, dtype=np.int64)
+        v = words.astype(np.int64)
+        return int(v.sum()), int(np.dot(w, v))
     if body:
         block = words[:body].reshape(-1, _ROW)
         rows = block.sum(axis=1, dtype=np.uint32).astype(np.int64)

@@ -25,6 +25,9 @@ from .direct import DirectColumn, Hdf5Thread
 
 CHUNK_BYTES = 1 << 20  # the chunk size of a narrow table
 MIN_CHUNK_BYTES = 4 << 10  # the smallest chunk a wide table gets (many columns, little memory)
+# chunks at least this large are written from a thread (see direct.py); smaller ones (a wide
+# table's, thousands per batch) in the caller's thread
+THREADED_CHUNK = 256 << 10
 
 
 def chunk_rows(row_bytes: int, target: int = CHUNK_BYTES) -> int:
@@ -32,8 +35,8 @@ def chunk_rows(row_bytes: int, target: int = CHUNK_BYTES) -> int:
 
 
 def chunk_target(columns: int, memory: int) -> int:
-    """Bytes per chunk: ~1 MiB, less when the writer's memory shared by every column's cached
-    chunk (twice over) would not hold that many."""
+    """Bytes per chunk: ~1 MiB, less when half the writer's memory shared by every column's
+    chunk being filled would not hold that many (the other half: chunks on their way to disk)."""
     return int(max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, memory // max(1, 2 * columns))))
 
 
@@ -119,16 +122,21 @@ class Hdf5Writer(Writer):
 
         self.h5py = h5py
         self.path = os.path.join(directory, f"{stem or 'data'}.h5")
-        self.chunk_bytes = chunk_target(len(schema), options.memory)
-        # HDF5's chunk cache is per dataset: room for the chunk being filled and one more, so that
-        # all the columns together hold at most the writer's memory
-        self.f = create_file(h5py, self.path, 2 * self.chunk_bytes, slots=521 if len(schema) < 64 else 17)
-        self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
         rows = options.expected_rows
         comp = options.compression
+        # Fixed-size columns of an uncompressed file are written as whole chunks of ours, the
+        # others through HDF5's chunk cache (per dataset: the chunk being filled and one more).
+        cached = comp is not None or any(f.kind != FIXED or f.np_dtype.kind == "U" for f in schema)
+        self.chunk_bytes = chunk_target(len(schema), options.memory)
+        # every HDF5 call after the file's creation, in order; chunks in flight hold half the memory
+        self.io = Hdf5Thread(self.path, options.memory // 2, threaded=self.chunk_bytes >= THREADED_CHUNK)
+        if not cached and not self.io.threaded:
+            self.chunk_bytes = chunk_target(len(schema), 2 * options.memory)  # nothing in flight, no cache
+        cache = 2 * self.chunk_bytes if cached else 0
+        self.f = create_file(h5py, self.path, cache, slots=521 if len(schema) < 64 else 17)
+        self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
         self.dsets = {}
         self.direct: dict[str, DirectColumn] = {}
-        self.io = Hdf5Thread(self.path)  # every HDF5 call after this one, in order
         for fd in schema:
             kw = {}
             if comp == "gzip":
@@ -160,6 +168,7 @@ class Hdf5Writer(Writer):
             ds.attrs["dtype"] = fd.dtype
             self.dsets[fd.name] = ds
         self.known = rows
+        self.extent = rows or 0  # the datasets' current length
 
     def write(self, batch: Batch) -> None:
         try:
@@ -173,11 +182,14 @@ class Hdf5Writer(Writer):
         n = batch.num_rows
         start, stop = self.rows, self.rows + n
         io = self.io
+        # Datasets of unknown length grow by doubling (a resize per column is a call per column),
+        # and are cut to their length at close.
+        grow = stop > self.extent
+        grown = stop if self.known is not None else max(stop, 2 * self.extent)
         for fd in self.schema:
             ds = self.dsets[fd.name]
-            if self.known is None or stop > self.known:
-                fixed = fd.kind == FIXED and fd.np_dtype.kind != "U"
-                io.submit(partial(ds.id.set_extent, (stop, *fd.shape) if fixed else (stop,)))
+            if grow:
+                io.add(partial(ds.id.set_extent, self._shape(fd, grown)))
             col = batch.columns[fd.name]
             if isinstance(col, VarColumn):
                 obj = np.empty(n, dtype=object)
@@ -185,20 +197,27 @@ class Hdf5Writer(Writer):
                     data = col.values.tobytes()
                     o = col.offsets
                     obj[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
-                    io.submit(partial(_strings, ds, start, stop, obj, fd.name))
+                    io.add(partial(_strings, ds, start, stop, obj, fd.name), col.nbytes)
                 elif n:
                     for i, row in enumerate(np.split(col.values, col.offsets[1:-1])):
                         obj[i] = row  # one by one: rows of equal length would make numpy build a 2-d array
-                    io.submit(partial(_vlen, ds, start, obj))
+                    io.add(partial(_vlen, ds, start, obj), col.nbytes)
             elif fd.np_dtype.kind == "U":
                 obj = np.empty(n, dtype=object)
                 obj[:] = col.tolist()
-                io.submit(partial(_strings, ds, start, stop, obj, fd.name))
+                io.add(partial(_strings, ds, start, stop, obj, fd.name), col.nbytes)
             elif fd.name in self.direct:
                 self.direct[fd.name].add(col)
             elif n:
-                io.submit(partial(_fixed, ds, start, np.ascontiguousarray(col)))
+                io.add(partial(_fixed, ds, start, np.ascontiguousarray(col)), col.nbytes)
         self.rows = stop
+        if grow:
+            self.extent = grown
+        io.flush()
+
+    @staticmethod
+    def _shape(fd, rows: int) -> tuple:
+        return (rows, *fd.shape) if fd.kind == FIXED and fd.np_dtype.kind != "U" else (rows,)
 
     def close(self) -> list[FileRecord]:
         try:
@@ -206,6 +225,9 @@ class Hdf5Writer(Writer):
             # fails with every object still open, which a close does not leave (see abort()).
             for d in self.direct.values():
                 d.finish()
+            if self.extent != self.rows:
+                for fd in self.schema:
+                    self.io.add(partial(self.dsets[fd.name].id.set_extent, self._shape(fd, self.rows)))
             self.io.close()
             self.f.flush()
             self.f.close()
