@@ -127,6 +127,7 @@ class CsvReader(Reader):
                 strip_bom=first,
                 skip_rows=self.options.skip_rows if first else 0,
                 max_record=max_record,
+                first=1 << 20,  # the first batch sooner: everything downstream waits for it
             )
             try:
                 for piece in pieces:
@@ -338,10 +339,14 @@ class CsvReader(Reader):
     ) -> Iterator[Batch]:
         """Batches of one input (or of its byte range from ``base``; ``first``: the range starts
         the input). ``row0`` None: rows are not known here."""
+        from ..engine.pipeline import prefetch
+
         chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
         rows = 0
         header_done = not with_header
-        for piece in self._chunks(spec, chunk, stream, first, base):
+        # Reading, decompressing and cutting the next piece (one core, mostly) runs in a thread of
+        # its own, a piece ahead: pyarrow's parse of this one, on every core, does not wait for it.
+        for piece in prefetch(self._chunks(spec, chunk, stream, first, base), depth=1):
             if not header_done:
                 header_done = True
                 end = self._first_record_end(piece, spec)

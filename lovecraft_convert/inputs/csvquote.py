@@ -364,14 +364,17 @@ def record_pieces(
     strip_bom: bool = True,
     skip_rows: int = 0,
     max_record: int = 64 << 20,
+    first: int | None = None,
 ) -> Iterator[bytes]:
     """The stream ``read`` returns, cut into pieces that end at a record end (the last one gets a
-    newline), without comment lines, after a BOM and ``skip_rows`` lines are dropped.
+    newline), without comment lines, after a BOM and ``skip_rows`` lines are dropped. ``first``:
+    the size of the first read, when it should be smaller than ``chunk`` (so that the work after
+    reading starts sooner).
 
     Raises :class:`UnclosedQuote`, :class:`RecordTooLong`, :class:`SkippedPastEnd` with stream
     offsets (BOM included) for the caller to turn into a line number.
     """
-    data = read(chunk)
+    data = read(min(chunk, first or chunk))
     base = 0  # stream offset of carry[0]
     if strip_bom and data.startswith(BOM):
         data, base = data[3:], 3
