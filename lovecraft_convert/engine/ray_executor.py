@@ -65,7 +65,8 @@ class RayExecutor:
         self.plugins = list(plugins or [])
         self.work = work
         self.memory = memory
-        self.started = False
+        self.started = False  # a local Ray was started for this run
+        self.connected = False  # ray.init was called here (not by the program that uses us)
         address = address or os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():
             import logging
@@ -78,6 +79,7 @@ class RayExecutor:
                 else:
                     ray.init(num_cpus=workers, **quiet)
                     self.started = True
+                self.connected = True
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise OutputError(
                     f"cannot reach the Ray cluster at {address or 'a new local Ray'} ({' '.join(str(e).split())[:200]})",
@@ -88,6 +90,7 @@ class RayExecutor:
             num_cpus=1, memory=max(1 << 20, int(memory)), max_retries=RETRIES, retry_exceptions=False
         )
         self.pending: list = []
+        self.cancelled = False  # tasks were cancelled (an error or an interrupt)
 
     def _submit(self, fn, calls: list[tuple]) -> list:
         refs = [self.remote.remote(fn, args, self.plugins, self.work) for args in calls]
@@ -131,6 +134,7 @@ class RayExecutor:
 
     def _stop(self, refs: list, force: bool = False) -> None:
         """Cancel queued tasks; wait for running ones (or kill them with ``force``)."""
+        self.cancelled = self.cancelled or bool(refs)
         for r in refs:
             try:
                 self.ray.cancel(r, force=force)
@@ -146,8 +150,13 @@ class RayExecutor:
                 self.pending.remove(r)
 
     def close(self, kill: bool = False) -> None:
+        clean = not kill and not self.pending and not self.cancelled
         if self.pending:
             self._stop(list(self.pending), force=kill)
-        if self.started:
+        if self.started or (self.connected and clean):
+            # Disconnect now after a clean run (and always stop a Ray started for the run): left
+            # to Ray's exit hook, the same takes about three times as long (0.9 s against 0.3 s,
+            # measured). Not after cancelling tasks: Ray's core worker can abort on the replies of
+            # cancelled tasks that arrive while it shuts down.
             self.ray.shutdown()
-            self.started = False
+            self.started = self.connected = False
