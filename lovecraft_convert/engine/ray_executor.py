@@ -116,7 +116,7 @@ class RayExecutor:
         try:
             return [self._get(r) for r in refs]
         except KeyboardInterrupt:
-            raise  # the driver kills every task (close(kill=True)); see _stop
+            raise  # the driver ends the tasks (close(kill=True))
         except BaseException:
             self._stop(refs)
             raise
@@ -132,16 +132,14 @@ class RayExecutor:
                 for r in done:
                     yield self._get(r)
         except KeyboardInterrupt:
-            raise  # the driver kills every task (close(kill=True)); see _stop
+            raise  # the driver ends the tasks (close(kill=True))
         except BaseException:
             self._stop(left)
             raise
 
     def _stop(self, refs: list, force: bool = False) -> None:
-        """Cancel queued tasks; wait for running ones (or kill them with ``force``). On Ctrl-C the
-        tasks are killed, never cancelled gently: a gentle cancel of a running task can make Ray's
-        core worker abort the driver ("Tried to complete task that was not pending", seen in about
-        one interrupted run in three) instead of our one-line message."""
+        """Cancel queued tasks; wait for running ones (or kill them with ``force``). Not used on
+        Ctrl-C in a Ray session of ours: see :meth:`close`."""
         self.cancelled = self.cancelled or bool(refs)
         for r in refs:
             try:

@@ -119,20 +119,25 @@ class Hdf5Thread:
     def close(self) -> None:
         """Wait for everything added to be done; raise the first error."""
         self.flush()
+        self._stop()
+        self.check()
+
+    def _stop(self) -> None:
+        """End the thread (after what it was handed) and the background flushes."""
         if self.t.is_alive():
             put_while(self.q, None, self.t.is_alive)
             join(self.t)
         if self.sync is not None:
             s, self.sync = self.sync, None
             s.close()
-        self.check()
 
     def abort(self) -> None:
-        """Stop without raising: what is still queued is dropped."""
+        """Stop without raising: what is still queued is dropped (the thread skips it), and the
+        thread has ended before the caller touches the file."""
         self.error = self.error or RuntimeError("aborted")
         self.ops = []
         try:
-            self.close()
+            self._stop()
         except BaseException:  # noqa: BLE001 - already failing
             pass
 

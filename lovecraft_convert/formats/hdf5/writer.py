@@ -136,6 +136,7 @@ class Hdf5Writer(Writer):
         self.f = create_file(h5py, self.path, cache, slots=521 if len(schema) < 64 else 17)
         self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
         self.dsets = {}
+        self.row_shapes: dict[str, tuple] = {}  # each dataset's shape after its first axis
         self.direct: dict[str, DirectColumn] = {}
         for fd in schema:
             kw = {}
@@ -167,6 +168,7 @@ class Hdf5Writer(Writer):
             ds.attrs["kind"] = fd.kind
             ds.attrs["dtype"] = fd.dtype
             self.dsets[fd.name] = ds
+            self.row_shapes[fd.name] = ds.shape[1:]
         self.known = rows
         self.extent = rows or 0  # the datasets' current length
 
@@ -189,7 +191,7 @@ class Hdf5Writer(Writer):
         for fd in self.schema:
             ds = self.dsets[fd.name]
             if grow:
-                io.add(partial(ds.id.set_extent, self._shape(fd, grown)))
+                io.add(partial(ds.id.set_extent, (grown, *self.row_shapes[fd.name])))
             col = batch.columns[fd.name]
             if isinstance(col, VarColumn):
                 obj = np.empty(n, dtype=object)
@@ -215,10 +217,6 @@ class Hdf5Writer(Writer):
             self.extent = grown
         io.flush()
 
-    @staticmethod
-    def _shape(fd, rows: int) -> tuple:
-        return (rows, *fd.shape) if fd.kind == FIXED and fd.np_dtype.kind != "U" else (rows,)
-
     def close(self) -> list[FileRecord]:
         try:
             # Chunks still in the cache are written here. Flushed before closing: a full disk then
@@ -227,7 +225,7 @@ class Hdf5Writer(Writer):
                 d.finish()
             if self.extent != self.rows:
                 for fd in self.schema:
-                    self.io.add(partial(self.dsets[fd.name].id.set_extent, self._shape(fd, self.rows)))
+                    self.io.add(partial(self.dsets[fd.name].id.set_extent, (self.rows, *self.row_shapes[fd.name])))
             self.io.close()
             self.f.flush()
             self.f.close()
