@@ -23,6 +23,15 @@ from ..errors import LovecraftError, OptionsError, OutputError
 
 RETRIES = 3  # a task whose worker process dies is run again this many times
 
+_disconnecting = None  # the thread ending the last clean run's Ray connection (see RayExecutor.close)
+
+
+def _await_disconnect() -> None:
+    global _disconnecting
+    if _disconnecting is not None:
+        _disconnecting.join()
+        _disconnecting = None
+
 
 def _unit(fn, args: tuple, plugins: list, work: str):
     """Run one unit in a Ray worker process (formats registered in the driver known here too)."""
@@ -62,6 +71,7 @@ class RayExecutor:
             raise OptionsError(
                 "--engine ray needs the ray package", hint="pip install 'lovecraft-convert[ray]' (or ray)"
             ) from None
+        _await_disconnect()  # a previous run in this process still disconnecting: let it finish
         self.ray = ray
         self.plugins = list(plugins or [])
         self.work = work
@@ -168,10 +178,18 @@ class RayExecutor:
         clean = not kill and not self.pending and not self.cancelled
         if self.pending:
             self._stop(list(self.pending), force=kill)
-        if self.started or (self.connected and clean):
-            # Disconnect now after a clean run (and always stop a Ray started for the run): left
-            # to Ray's exit hook, the same takes about three times as long (0.9 s against 0.3 s,
-            # measured). Not after cancelling tasks: Ray's core worker can abort on the replies of
-            # cancelled tasks that arrive while it shuts down.
-            self.ray.shutdown()
+        if self.started:
+            self.ray.shutdown()  # stops the Ray processes started for the run
             self.started = self.connected = False
+        elif self.connected and clean:
+            # Disconnect now, in a thread: Ray's core worker spends a quarter of a second on it
+            # (flushing task events), which the driver's commit overlaps; the interpreter waits
+            # for the thread before it exits. Left to Ray's exit hook, the same takes 0.9 s.
+            # Not after cancelling tasks: Ray's core worker can abort on the replies of cancelled
+            # tasks that arrive while it shuts down.
+            import threading
+
+            global _disconnecting
+            _disconnecting = threading.Thread(target=self.ray.shutdown, name="lovecraft-ray-disconnect")
+            _disconnecting.start()
+            self.connected = False
