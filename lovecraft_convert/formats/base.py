@@ -76,6 +76,9 @@ class Writer:
         self.schema = schema
         self.options = options
         self.rows = 0
+        from ..engine.writer import preload_hash
+
+        preload_hash(options.hash)
 
     @classmethod
     def check_schema(cls, schema: Schema, source: str) -> None:

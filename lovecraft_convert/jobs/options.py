@@ -123,11 +123,13 @@ class ConvertOptions:
     def tokenizer_source(self) -> list[dict]:
         """The tokenizer file as the manifest's sources list it (a changed file is a changed input for
         ``--resume``), or nothing for the built-in tokenizers."""
+        if self.tokenizer is None:
+            return []
         import os
 
         from ..transforms.tokenize import BUILTIN
 
-        if self.tokenizer is None or self.tokenizer in BUILTIN or not os.path.isfile(self.tokenizer):
+        if self.tokenizer in BUILTIN or not os.path.isfile(self.tokenizer):
             return []
         st = os.stat(self.tokenizer)
         path = os.path.abspath(self.tokenizer)
