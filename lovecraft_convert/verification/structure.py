@@ -147,9 +147,19 @@ def _units(m: dict, st: Structure, add) -> bool:
     if total != st.rows:
         add(MANIFEST, "rows", f"rows is {st.rows}, its {what} add up to {total}")
     for u in st.units:
-        for p in u.files:
-            r = st.info[p].get("rows")
-            if is_count(r) and r != u.rows:
+        counted = [(p, st.info[p].get("rows")) for p in u.files if is_count(st.info[p].get("rows"))]
+        if len(counted) > 1 and all(r != u.rows for _, r in counted):
+            # the unit's rows split across its files (a wide table's Parquet files)
+            total = sum(r for _, r in counted)
+            if total != u.rows:
+                add(
+                    counted[0][0],
+                    "manifest",
+                    f"the files of {u.label} add up to {total} rows, the manifest says {u.rows}",
+                )
+            continue
+        for p, r in counted:
+            if r != u.rows:
                 add(p, "manifest", f"the manifest says {r} rows for this file, {u.rows} for its {u.label}")
     return True
 

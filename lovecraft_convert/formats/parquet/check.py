@@ -13,7 +13,11 @@ from ...schema import Batch, Schema
 from ..base import CheckContext, FileProblem, Unit, short
 
 
-def check_unit(ctx: CheckContext, unit: Unit, schema: Schema, p: str) -> Iterator[tuple[Batch, str]]:
+def check_unit(
+    ctx: CheckContext, unit: Unit, schema: Schema, p: str, rows: int | None = None
+) -> Iterator[tuple[Batch, str]]:
+    """The checks of file ``p`` of ``unit``, which holds ``rows`` rows (the unit's when None)."""
+    rows = unit.rows if rows is None else rows
     full = ctx.full(p)
     try:
         pf = pq.ParquetFile(full, page_checksum_verification=True, memory_map=True)
@@ -28,8 +32,8 @@ def check_unit(ctx: CheckContext, unit: Unit, schema: Schema, p: str) -> Iterato
         for a, b in zip(got, want, strict=True):
             if a.type != b.type:
                 raise FileProblem(p, f"column '{a.name}' is {a.type}, the schema says {b.type}", "schema")
-        if md.num_rows != unit.rows:
-            raise FileProblem(p, f"holds {md.num_rows} rows, the manifest says {unit.rows}", "rows")
+        if md.num_rows != rows:
+            raise FileProblem(p, f"holds {md.num_rows} rows, the manifest says {rows}", "rows")
         limit = max(1 << 30, 4 * ctx.budget)
         for g in range(md.num_row_groups):
             rg = md.row_group(g)

@@ -14,50 +14,60 @@ from ..base import CORRUPT, PartReader
 
 
 class ParquetReader(PartReader):
-    """``pyarrow.parquet.ParquetFile.iter_batches`` in large batches, converted without copying."""
+    """``pyarrow.parquet.ParquetFile.iter_batches`` in large batches, converted without copying.
+    A part may be several files (a wide table's writer starts a new file to bound its footer):
+    their row groups are the part's blocks, in order."""
 
-    def __init__(self, rows: int, schema: Schema, path: str) -> None:
+    def __init__(self, rows: int, schema: Schema, paths: list[str], file_rows: list[int] | None = None) -> None:
         super().__init__(rows, schema)
-        self.path = path
-        self._pf = None
+        self.paths = list(paths)
+        self.file_rows = list(file_rows) if file_rows is not None else [rows]
+        self.path = self.paths[0]
+        self._pfs: list | None = None
         self._pid = None
 
-    def _open(self):
-        if self._pf is None or self._pid != os.getpid():
+    def _open(self) -> list:
+        if self._pfs is None or self._pid != os.getpid():
             import pyarrow.parquet as pq
 
-            try:
-                pf = pq.ParquetFile(self.path)
-            except (OSError, ValueError) as e:
-                raise DatasetError(f"{self.path}: cannot open ({e})", hint="the dataset is damaged") from None
-            if pf.metadata.num_rows != self.rows:
-                raise DatasetError(
-                    f"{self.path}: holds {pf.metadata.num_rows} rows, the manifest says {self.rows}",
-                    hint="the dataset is damaged; re-create it",
-                )
-            self._pf, self._pid = pf, os.getpid()
-            md = pf.metadata
-            self._rg_start = np.zeros(md.num_row_groups + 1, dtype=np.int64)
-            for i in range(md.num_row_groups):
-                self._rg_start[i + 1] = self._rg_start[i] + md.row_group(i).num_rows
-        return self._pf
+            pfs, starts, loc = [], [0], []
+            for fi, (path, want) in enumerate(zip(self.paths, self.file_rows, strict=True)):
+                try:
+                    pf = pq.ParquetFile(path)
+                except (OSError, ValueError) as e:
+                    raise DatasetError(f"{path}: cannot open ({e})", hint="the dataset is damaged") from None
+                if pf.metadata.num_rows != want:
+                    raise DatasetError(
+                        f"{path}: holds {pf.metadata.num_rows} rows, the manifest says {want}",
+                        hint="the dataset is damaged; re-create it",
+                    )
+                md = pf.metadata
+                for g in range(md.num_row_groups):
+                    starts.append(starts[-1] + md.row_group(g).num_rows)
+                    loc.append((fi, g))
+                pfs.append(pf)
+            self._pfs, self._pid = pfs, os.getpid()
+            self._rg_start = np.asarray(starts, dtype=np.int64)
+            self._rg_loc = loc
+        return self._pfs
 
     def block_starts(self) -> np.ndarray:
         self._open()
         return self._rg_start
 
     def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
-        """Row group ``k`` (decoded whole; ``rows`` of it kept when given)."""
+        """Row group ``k`` of the part (decoded whole; ``rows`` of it kept when given)."""
         import pyarrow as pa
 
         from ...arrowconv import batch_from_arrow
 
-        pf = self._open()
+        pfs = self._open()
+        fi, g = self._rg_loc[k]
         n = int(self._rg_start[k + 1] - self._rg_start[k])
         try:
-            rbs = list(pf.iter_batches(batch_size=max(1, n), row_groups=[k], columns=self.schema.names))
+            rbs = list(pfs[fi].iter_batches(batch_size=max(1, n), row_groups=[g], columns=self.schema.names))
         except (OSError, pa.ArrowException) as e:
-            raise DatasetError(f"{self.path}: row group {k}: cannot read ({e})", hint=CORRUPT) from None
+            raise DatasetError(f"{self.paths[fi]}: row group {g}: cannot read ({e})", hint=CORRUPT) from None
         parts = [batch_from_arrow(rb, self.schema) for rb in rbs]
         batch = parts[0] if len(parts) == 1 else Batch.concat(parts)
         return batch if rows is None else batch.take(np.asarray(rows, dtype=np.int64))
@@ -69,24 +79,33 @@ class ParquetReader(PartReader):
 
         if stop <= start:
             return
-        pf = self._open()
+        pfs = self._open()
         rs = self._rg_start
         first = int(np.searchsorted(rs, start, side="right")) - 1
         last = int(np.searchsorted(rs, stop, side="left"))  # exclusive
         groups = list(range(first, last))
         names = self.schema.names
-        # Shuffling reads row groups one at a time in a random order; otherwise all in one pass.
-        shuffled = rng is not None and len(groups) > 1
-        runs = [[g] for g in rng.permutation(groups).tolist()] if shuffled else [groups]
+        # Shuffling reads row groups one at a time in a random order; otherwise each file's in one pass.
+        if rng is not None and len(groups) > 1:
+            runs = [[g] for g in rng.permutation(groups).tolist()]
+        else:
+            runs = []
+            for g in groups:
+                if runs and self._rg_loc[g][0] == self._rg_loc[runs[-1][-1]][0]:
+                    runs[-1].append(g)
+                else:
+                    runs.append([g])
         for run in runs:
             pos = int(rs[run[0]])
-            batches = pf.iter_batches(batch_size=chunk_rows, row_groups=run, columns=names, use_threads=True)
+            fi = self._rg_loc[run[0]][0]
+            local = [self._rg_loc[g][1] for g in run]
+            batches = pfs[fi].iter_batches(batch_size=chunk_rows, row_groups=local, columns=names, use_threads=True)
             while True:
                 try:
                     rb = next(batches, None)
                 except (OSError, pa.ArrowException) as e:  # a damaged page (checksum, decompression, dictionary)
                     raise DatasetError(
-                        f"{self.path}: row groups {run[0]}..{run[-1]}: cannot read ({e})",
+                        f"{self.paths[fi]}: row groups {local[0]}..{local[-1]}: cannot read ({e})",
                         hint=CORRUPT,
                     ) from None
                 if rb is None:

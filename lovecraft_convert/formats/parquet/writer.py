@@ -3,6 +3,12 @@
 Batches are gathered into row groups of about ``row_group_bytes`` (in memory, bounded by the
 memory budget) so readers get few, large row groups whatever the input's batch size. N-d rows are
 nested fixed-size lists (polars sees ``Array``), text is ``string``, sequences are ``list``.
+
+pyarrow's writer keeps the metadata of every column chunk (~0.8 KiB each, measured) until it
+writes the footer, so one file's memory grows with its row groups times its columns: +1.6 MiB per
+row group of a 2,000-column table. When those would pass half the writer's memory, the next row
+group starts a new file: ``data-00000.parquet``, ``data-00001.parquet``, ... (one file, as almost
+always, keeps its plain name). The manifest lists the files of the unit in order.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import os
 from ...engine.writer import HashingWriter, named
 from ...schema import Batch, Schema
 from ..base import FileRecord, WriteOptions, Writer
+
+CHUNK_METADATA = 800  # bytes pyarrow's writer holds per column chunk until the footer (measured)
 
 
 class ParquetWriter(Writer):
@@ -26,27 +34,51 @@ class ParquetWriter(Writer):
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
-        import pyarrow.parquet as pq
-
         from ...arrowconv import arrow_schema
 
-        self.path = os.path.join(directory, f"{stem or 'data'}.parquet")
-        aschema = arrow_schema(schema).with_metadata({"lovecraft_schema": json.dumps(schema.to_list())})
+        self.base = stem or "data"
+        self.aschema = arrow_schema(schema).with_metadata({"lovecraft_schema": json.dumps(schema.to_list())})
         comp = options.compression or "zstd"
-        # Written through our hashing writer: hashed as it goes, with direct I/O (see HashingWriter)
-        self.out = HashingWriter(self.path, hash=options.hash)
-        self.w = pq.ParquetWriter(
-            self.out,
-            aschema,
+        self.writer_options = dict(
             compression="none" if comp == "none" else comp,
             write_page_checksum=True,
             write_statistics=True,
             # Dictionaries pay off for text and small-int columns, not for floats.
             use_dictionary=[f.name for f in schema if f.np_dtype.kind != "f"],
         )
-        self.aschema = aschema
+        # row groups per file: their footer metadata within half the writer's memory
+        self.max_groups = max(1, (options.memory // 2) // (CHUNK_METADATA * max(1, len(schema))))
+        self.done: list[FileRecord] = []  # the files finished (a wide table's first ones)
         self.pending: list = []
         self.pending_bytes = 0
+        self._start(os.path.join(directory, f"{self.base}.parquet"))
+
+    def _start(self, path: str) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = path
+        # Written through our hashing writer: hashed as it goes, with direct I/O (see HashingWriter)
+        self.out = HashingWriter(path, hash=self.options.hash)
+        self.w = pq.ParquetWriter(self.out, self.aschema, **self.writer_options)
+        self.groups = 0  # row groups in this file
+        self.file_rows = 0
+
+    def _finish(self) -> FileRecord:
+        try:
+            self.w.close()  # writes the footer and closes self.out (fsync)
+            nbytes, digest = self.out.close()
+        except OSError as e:
+            raise named(e, self.path) from None
+        return FileRecord(os.path.basename(self.path), self.file_rows, nbytes, digest, self.options.hash)
+
+    def _next_file(self) -> None:
+        rec = self._finish()
+        if not self.done:  # now that there are several, the first one is numbered too
+            first = os.path.join(self.directory, f"{self.base}-00000.parquet")
+            os.replace(self.path, first)
+            rec.path = os.path.basename(first)
+        self.done.append(rec)
+        self._start(os.path.join(self.directory, f"{self.base}-{len(self.done):05d}.parquet"))
 
     def write(self, batch: Batch) -> None:
         from ...arrowconv import to_arrow
@@ -63,22 +95,21 @@ class ParquetWriter(Writer):
 
         if not self.pending:
             return
+        if self.groups >= self.max_groups:
+            self._next_file()
         table = pa.Table.from_batches(self.pending, schema=self.aschema)
         try:
             self.w.write_table(table, row_group_size=table.num_rows)
         except OSError as e:
             raise named(e, self.path) from None
+        self.groups += 1
+        self.file_rows += table.num_rows
         self.pending = []
         self.pending_bytes = 0
 
     def close(self) -> list[FileRecord]:
         self._flush()
-        try:
-            self.w.close()  # writes the footer and closes self.out (fsync)
-            nbytes, digest = self.out.close()
-        except OSError as e:
-            raise named(e, self.path) from None
-        return [FileRecord(os.path.basename(self.path), self.rows, nbytes, digest, self.options.hash)]
+        return [*self.done, self._finish()]
 
     def abort(self) -> None:
         self.pending = []
