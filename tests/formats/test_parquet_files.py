@@ -101,3 +101,16 @@ def test_the_writer_rolls_over_by_its_memory(tmp_path):
     assert len(files) == -(-20 // per_file) and [f.rows for f in files][:-1] == [10 * per_file] * (len(files) - 1)
     df = pl.concat([pl.read_parquet(tmp_path / f.path) for f in files])
     assert np.array_equal(df["x7"].to_numpy(), np.arange(200) + 7)
+
+
+def test_verify_refuses_file_rows_that_do_not_add_up(tmp_path, wide_csv):
+    out, _ = _converted(tmp_path, wide_csv, "16MiB")
+    p = out / "_manifest.json"
+    m = json.loads(p.read_text())
+    m["files"][1]["rows"] += 5
+    p.write_text(json.dumps(m))
+    r = lovecraft("verify", str(out))
+    assert r.exit_code == 1
+    text = r.stdout + r.stderr
+    assert f"data-00000.parquet: the files of shard 0 add up to {ROWS + 5} rows, the manifest says {ROWS}" in text
+    assert "data-00001.parquet: holds" in text
