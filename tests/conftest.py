@@ -4,6 +4,8 @@ import bz2
 import gzip
 import lzma
 import os
+import re
+import subprocess
 from dataclasses import dataclass
 
 import pytest
@@ -53,6 +55,18 @@ def write(path, data: bytes, kind: str | None = None) -> str:
     with open(p, "wb") as f:
         f.write(compress(data, kind))
     return p
+
+
+def memcapped(memcap: str, mib: int, cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, int | None]:
+    """``memcap MIB cmd...`` and the peak MiB it reports (None when it reports none). memcap names
+    its cgroup after its PID: one left behind by an earlier run (its rmdir failed while a process
+    was still leaving) makes a later memcap of the same PID exit 3, so that is tried again."""
+    for _ in range(5):
+        r = subprocess.run([memcap, str(mib), *cmd], capture_output=True, text=True, **kw)
+        if not (r.returncode == 3 and "cannot make a memory cgroup" in r.stderr):
+            break
+    m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
+    return r, int(m.group(1)) if m else None
 
 
 def leftovers(directory) -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED, SUBPROCESS_ENV
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +38,7 @@ COLUMNS = {"csv": [f"x{i}" for i in range(8)] + ["label"], "npy": ["x"], "text":
 
 
 def _capped(*cmd: str, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, int | None]:
-    r = subprocess.run(
-        [MEMCAP, str(CAP_MIB), *cmd], capture_output=True, text=True, timeout=timeout, env=SUBPROCESS_ENV
-    )
-    m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
-    return r, int(m.group(1)) if m else None
+    return memcapped(MEMCAP, CAP_MIB, list(cmd), timeout=timeout, env=SUBPROCESS_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +163,11 @@ def test_a_wide_csv_converts_to_every_format_under_a_256_mib_cap(tmp_path, wide_
     src, head = wide_csv
     out = str(tmp_path / "out")
     extra = ["--stack-columns", "x=c0:c1999"] if stack else []
-    r = subprocess.run(
-        [MEMCAP, str(WIDE_CAP_MIB), LOVECRAFT, "convert", src, "-o", out, "--to", to, "--max-memory", "64MiB", "-q", *extra],
-        capture_output=True, text=True, timeout=1800,
+    r, peak = memcapped(
+        MEMCAP, WIDE_CAP_MIB, [LOVECRAFT, "convert", src, "-o", out, "--to", to, "--max-memory", "64MiB", "-q", *extra],
+        timeout=1800,
     )  # fmt: skip
-    m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
-    TIMINGS.append((f"wide csv -> {to}{' stacked' if stack else ''}", 0.0, int(m.group(1)) if m else None))
+    TIMINGS.append((f"wide csv -> {to}{' stacked' if stack else ''}", 0.0, peak))
     assert r.returncode == 0, f"rc {r.returncode} (137: killed for memory): {r.stderr[-2000:]}"
     from tests.readback import READERS
 

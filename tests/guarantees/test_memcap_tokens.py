@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED, SUBPROCESS_ENV
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +40,7 @@ STEP = 1 << 24  # tokens per comparison step
 
 
 def _capped(*args: str, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, int | None]:
-    r = subprocess.run(
-        [MEMCAP, str(CAP_MIB), LOVECRAFT, *args], capture_output=True, text=True, timeout=timeout, env=SUBPROCESS_ENV
-    )
-    m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
-    return r, int(m.group(1)) if m else None
+    return memcapped(MEMCAP, CAP_MIB, [LOVECRAFT, *args], timeout=timeout, env=SUBPROCESS_ENV)
 
 
 class Stream:

@@ -10,14 +10,13 @@ import bz2
 import gzip
 import lzma
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 import zstandard
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, memcapped
 
 MEMCAP = os.path.join(SHARED, "tools", "memcap")
 LOVECRAFT = os.path.join(os.path.dirname(sys.executable), "lovecraft")
@@ -72,11 +71,10 @@ def bombs(tmp_path_factory) -> dict[tuple[str, str], str]:
 
 
 def _run(*args: str) -> tuple[int, str, int]:
-    r = subprocess.run([MEMCAP, str(CAP_MIB), LOVECRAFT, *args], capture_output=True, text=True, timeout=300)
-    m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
-    assert m, r.stderr
+    r, peak = memcapped(MEMCAP, CAP_MIB, [LOVECRAFT, *args], timeout=300)
+    assert peak is not None, r.stderr
     lines = [x for x in r.stderr.splitlines() if not x.startswith("memcap:")]
-    return r.returncode, "\n".join(lines), int(m.group(1))
+    return r.returncode, "\n".join(lines), peak
 
 
 @pytest.mark.parametrize("ext", BOMBS)
