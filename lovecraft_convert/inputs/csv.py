@@ -210,8 +210,19 @@ class CsvReader(Reader):
         """Infer types from the first piece of the first input (later pieces may widen them)."""
         spec = self.specs[0]
         self.schema_types = None
-        piece = next(iter(self._chunks(spec, 4 << 20)), b"")
-        if not piece.strip():
+        # The first piece with a record (pieces of blank lines before it hold none: a piece can
+        # end at the first newline), and the next one when it holds the header alone (a last line
+        # without a newline is a piece of its own): types are inferred from rows.
+        piece = b""
+        for p in self._chunks(spec, 4 << 20):
+            piece = (piece + p).lstrip(b"\r\n")
+            if not self.options.header and piece.strip():
+                break
+            if piece.strip() and piece[self._first_record_end(piece, spec) or len(piece) :].strip():
+                break
+            if len(piece) > 8 << 20:  # a header and megabytes of blank lines: types from what is here
+                break
+        if not piece:
             raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
         end = self._first_record_end(piece, spec) or len(piece)
         if self.options.header:
@@ -348,6 +359,9 @@ class CsvReader(Reader):
         # its own, a piece ahead: pyarrow's parse of this one, on every core, does not wait for it.
         for piece in prefetch(self._chunks(spec, chunk, stream, first, base), depth=1):
             if not header_done:
+                if not piece.strip():
+                    continue  # blank lines before the header
+                piece = piece.lstrip(b"\r\n")  # the header is the first line that is not blank
                 header_done = True
                 end = self._first_record_end(piece, spec)
                 _header_utf8(spec, piece[:end])

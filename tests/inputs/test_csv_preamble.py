@@ -279,3 +279,25 @@ def test_option_mistakes_on_the_command_line(tmp_path):
     r = lovecraft("convert", str(tmp_path / "x.npy"), "-o", out, "--to", "parquet", "--comment", "#", "-q")
     assert (r.exit_code, r.stderr) == (2, "Error: --comment applies to CSV inputs only\n")
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize(
+    "data, header, want",
+    [
+        (b"\na,b\n1,2", True, [{"a": 1, "b": 2}]),  # blank lines before the header (found by hypothesis)
+        (b"\n\r\n\na,b\n1,2\n3,4\n", True, [{"a": 1, "b": 2}, {"a": 3, "b": 4}]),
+        (b"a,b\n1,2", True, [{"a": 1, "b": 2}]),  # no last newline: types still from the rows
+        (b"\n,", False, [{"f0": "", "f1": ""}]),
+        (b"\n7,8", False, [{"f0": 7, "f1": 8}]),
+    ],
+)
+def test_blank_lines_first_and_no_last_newline(tmp_path, data, header, want):
+    src = tmp_path / "in.csv"
+    src.write_bytes(data)
+    out = tmp_path / "out"
+    r = lovecraft("convert", str(src), "-o", str(out), "--to", "parquet", "-q", *([] if header else ["--no-header"]))
+    assert r.exit_code == 0, r.stderr
+    got = pq.read_table(out / "data.parquet").to_pylist()
+    assert got == want
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    assert [r for r in rows if r][1 if header else 0 :] == [[str(v) for v in w.values()] for w in want]
