@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
-from measure import run, write_repeated
+from measure import med, run, write_repeated
 
 PY = sys.executable
 LOVECRAFT = [PY, "-m", "lovecraft_convert"]
@@ -111,10 +110,6 @@ def _ray_stop(tmp: str) -> None:
     os.environ.pop("RAY_AUTH_TOKEN", None)
     os.environ.pop("RAY_AUTH_MODE", None)
     shutil.rmtree(tmp, ignore_errors=True)
-
-
-def med(rs) -> float:
-    return statistics.median(r.seconds for r in rs)
 
 
 def bench_ray(b, size: int, Row, mbps, make_csv) -> None:

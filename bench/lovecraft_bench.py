@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 import engine_bench  # noqa: E402
 import jsonl_inputs  # noqa: E402
 import tokens_bench  # noqa: E402
-from measure import Result, run, write_repeated  # noqa: E402
+from measure import Result, med, run, write_repeated  # noqa: E402
 
 PY = sys.executable
 LOVECRAFT = [PY, "-m", "lovecraft_convert"]
@@ -332,10 +332,6 @@ class Bench:
             for k, make in cmds.items():
                 res[k].append(run(make(), env=env, every=0.05))
         return res
-
-
-def med(rs: list[Result]) -> float:
-    return statistics.median(r.seconds for r in rs)
 
 
 def mbps(size: int, rs: list[Result]) -> float:

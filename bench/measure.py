@@ -4,6 +4,7 @@ tree (RssAnon from /proc, summed over the process and its children)."""
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -51,6 +52,11 @@ class Result:
     seconds: float
     peak_mib: float
     stderr: str = ""
+
+
+def med(rs: list[Result]) -> float:
+    """The median wall time of runs."""
+    return statistics.median(r.seconds for r in rs)
 
 
 def run(cmd: list[str], env: dict | None = None, every: float = 0.004, expect: int = 0) -> Result:

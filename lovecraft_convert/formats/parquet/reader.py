@@ -18,11 +18,11 @@ class ParquetReader(PartReader):
     A part may be several files (a wide table's writer starts a new file to bound its footer):
     their row groups are the part's blocks, in order."""
 
-    def __init__(self, rows: int, schema: Schema, paths: list[str], file_rows: list[int] | None = None) -> None:
+    def __init__(self, rows: int, schema: Schema, paths: list[str], file_rows: list[int]) -> None:
+        """``file_rows``: the rows of each of ``paths``, as the manifest lists them."""
         super().__init__(rows, schema)
         self.paths = list(paths)
-        self.file_rows = list(file_rows) if file_rows is not None else [rows]
-        self.path = self.paths[0]
+        self.file_rows = list(file_rows)
         self._pfs: list | None = None
         self._pid = None
 
