@@ -227,16 +227,10 @@ class CsvReader(Reader):
         delim = self._delimiter(spec)
         if b'"' in piece or len(delim) != 1 or not 0 < ord(delim) < 128 or delim in "\r\n":
             return None
-        cr = piece.count(b"\r")
-        if cr and cr != piece.count(b"\r\n"):
+        if b"\r" in piece and piece.count(b"\r") != piece.count(b"\r\n"):
             return None
-        raw = np.frombuffer(piece, np.uint8)
-        ends = np.flatnonzero(raw == 10)
-        if not piece.endswith(b"\n"):
-            ends = np.append(ends, len(piece))
-        seps = np.flatnonzero(raw == ord(delim))
-        before = np.searchsorted(seps, ends)  # delimiters before each line's end
-        if not len(ends) or before[0] != ncols - 1 or (len(ends) > 1 and np.any(np.diff(before) != ncols - 1)):
+        lines = _fields_per_line(piece, delim.encode(), ncols - 1)
+        if not lines:
             return None
         ro, po, co = self._arrow_options(spec)
         ro.column_names, ro.autogenerate_column_names = ["v"], False
@@ -247,13 +241,13 @@ class CsvReader(Reader):
             values = pc.read_csv(pa.py_buffer(piece.replace(delim.encode(), b"\n")), ro, po, co).column(0)
         except pa.ArrowInvalid:
             return None
-        if len(values) != len(ends) * ncols or (values.null_count and not pa.types.is_floating(t)):
+        if len(values) != lines * ncols or (values.null_count and not pa.types.is_floating(t)):
             return None
         from ..arrowconv import arrow_to_numpy
 
-        matrix = np.ascontiguousarray(arrow_to_numpy(values).reshape(len(ends), ncols).T)
+        matrix = np.ascontiguousarray(arrow_to_numpy(values).reshape(lines, ncols).T)
         at = {name: i for i, name in enumerate(self.header)}
-        return Batch({f.name: matrix[at[f.name]] for f in self.schema}, len(ends))
+        return Batch({f.name: matrix[at[f.name]] for f in self.schema}, lines)
 
     # -- schema ---------------------------------------------------------------------------------
     def widen(self, widened: dict[str, str]) -> None:
@@ -549,6 +543,30 @@ def _data_lines(text, skip: int, syntax: Syntax, line: list[int]) -> Iterator[st
             state = QuoteScan(s.encode("utf-8", "surrogateescape"), Syntax(syntax.delimiter), state).final
             start = s.endswith("\n")
         yield s
+
+
+def _fields_per_line(piece: bytes, delim: bytes, want: int) -> int:
+    """The number of lines of ``piece`` if each holds exactly ``want`` delimiters, else 0. Long
+    lines (a wide table's, a few hundred per piece) are counted one by one, short ones at once."""
+    n = len(piece)
+    if not n:
+        return 0
+    raw = np.frombuffer(piece, np.uint8)
+    ends = np.flatnonzero(raw == 10)
+    if not piece.endswith(b"\n"):
+        ends = np.append(ends, n)
+    seps = raw == delim[0]
+    if int(np.count_nonzero(seps)) != len(ends) * want:
+        return 0
+    if n >= len(ends) << 10:  # lines of 1 KiB and more
+        start = 0
+        for end in ends.tolist():
+            if np.count_nonzero(seps[start:end]) != want:
+                return 0
+            start = end + 1
+        return len(ends)
+    before = np.searchsorted(np.flatnonzero(seps), ends)  # delimiters before each line's end
+    return len(ends) if before[0] == want and not np.any(np.diff(before) != want) else 0
 
 
 def _header_utf8(spec: InputSpec, header: bytes) -> None:

@@ -37,3 +37,13 @@ def test_wide_batches_are_gathered_to_the_target_keeping_every_row_in_order():
         else:
             got = np.concatenate([b.columns[name] for b in out])
             assert np.array_equal(got, np.arange(27) + int(name[1:]) / 1000)
+
+
+def test_wide_batches_of_half_the_target_pass_through_unless_rows_are_waiting():
+    src = _batches(WIDE_COLUMNS, [6, 2, 6, 7])
+    per_row = src[0].nbytes // 6
+    out = list(coalesce(iter(src), 12 * per_row))
+    assert out[0] is src[0]  # half the target already: not copied into a gathered batch
+    assert [b.num_rows for b in out] == [6, 15]  # then 2 waits for rows, so 6 and 7 join it
+    got = np.concatenate([b.columns["c1"] for b in out])
+    assert np.array_equal(got, np.arange(21) + 1 / 1000)
