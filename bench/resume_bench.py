@@ -21,7 +21,8 @@ The dataset of ``bench/loader_bench.py`` (``x`` float32 [64] and ``label`` int64
   TFRecord: the iterable dataset yielding rows, and the one yielding whole batches; memmap, HDF5
   also with ``batch_sampler=loaders.torch.BatchSampler``) against our
   ``batches(B, shuffle=True)``; target >= 0.8x. HDF5 (exact shuffle reads a chunk per row) is
-  timed on its first 200 batches.
+  timed on its first 200 batches. With the DataLoader's own loop over the same rows reading
+  nothing (its sampler, batching and fetch): the ceiling of any dataset on that path.
 
 Times are medians of ``--runs`` rounds (alternating which runs first), after a warm-up pass.
 """
@@ -214,6 +215,45 @@ def dataloader_epoch(path: str, bs: int, limit: int | None, whole: bool = False,
     return n
 
 
+def dataloader_floor(rows: int, bs: int, kind: str) -> int:
+    """The DataLoader's own loop over ``rows`` rows, with nothing read: a map-style dataset whose
+    ``__getitems__`` returns one ready batch (``shuffle=True``: RandomSampler, BatchSampler and the
+    fetch), or an iterable that yields one ready row (the fetch that gathers rows into batches).
+    The most any dataset can reach through it."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    x, label = torch.zeros((bs, 64)), torch.zeros(bs, dtype=torch.int64)
+
+    class Ready(Dataset):
+        def __len__(self) -> int:
+            return rows
+
+        def __getitem__(self, i):
+            raise IndexError(i)
+
+        def __getitems__(self, idx):
+            return {"x": x[: len(idx)], "label": label[: len(idx)]}
+
+    class Rows(IterableDataset):
+        def __iter__(self):
+            row = {"x": 0, "label": 0}
+            for _ in range(rows):
+                yield row
+
+    def first(batch):
+        return batch
+
+    if kind == "map":
+        loader = DataLoader(Ready(), batch_size=bs, shuffle=True, collate_fn=first)
+    else:
+        loader = DataLoader(Rows(), batch_size=bs, collate_fn=first)
+    n = 0
+    for b in loader:
+        n += len(b["label"]) if kind == "map" else len(b)
+    return n
+
+
 def batches_epoch(path: str, bs: int, limit: int | None) -> int:
     from lovecraft_convert.loaders import open_dataset
 
@@ -307,6 +347,20 @@ def main(argv: list[str] | None = None) -> int:
             note = f" ({note})" if note else ""
             print(f"| {fmt}{note} | {part / td:.0f} | {part / tb:.0f} | {tb / td:.2f}x | >= 0.8x | {met} |")
         print()
+        from lovecraft_convert.loaders import open_dataset
+
+        rows = len(open_dataset(paths[only[0]]))
+        floor = rounds(
+            "DataLoader's own loop",
+            {k: partial(dataloader_floor, rows, bs, k) for k in ("map", "iterable")},
+            runs,
+        )
+        print(
+            f"The DataLoader's own loop over the same {rows} rows, reading nothing (a dataset that returns "
+            f"a ready batch or row): map-style with `shuffle=True` {floor['map']:.3f} s ({mb / floor['map']:.0f} MB/s), "
+            f"an iterable of rows {floor['iterable']:.3f} s ({mb / floor['iterable']:.0f} MB/s). That is the most a "
+            "dataset can reach through it; where it is below 0.8x of `batches()`, the target cannot be met that way.\n"
+        )
     return 0
 
 
