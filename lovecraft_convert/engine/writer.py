@@ -31,9 +31,22 @@ def preload_hash(name: str = DEFAULT_HASH) -> None:
         threading.Thread(target=importlib.import_module, args=("blake3",), name="lovecraft-import", daemon=True).start()
 
 
-def new_hash(name: str = DEFAULT_HASH, threads: bool = False):
-    """A hash object (``update``, ``hexdigest``) of algorithm ``name`` (one of ``HASHES``);
-    ``threads``: a BLAKE3 that spreads large updates over every core (the same digest)."""
+class _NoHash:
+    """What a file that will be hashed later (after a rewrite) is hashed with while written."""
+
+    def update(self, data) -> None:
+        pass
+
+    def hexdigest(self) -> str:
+        return ""
+
+
+def new_hash(name: str | None = DEFAULT_HASH, threads: bool = False):
+    """A hash object (``update``, ``hexdigest``) of algorithm ``name`` (one of ``HASHES``; None:
+    nothing is hashed); ``threads``: a BLAKE3 that spreads large updates over every core (the
+    same digest)."""
+    if name is None:
+        return _NoHash()
     if name == "blake3":
         import blake3
 
@@ -50,13 +63,15 @@ def hash_file(
     bufsize: int = 8 << 20,
     mapped: bool = False,
 ):
-    """The hex digest of a file, read in large blocks, BLAKE3 hashing each on every core; None
+    """The hex digest of a file, read in large blocks, BLAKE3 hashing each on every core (files of
+    16 MiB or more); None
     when ``stop`` is set while it runs. Both hashes release the GIL. ``mapped``: BLAKE3 reads the
     file mapped, with no copy out of the page cache; only for a file nobody else changes (ours,
     just written), since a file truncated under a mapping kills the reader with SIGBUS."""
-    h = new_hash(name, threads=True)
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
+        # every core for a large file; a small one (a wide table's column) costs more to share out
+        h = new_hash(name, threads=size >= 16 << 20)
         if mapped and name == "blake3" and size:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                 view = memoryview(m)
@@ -156,7 +171,7 @@ class HashingWriter:
     STAGE = 1 << 20  # direct I/O: bytes per write (page-aligned buffer, a multiple of 4 KiB sectors)
     GATHER = 256 << 10  # smaller writes are gathered up to this before they go to the thread
 
-    def __init__(self, path: str, preallocate: int = 0, hash: str = DEFAULT_HASH, threaded: bool = True) -> None:
+    def __init__(self, path: str, preallocate: int = 0, hash: str | None = DEFAULT_HASH, threaded: bool = True) -> None:
         """``threaded`` False: hash and write in the caller's thread, buffered (for writers of many
         small files, where a thread and a staging buffer per file cost more than they save)."""
         import queue
@@ -382,7 +397,6 @@ def _staging(delta: int) -> bool:
 def fsync_all(paths: list[str], threads: int = 8) -> None:
     """fsync many files at once: the file system commits them together (measured here: 2,000 small
     files in 0.3 s with 8 threads, 5 s one after another). Errors name the file."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(path: str) -> None:
         try:
@@ -390,13 +404,18 @@ def fsync_all(paths: list[str], threads: int = 8) -> None:
         except OSError as e:
             raise named(e, path) from None
 
-    if len(paths) <= 1:
-        for p in paths:
-            one(p)
-        return
-    with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="lovecraft-fsync") as ex:
-        for f in [ex.submit(one, p) for p in paths]:
-            result(f)
+    each_in_threads(one, paths, threads)
+
+
+def each_in_threads(fn, items: list, threads: int = 8) -> list:
+    """``[fn(x) for x in items]``, run by ``threads`` threads at once (work that waits on the file
+    system: closing and syncing many files); the first error is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="lovecraft-fsync") as ex:
+        return [result(f) for f in [ex.submit(fn, x) for x in items]]
 
 
 def _open_write(path: str, direct: bool = True):

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from ...engine.writer import HashingWriter, fsync_all, hash_file
+from ...engine.writer import HashingWriter, each_in_threads, fsync_all, hash_file
 from ...errors import SchemaError
 from ...schema import FIXED, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
@@ -62,9 +62,9 @@ class _NpyFile:
         if rows is not None:
             header = npy_header(dtype, (rows, *row_shape))
             self.out = HashingWriter(path, preallocate=len(header) + rows * row_bytes, hash=hash, threaded=threaded)
-        else:
+        else:  # the header is rewritten at close and the file hashed then: no hash on the way
             header = npy_header(dtype, (0, *row_shape), HEADER_RESERVE)
-            self.out = HashingWriter(path, hash=hash, threaded=threaded)
+            self.out = HashingWriter(path, hash=None, threaded=threaded)
         self.out.write(header)
         self.gather = bytearray()  # small pieces gathered into one write (many files: see coalesce)
         self.coalesce = 0
@@ -83,6 +83,13 @@ class _NpyFile:
             self.gather += memoryview(data)
         else:
             self.out.write(data)
+
+    def write_now(self, arr: np.ndarray) -> None:
+        """Write ``arr`` (contiguous, of the file's dtype) at once, past the gathering: the caller
+        reuses its buffer (the writer of many files writes in the caller's thread)."""
+        self._flush()
+        self.rows += len(arr)
+        self.out.write(arr.reshape(-1).view(np.uint8))
 
     def _flush(self) -> None:
         if self.gather:
@@ -105,6 +112,40 @@ class _NpyFile:
 
     def abort(self) -> None:
         self.out.abort()
+
+
+def _close_synced(nf: _NpyFile) -> tuple[int, str]:
+    nbytes, digest = nf.close(sync=False)
+    fsync_all([nf.path])
+    return nbytes, digest
+
+
+class _Group:
+    """Scalar columns of one dtype gathered in one ``[columns, rows]`` buffer: a batch goes in with
+    one copy (``np.stack``), not a call per column, and each file is written when it is full."""
+
+    def __init__(self, names: list[str], files: list[_NpyFile], dtype: np.dtype, rows: int) -> None:
+        self.names = names
+        self.files = files
+        self.buf = np.empty((len(names), rows), dtype=dtype)
+        self.fill = 0
+
+    def add(self, cols: list, n: int) -> None:
+        i = 0
+        while i < n:
+            k = min(self.buf.shape[1] - self.fill, n - i)
+            part = cols if i == 0 and k == n else [c[i : i + k] for c in cols]
+            np.stack(part, out=self.buf[:, self.fill : self.fill + k], casting="same_kind")
+            self.fill += k
+            i += k
+            if self.fill == self.buf.shape[1]:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.fill:
+            for j, nf in enumerate(self.files):
+                nf.write_now(self.buf[j, : self.fill])
+            self.fill = 0
 
 
 class MemmapWriter(Writer):
@@ -142,12 +183,23 @@ class MemmapWriter(Writer):
                 ]
                 self.files[f.name][1][1].write(np.zeros(1, dtype=np.int64))
         self._value_base = {f.name: 0 for f in schema if f.kind != FIXED}
+        # scalar columns of one dtype, gathered together (a wide table's): name -> group
+        self.groups: list[_Group] = []
         if self.many:  # a wide table's columns arrive in pieces of a few hundred bytes per batch:
             # gathered per file (within the writer's share of the budget) into fewer, larger writes
             handles = [nf for entries in self.files.values() for _, nf in entries]
             cap = min(self.GATHER, options.memory // max(1, len(handles)))
             for nf in handles:
                 nf.coalesce = cap
+            by_dtype: dict[np.dtype, list[str]] = {}
+            for f in schema:
+                if f.kind == FIXED and not f.shape:
+                    by_dtype.setdefault(f.np_dtype, []).append(f.name)
+            for dt, names in by_dtype.items():
+                if len(names) > self.MANY:
+                    files = [self.files[n][0][1] for n in names]
+                    self.groups.append(_Group(names, files, dt, max(1, cap // dt.itemsize)))
+        self.grouped = {n for g in self.groups for n in g.names}
 
     def _name(self, base: str) -> str:
         return f"{self.stem}.{base}" if self.stem else base
@@ -157,7 +209,11 @@ class MemmapWriter(Writer):
         return _NpyFile(path, np.dtype(dtype), tuple(shape), rows, self.options.hash, threaded=not self.many)
 
     def write(self, batch: Batch) -> None:
+        for g in self.groups:
+            g.add([batch.columns[n] for n in g.names], batch.num_rows)
         for name, entries in self.files.items():
+            if name in self.grouped:
+                continue
             col = batch.columns[name]
             if isinstance(col, VarColumn):
                 entries[0][1].write(col.values)
@@ -168,16 +224,18 @@ class MemmapWriter(Writer):
         self.rows += batch.num_rows
 
     def close(self) -> list[FileRecord]:
-        out = []
-        for name, entries in self.files.items():
-            for role, nf in entries:
-                nbytes, digest = nf.close(sync=not self.many)
-                out.append(
-                    FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, nf.hash, column=name, role=role)
-                )
-        if self.many:  # one fsync per file costs a journal commit each: fsync them all at once
-            fsync_all([nf.path for entries in self.files.values() for _, nf in entries])
-        return out
+        for g in self.groups:
+            g.flush()
+        handles = [(name, role, nf) for name, entries in self.files.items() for role, nf in entries]
+        if self.many:  # one fsync per file costs a journal commit each: closed (a header rewritten,
+            # the file hashed) and synced by several threads at once, which the file system commits together
+            done = each_in_threads(_close_synced, [nf for _, _, nf in handles])
+        else:
+            done = [nf.close() for _, _, nf in handles]
+        return [
+            FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, nf.hash, column=name, role=role)
+            for (name, role, nf), (nbytes, digest) in zip(handles, done, strict=True)
+        ]
 
     def abort(self) -> None:
         for entries in self.files.values():
