@@ -188,3 +188,53 @@ class DirectColumn:
         self.start += self.rows
         self.held = 0
         self.buf = self.view = None
+
+
+class DirectGroup:
+    """Scalar columns of one dtype and chunk length (a wide table's), gathered together: a batch
+    goes into one ``[columns, rows]`` buffer with one copy, a full buffer's checksums are computed
+    for every column at once (:func:`fletcher32_rows`), and its chunks written one per dataset.
+    Only with an unthreaded :class:`Hdf5Thread` (its calls are made at once, so the buffers are
+    reused)."""
+
+    def __init__(self, dsets: list, dtype: np.dtype, rows_per_chunk: int, io: Hdf5Thread) -> None:
+        assert not io.threaded
+        self.io = io
+        self.ids = [ds.id for ds in dsets]
+        self.rows = rows_per_chunk
+        self.buf = np.empty((len(dsets), rows_per_chunk), dtype=dtype)
+        nbytes = rows_per_chunk * dtype.itemsize
+        self.out = np.empty((len(dsets), nbytes + 4), dtype=np.uint8)  # each chunk and its checksum
+        self.held = 0
+        self.start = 0
+
+    def add(self, cols: list, n: int) -> None:
+        i = 0
+        while i < n:
+            k = min(self.rows - self.held, n - i)
+            part = cols if i == 0 and k == n else [c[i : i + k] for c in cols]
+            np.stack(part, out=self.buf[:, self.held : self.held + k], casting="same_kind")
+            self.held += k
+            i += k
+            if self.held == self.rows:
+                self._emit()
+
+    def finish(self) -> None:
+        if self.held:
+            self.buf[:, self.held :] = 0
+            self._emit()
+
+    def _emit(self) -> None:
+        from .fletcher import fletcher32_rows
+
+        raw = self.buf.view(np.uint8)
+        self.out[:, :-4] = raw
+        self.out[:, -4:] = fletcher32_rows(raw).astype("<u4").view(np.uint8).reshape(-1, 4)
+        self.io.add(partial(_write_chunks, self.ids, (self.start,), self.out))
+        self.start += self.rows
+        self.held = 0
+
+
+def _write_chunks(ids: list, coord: tuple, out: np.ndarray) -> None:
+    for dsid, chunk in zip(ids, out, strict=True):
+        dsid.write_direct_chunk(coord, chunk)

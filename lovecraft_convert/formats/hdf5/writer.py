@@ -21,13 +21,14 @@ from ...engine.writer import hash_fsynced
 from ...errors import SchemaError
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
-from .direct import DirectColumn, Hdf5Thread
+from .direct import DirectColumn, DirectGroup, Hdf5Thread
 
 CHUNK_BYTES = 1 << 20  # the chunk size of a narrow table
 MIN_CHUNK_BYTES = 4 << 10  # the smallest chunk a wide table gets (many columns, little memory)
 # chunks at least this large are written from a thread (see direct.py); smaller ones (a wide
 # table's, thousands per batch) in the caller's thread
 THREADED_CHUNK = 256 << 10
+GROUP_COLUMNS = 16  # scalar columns of one dtype, this many or more, are written as a DirectGroup
 
 
 def chunk_rows(row_bytes: int, target: int = CHUNK_BYTES) -> int:
@@ -52,6 +53,17 @@ def create_file(h5py, path: str, cache_bytes: int, slots: int = 521):
     fapl.set_cache(0, slots, cache_bytes, 0.75)
     fid = h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
     return h5py.File(fid)
+
+
+def _attrs(h5py, ds, items) -> None:
+    """Text attributes of ``ds``, stored as h5py stores a ``str`` (a variable-length UTF-8 scalar),
+    through the low-level calls (a quarter of ``ds.attrs[k] = v``'s cost, which a table of
+    thousands of columns pays twice per column)."""
+    st = h5py.string_dtype("utf-8")
+    tid = h5py.h5t.py_create(st, logical=True)
+    space = h5py.h5s.create(h5py.h5s.SCALAR)
+    for name, value in items:
+        h5py.h5a.create(ds.id, name.encode(), tid, space).write(np.array(value, dtype=st))
 
 
 def _disk_error(e: Exception, path: str) -> Exception:
@@ -138,6 +150,7 @@ class Hdf5Writer(Writer):
         self.dsets = {}
         self.row_shapes: dict[str, tuple] = {}  # each dataset's shape after its first axis
         self.direct: dict[str, DirectColumn] = {}
+        protos: dict[tuple, tuple] = {}  # fixed-size datasets' creation properties and type, by layout
         for fd in schema:
             kw = {}
             if comp == "gzip":
@@ -149,10 +162,18 @@ class Hdf5Writer(Writer):
                 row_bytes = dt.itemsize * fd.row_size
                 shape = (rows or 0, *fd.shape)
                 per_chunk = max(1, min(chunk_rows(row_bytes, self.chunk_bytes), rows or 1 << 30))
-                ds = self.f.create_dataset(
-                    fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
-                    chunks=(per_chunk, *fd.shape), fletcher32=True, track_times=False, **kw,
-                )  # fmt: skip
+                key = (dt.str, per_chunk, fd.shape, tuple(sorted(kw.items())))
+                if key in protos:  # the same properties as the first such dataset (a wide table's
+                    # thousands: h5py's create_dataset costs several times the low-level call)
+                    dcpl, tid = protos[key]
+                    space = h5py.h5s.create_simple(shape, (h5py.h5s.UNLIMITED, *fd.shape))
+                    ds = h5py.Dataset(h5py.h5d.create(self.f.id, self.f._e(fd.name), tid, space, dcpl=dcpl))
+                else:
+                    ds = self.f.create_dataset(
+                        fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
+                        chunks=(per_chunk, *fd.shape), fletcher32=True, track_times=False, **kw,
+                    )  # fmt: skip
+                    protos[key] = (ds.id.get_create_plist(), ds.id.get_type())
                 if not kw and row_bytes:
                     self.direct[fd.name] = DirectColumn(ds, per_chunk, self.io)
             else:
@@ -165,12 +186,25 @@ class Hdf5Writer(Writer):
                 ds = self.f.create_dataset(
                     fd.name, shape=(rows or 0,), maxshape=(None,), dtype=dt, chunks=(4096,), track_times=False, **kw
                 )
-            ds.attrs["kind"] = fd.kind
-            ds.attrs["dtype"] = fd.dtype
+            _attrs(h5py, ds, (("kind", fd.kind), ("dtype", fd.dtype)))
             self.dsets[fd.name] = ds
             self.row_shapes[fd.name] = ds.shape[1:]
         self.known = rows
         self.extent = rows or 0  # the datasets' current length
+        # a wide table's scalar columns of one dtype: gathered and checksummed together
+        self.groups: list[tuple[list[str], DirectGroup]] = []
+        if not self.io.threaded:
+            by_dtype: dict[tuple, list[str]] = {}
+            for fd in schema:
+                if fd.name in self.direct and not fd.shape:
+                    by_dtype.setdefault((fd.np_dtype, self.direct[fd.name].rows), []).append(fd.name)
+            for (dt, per_chunk), names in by_dtype.items():
+                if len(names) >= GROUP_COLUMNS:
+                    self.groups.append((names, DirectGroup([self.dsets[n] for n in names], dt, per_chunk, self.io)))
+                    for n in names:
+                        del self.direct[n]
+        self.grouped_order = [n for names, _ in self.groups for n in names]  # HDF5 calls in a fixed order
+        self.grouped = set(self.grouped_order)
 
     def write(self, batch: Batch) -> None:
         try:
@@ -188,7 +222,14 @@ class Hdf5Writer(Writer):
         # and are cut to their length at close.
         grow = stop > self.extent
         grown = stop if self.known is not None else max(stop, 2 * self.extent)
+        if grow and self.grouped:  # before any chunk of the grouped columns is written past the end
+            for name in self.grouped_order:
+                io.add(partial(self.dsets[name].id.set_extent, (grown, *self.row_shapes[name])))
+        for names, group in self.groups:
+            group.add([batch.columns[c] for c in names], n)
         for fd in self.schema:
+            if fd.name in self.grouped:
+                continue
             ds = self.dsets[fd.name]
             if grow:
                 io.add(partial(ds.id.set_extent, (grown, *self.row_shapes[fd.name])))
@@ -223,6 +264,8 @@ class Hdf5Writer(Writer):
             # fails with every object still open, which a close does not leave (see abort()).
             for d in self.direct.values():
                 d.finish()
+            for _, group in self.groups:
+                group.finish()
             if self.extent != self.rows:
                 for fd in self.schema:
                     self.io.add(partial(self.dsets[fd.name].id.set_extent, (self.rows, *self.row_shapes[fd.name])))
