@@ -69,26 +69,32 @@ def hash_file(
     file mapped, with no copy out of the page cache; only for a file nobody else changes (ours,
     just written), since a file truncated under a mapping kills the reader with SIGBUS."""
     with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        # every core for a large file; a small one (a wide table's column) costs more to share out
-        h = new_hash(name, threads=size >= 16 << 20)
-        if mapped and name == "blake3" and size:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                view = memoryview(m)
-                try:
-                    for i in range(0, size, 64 << 20):
-                        if stop is not None and stop.is_set():
-                            return None
-                        h.update(view[i : i + (64 << 20)])
-                finally:
-                    view.release()
-            return h.hexdigest()
-        buf = bytearray(bufsize)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            if stop is not None and stop.is_set():
-                return None
-            h.update(view[:n])
+        return hash_open(f, name, stop, bufsize, mapped)
+
+
+def hash_open(f, name: str = DEFAULT_HASH, stop=None, bufsize: int = 8 << 20, mapped: bool = False):
+    """:func:`hash_file` of a file already open for reading (unbuffered), from its start."""
+    size = os.fstat(f.fileno()).st_size
+    # every core for a large file; a small one (a wide table's column) costs more to share out
+    h = new_hash(name, threads=size >= 16 << 20)
+    if mapped and name == "blake3" and size:
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            view = memoryview(m)
+            try:
+                for i in range(0, size, 64 << 20):
+                    if stop is not None and stop.is_set():
+                        return None
+                    h.update(view[i : i + (64 << 20)])
+            finally:
+                view.release()
+        return h.hexdigest()
+    f.seek(0)
+    buf = bytearray(bufsize)
+    view = memoryview(buf)
+    while n := f.readinto(buf):
+        if stop is not None and stop.is_set():
+            return None
+        h.update(view[:n])
     return h.hexdigest()
 
 

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from ...engine.writer import HashingWriter, each_in_threads, fsync_all, hash_file
+from ...engine.writer import HashingWriter, each_in_threads, hash_open
 from ...errors import SchemaError
 from ...schema import FIXED, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
@@ -98,26 +98,19 @@ class _NpyFile:
 
     def close(self, sync: bool = True) -> tuple[int, str]:
         self._flush()
-        nbytes, digest = self.out.close(sync)
+        nbytes, digest = self.out.close(sync and self.known is not None)
         if self.known is not None and self.known != self.rows:
             raise RuntimeError(f"{self.path}: wrote {self.rows} rows, expected {self.known}")
-        if self.known is None:
-            with open(self.path, "r+b") as f:
+        if self.known is None:  # the header with the row count, the hash and the sync: one open
+            with open(self.path, "r+b", buffering=0) as f:
                 f.write(npy_header(self.dtype, (self.rows, *self.row_shape), HEADER_RESERVE))
-                f.flush()
+                digest = hash_open(f, self.hash, mapped=True)
                 if sync:
                     os.fsync(f.fileno())
-            digest = hash_file(self.path, self.hash, mapped=True)
         return nbytes, digest
 
     def abort(self) -> None:
         self.out.abort()
-
-
-def _close_synced(nf: _NpyFile) -> tuple[int, str]:
-    nbytes, digest = nf.close(sync=False)
-    fsync_all([nf.path])
-    return nbytes, digest
 
 
 class _Group:
@@ -229,7 +222,7 @@ class MemmapWriter(Writer):
         handles = [(name, role, nf) for name, entries in self.files.items() for role, nf in entries]
         if self.many:  # one fsync per file costs a journal commit each: closed (a header rewritten,
             # the file hashed) and synced by several threads at once, which the file system commits together
-            done = each_in_threads(_close_synced, [nf for _, _, nf in handles])
+            done = each_in_threads(_NpyFile.close, [nf for _, _, nf in handles])
         else:
             done = [nf.close() for _, _, nf in handles]
         return [
