@@ -106,6 +106,32 @@ class Writer:
 CORRUPT = "the file is corrupt; run `lovecraft verify` or re-create the dataset"
 
 
+class ColumnBlock:
+    """Scalar columns of one dtype gathered in one ``[columns, rows]`` buffer (a wide table's, for
+    writers of a file or dataset per column): a batch goes in with one copy (``np.stack``), not a
+    call per column; ``full()`` is called each time the buffer is full, and may reuse it."""
+
+    def __init__(self, columns: int, rows: int, dtype, full) -> None:
+        import numpy as np
+
+        self.buf = np.empty((columns, rows), dtype=dtype)
+        self.held = 0
+        self.full = full
+
+    def add(self, cols: list, n: int) -> None:
+        import numpy as np
+
+        i = 0
+        while i < n:
+            k = min(self.buf.shape[1] - self.held, n - i)
+            part = cols if i == 0 and k == n else [c[i : i + k] for c in cols]
+            np.stack(part, out=self.buf[:, self.held : self.held + k], casting="same_kind")
+            self.held += k
+            i += k
+            if self.held == self.buf.shape[1]:
+                self.full()
+
+
 class PartReader:
     """One shard's (or bucket's) files. ``rows`` is known from the manifest.
 

@@ -191,48 +191,40 @@ class DirectColumn:
 
 
 class DirectGroup:
-    """Scalar columns of one dtype and chunk length (a wide table's), gathered together: a batch
-    goes into one ``[columns, rows]`` buffer with one copy, a full buffer's checksums are computed
-    for every column at once (:func:`fletcher32_rows`), and its chunks written one per dataset.
-    Only with an unthreaded :class:`Hdf5Thread` (its calls are made at once, so the buffers are
-    reused)."""
+    """Scalar columns of one dtype and chunk length (a wide table's), gathered together
+    (:class:`ColumnBlock`): a full block's checksums are computed for every column at once
+    (:func:`fletcher32_rows`), and its chunks written one per dataset. Only with an unthreaded
+    :class:`Hdf5Thread` (its calls are made at once, so the buffers are reused)."""
 
     def __init__(self, dsets: list, dtype: np.dtype, rows_per_chunk: int, io: Hdf5Thread) -> None:
+        from ..base import ColumnBlock
+
         assert not io.threaded
         self.io = io
         self.ids = [ds.id for ds in dsets]
         self.rows = rows_per_chunk
-        self.buf = np.empty((len(dsets), rows_per_chunk), dtype=dtype)
+        self.block = ColumnBlock(len(dsets), rows_per_chunk, dtype, self._emit)
         nbytes = rows_per_chunk * dtype.itemsize
         self.out = np.empty((len(dsets), nbytes + 4), dtype=np.uint8)  # each chunk and its checksum
-        self.held = 0
         self.start = 0
 
     def add(self, cols: list, n: int) -> None:
-        i = 0
-        while i < n:
-            k = min(self.rows - self.held, n - i)
-            part = cols if i == 0 and k == n else [c[i : i + k] for c in cols]
-            np.stack(part, out=self.buf[:, self.held : self.held + k], casting="same_kind")
-            self.held += k
-            i += k
-            if self.held == self.rows:
-                self._emit()
+        self.block.add(cols, n)
 
     def finish(self) -> None:
-        if self.held:
-            self.buf[:, self.held :] = 0
+        if self.block.held:
+            self.block.buf[:, self.block.held :] = 0
             self._emit()
 
     def _emit(self) -> None:
         from .fletcher import fletcher32_rows
 
-        raw = self.buf.view(np.uint8)
+        raw = self.block.buf.view(np.uint8)
         self.out[:, :-4] = raw
         self.out[:, -4:] = fletcher32_rows(raw).astype("<u4").view(np.uint8).reshape(-1, 4)
         self.io.add(partial(_write_chunks, self.ids, (self.start,), self.out))
         self.start += self.rows
-        self.held = 0
+        self.block.held = 0
 
 
 def _write_chunks(ids: list, coord: tuple, out: np.ndarray) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from ...engine.writer import HashingWriter, each_in_threads, hash_open
 from ...errors import SchemaError
 from ...schema import FIXED, Batch, Schema, VarColumn
-from ..base import FileRecord, WriteOptions, Writer
+from ..base import ColumnBlock, FileRecord, WriteOptions, Writer
 
 HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known
 
@@ -114,31 +114,23 @@ class _NpyFile:
 
 
 class _Group:
-    """Scalar columns of one dtype gathered in one ``[columns, rows]`` buffer: a batch goes in with
-    one copy (``np.stack``), not a call per column, and each file is written when it is full."""
+    """Scalar columns of one dtype gathered together (:class:`ColumnBlock`); each file is written
+    when the block is full."""
 
     def __init__(self, names: list[str], files: list[_NpyFile], dtype: np.dtype, rows: int) -> None:
         self.names = names
         self.files = files
-        self.buf = np.empty((len(names), rows), dtype=dtype)
-        self.fill = 0
+        self.block = ColumnBlock(len(names), rows, dtype, self.flush)
 
     def add(self, cols: list, n: int) -> None:
-        i = 0
-        while i < n:
-            k = min(self.buf.shape[1] - self.fill, n - i)
-            part = cols if i == 0 and k == n else [c[i : i + k] for c in cols]
-            np.stack(part, out=self.buf[:, self.fill : self.fill + k], casting="same_kind")
-            self.fill += k
-            i += k
-            if self.fill == self.buf.shape[1]:
-                self.flush()
+        self.block.add(cols, n)
 
     def flush(self) -> None:
-        if self.fill:
+        b = self.block
+        if b.held:
             for j, nf in enumerate(self.files):
-                nf.write_now(self.buf[j, : self.fill])
-            self.fill = 0
+                nf.write_now(b.buf[j, : b.held])
+            b.held = 0
 
 
 class MemmapWriter(Writer):
@@ -176,7 +168,7 @@ class MemmapWriter(Writer):
                 ]
                 self.files[f.name][1][1].write(np.zeros(1, dtype=np.int64))
         self._value_base = {f.name: 0 for f in schema if f.kind != FIXED}
-        # scalar columns of one dtype, gathered together (a wide table's): name -> group
+        # a wide table's scalar columns of one dtype, gathered together
         self.groups: list[_Group] = []
         if self.many:  # a wide table's columns arrive in pieces of a few hundred bytes per batch:
             # gathered per file (within the writer's share of the budget) into fewer, larger writes
