@@ -77,6 +77,10 @@ def collate_rows(rows: list, *, collate_fn_map: dict | None = None) -> dict:
         return dict(rows.batch)
     if any(type(r) is not Row for r in rows):
         return _one_by_one(rows, collate_fn_map)
+    batch, lo = rows[0].batch, rows[0].i
+    consecutive = [r.i for r in rows] == list(range(lo, lo + len(rows)))
+    if consecutive and all(r.batch is batch for r in rows):  # rows of one batch in order: a slice each
+        return {key: col[lo : lo + len(rows)] for key, col in batch.items()}
     runs: list[tuple[dict, int, int]] = []
     for r in rows:
         if runs and runs[-1][0] is r.batch and runs[-1][2] == r.i:

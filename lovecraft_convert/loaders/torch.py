@@ -28,6 +28,8 @@ Batches are dicts of tensors (text columns: lists of ``str``); rows are mappings
 from __future__ import annotations
 
 import copy
+import operator
+from itertools import repeat
 
 import numpy as np
 
@@ -155,6 +157,14 @@ def _classes() -> dict[str, type]:
             """Where this reader stands (in a DataLoader worker: that worker's share)."""
             if self._live is not None:
                 live = self._live
+                if "rows" in live:  # within a batch: the rows handed out so far
+                    rest, n, pos = live["rows"]
+                    left = operator.length_hint(rest)
+                    live = dict(live)
+                    if left:
+                        live["offset"] = n - left
+                    else:
+                        live["position"], live["offset"] = pos, 0
             elif self._resume is not None:
                 e, p, off, reader, _ = self._resume
                 live = {"epoch": e, "position": p, "offset": off, "reader": reader}
@@ -206,13 +216,15 @@ def _classes() -> dict[str, type]:
                     live["position"] = pos
                     yield out
                     continue
+                # Rows made and handed out in C (map over a range): where the reader stands is
+                # read from what the range has left when a state is asked for (see state_dict),
+                # not written down per row
                 n = len(next(iter(out.values())))
-                for i in range(skip, n):
-                    if i + 1 < n:
-                        live["offset"] = i + 1
-                    else:
-                        live["position"], live["offset"] = pos, 0
-                    yield Row(out, i)
+                rest = iter(range(skip, n))
+                live["rows"] = (rest, n, pos)
+                yield from map(Row, repeat(out), rest)
+                live["position"], live["offset"] = pos, 0
+                del live["rows"]
                 skip = 0
             self._live = {"epoch": epoch + 1, "position": 0, "offset": 0, "reader": reader}
 
