@@ -241,13 +241,13 @@ def dataloader_floor(rows: int, bs: int, kind: str) -> int:
             for _ in range(rows):
                 yield row
 
-    def first(batch):
+    def as_is(batch):
         return batch
 
     if kind == "map":
-        loader = DataLoader(Ready(), batch_size=bs, shuffle=True, collate_fn=first)
+        loader = DataLoader(Ready(), batch_size=bs, shuffle=True, collate_fn=as_is)
     else:
-        loader = DataLoader(Rows(), batch_size=bs, collate_fn=first)
+        loader = DataLoader(Rows(), batch_size=bs, collate_fn=as_is)
     n = 0
     for b in loader:
         n += len(b["label"]) if kind == "map" else len(b)

@@ -64,8 +64,7 @@ def hash_file(
     mapped: bool = False,
 ):
     """The hex digest of a file, read in large blocks, BLAKE3 hashing each on every core (files of
-    16 MiB or more); None
-    when ``stop`` is set while it runs. Both hashes release the GIL. ``mapped``: BLAKE3 reads the
+    16 MiB or more); None when ``stop`` is set while it runs. Both hashes release the GIL. ``mapped``: BLAKE3 reads the
     file mapped, with no copy out of the page cache; only for a file nobody else changes (ours,
     just written), since a file truncated under a mapping kills the reader with SIGBUS."""
     with open(path, "rb", buffering=0) as f:

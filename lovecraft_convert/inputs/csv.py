@@ -246,8 +246,7 @@ class CsvReader(Reader):
         from ..arrowconv import arrow_to_numpy
 
         matrix = np.ascontiguousarray(arrow_to_numpy(values).reshape(lines, ncols).T)
-        at = {name: i for i, name in enumerate(self.header)}
-        return Batch({f.name: matrix[at[f.name]] for f in self.schema}, lines)
+        return Batch(dict(zip(self.header, matrix, strict=True)), lines)  # the schema is the header's
 
     # -- schema ---------------------------------------------------------------------------------
     def widen(self, widened: dict[str, str]) -> None:

@@ -31,16 +31,23 @@ def _matrix(batches, names) -> np.ndarray:
     return np.stack([np.concatenate(cols[n]) for n in names], axis=1)
 
 
-def _read(path, piece: int | None = None, fast: bool = True, **kw):
+def _read_all(path, piece: int | None = None, fast: bool = True, **kw):
+    """The reader of ``path`` in pieces of ``piece`` bytes (``fast`` False: the one-column parse
+    turned off) and all its batches."""
     reader = open_reader([str(path)], budget=16 << 20, **kw)
     reader.options.piece_bytes = piece
     if not fast:
         reader._uniform_type = lambda: None
     while True:  # a value that widens a column starts the read over, as the pipeline does
         try:
-            return reader, _matrix(reader.batches(), reader.schema.names)
+            return reader, list(reader.batches())
         except SchemaChanged:
             continue
+
+
+def _read(path, piece: int | None = None, fast: bool = True, **kw):
+    reader, batches = _read_all(path, piece, fast, **kw)
+    return reader, _matrix(batches, reader.schema.names)
 
 
 def _python(text: str) -> np.ndarray:
@@ -105,14 +112,7 @@ def test_later_values_still_widen_the_columns(tmp_path):
     rows = [[f"{i}.5" for _ in range(WIDTH)] for i in range(400)]
     rows[370][11] = "abc"
     _write(tmp_path / "s.csv", rows)
-    reader = open_reader([str(tmp_path / "s.csv")], budget=16 << 20)
-    reader.options.piece_bytes = 1000
-    while True:
-        try:
-            batches = list(reader.batches())
-            break
-        except SchemaChanged:
-            continue
+    reader, batches = _read_all(tmp_path / "s.csv", 1000)
     kinds = {f.name: f.kind for f in reader.schema}
     assert kinds["c11"] == "string" and kinds["c10"] == "fixed"
     col = VarColumn.concat([b.columns["c11"] for b in batches])
@@ -219,16 +219,7 @@ def test_generated_matrices_match_the_column_parse(tmp_path, m, piece):
 
 
 def _columns(path, piece: int, fast: bool) -> dict:
-    reader = open_reader([str(path)], budget=16 << 20)
-    reader.options.piece_bytes = piece
-    if not fast:
-        reader._uniform_type = lambda: None
-    while True:
-        try:
-            batches = list(reader.batches())
-            break
-        except SchemaChanged:
-            continue
+    reader, batches = _read_all(path, piece, fast)
     out = {}
     for f in reader.schema:
         cols = [b.columns[f.name] for b in batches]
