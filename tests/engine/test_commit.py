@@ -408,3 +408,24 @@ def test_an_interrupt_while_the_output_dir_is_made_leaves_nothing(tmp_path, monk
         r = lovecraft("convert", str(src), "-o", str(out), "--to", "parquet", "-q")
     assert (r.exit_code, r.stderr) == (130, f"Error: interrupted; nothing was written to {out}\n")
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_an_interrupt_caught_inside_a_library_exec_still_exits_130(tmp_path):
+    """CPython marks a KeyboardInterrupt that left code run from a string (a namedtuple or
+    dataclass made by a lazy import when the signal came) and, unless cleared, dies by SIGINT at
+    exit instead of exiting 130: seen as 2 in 40 SIGTERMs of a convert."""
+    src = tmp_path / "a.csv"
+    src.write_text("a\n1\n")
+    (tmp_path / "interrupted_in_exec.py").write_text(
+        "import sys\n"
+        "from lovecraft_convert import cli\n"
+        "cli.cli.commands['inspect'].callback = lambda **kw: exec('raise KeyboardInterrupt')\n"
+        f"sys.argv = ['lovecraft', 'inspect', {str(src)!r}]\n"
+        "cli.main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    # as `python -m lovecraft_convert` runs: a module (a script or -c exits before the mark is read)
+    p = subprocess.run(
+        [sys.executable, "-m", "interrupted_in_exec"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert (p.returncode, p.stderr) == (130, "Error: interrupted\n")
