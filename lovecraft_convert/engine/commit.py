@@ -222,11 +222,14 @@ def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:
     extra = writer.manifest_extra()
     del writer
     trim_heap()
+    from ..storage.output import upload_unit, uploaded
+
     for f in files:
-        os.rename(os.path.join(tmp, f.path), os.path.join(work, f.path))
+        src = os.path.join(tmp, f.path)
+        if not os.path.exists(src) and uploaded(work, f.path)[0] >= 0:  # the writer streamed it to a store
+            continue
+        os.rename(src, os.path.join(work, f.path))
     fsync_path(work)
     os.rmdir(tmp)
-    from ..storage.output import upload_unit
-
     upload_unit(work, files)  # a run writing to a store: the unit's files go up now
     return files, extra

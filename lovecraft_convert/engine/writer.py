@@ -170,20 +170,40 @@ class HashingWriter:
     besides evicting the caller's input from the cache. Elsewhere (tmpfs on older kernels, or with
     ``LOVECRAFT_DIRECT_IO=0``) writes are buffered and flushed to disk as they go, so the final
     fsync has little left to do. Buffers handed to ``write`` must not be changed afterwards.
+
+    ``stream`` (writers that only append): when the run writes to an object store, the bytes go
+    to the file's object as they come (multipart, see :mod:`lovecraft_convert.storage.output`)
+    and nothing is written to local scratch, so a run's scratch never holds its output.
     """
 
     SYNC_EVERY = 256 << 20
     STAGE = 1 << 20  # direct I/O: bytes per write (page-aligned buffer, a multiple of 4 KiB sectors)
     GATHER = 256 << 10  # smaller writes are gathered up to this before they go to the thread
 
-    def __init__(self, path: str, preallocate: int = 0, hash: str | None = DEFAULT_HASH, threaded: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        preallocate: int = 0,
+        hash: str | None = DEFAULT_HASH,
+        threaded: bool = True,
+        stream: bool = False,
+    ) -> None:
         """``threaded`` False: hash and write in the caller's thread, buffered (for writers of many
         small files, where a thread and a staging buffer per file cost more than they save)."""
         import queue
 
         self.path = path
         self.threaded = threaded
-        self.f, self.direct = _open_write(path, direct=threaded)
+        self.sink = None
+        if stream:
+            from ..storage.output import open_stream
+
+            self.sink = open_stream(path)
+        self._closed = False
+        if self.sink is not None:
+            self.f, self.direct, preallocate = None, False, 0
+        else:
+            self.f, self.direct = _open_write(path, direct=threaded)
         self.h = new_hash(hash)
         self.bytes = 0  # written by the writer thread
         self._pos = 0  # accepted by write()
@@ -237,7 +257,9 @@ class HashingWriter:
                     return
                 self.h.update(mv)
                 self.bytes += len(mv)
-                if self.direct and (self._stage is not None or self._claim_stage()):
+                if self.sink is not None:
+                    self.sink.write(mv)
+                elif self.direct and (self._stage is not None or self._claim_stage()):
                     self._stage_copy(mv)
                 else:
                     self._write_all(mv)
@@ -318,7 +340,10 @@ class HashingWriter:
         if len(mv) and not self.threaded:
             try:
                 self.h.update(mv)
-                self._write_all(mv)
+                if self.sink is not None:
+                    self.sink.write(mv)
+                else:
+                    self._write_all(mv)
             except OSError as e:
                 raise named(e, self.path) from None
             self.bytes += len(mv)
@@ -344,7 +369,7 @@ class HashingWriter:
     # enough of a file object for pyarrow to write into (``pa.PythonFile``)
     @property
     def closed(self) -> bool:
-        return self.f.closed
+        return self._closed
 
     def tell(self) -> int:
         return self._pos
@@ -365,23 +390,36 @@ class HashingWriter:
     def close(self, sync: bool = True) -> tuple[int, str]:
         """Finish the file: (bytes, hex digest). ``sync`` False leaves the fsync to the caller
         (:func:`fsync_all` of many files at once)."""
-        if not self.f.closed:
-            self._drain()
-            self._check()
-            try:
-                self.f.truncate(self.bytes)
-                if sync:
-                    os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
-            except OSError as e:
-                raise named(e, self.path) from None
-            self.f.close()
+        if self._closed:
+            return self.bytes, self.h.hexdigest()
+        self._drain()
+        self._check()
+        if self.sink is not None:
+            self.sink.close()  # the object appears now (an upload that fails is aborted)
+            from ..storage.output import streamed
+
+            self._closed = True
+            streamed(self.path, self.bytes, self.h.hexdigest())
+            return self.bytes, self.h.hexdigest()
+        try:
+            self.f.truncate(self.bytes)
+            if sync:
+                os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
+        except OSError as e:
+            raise named(e, self.path) from None
+        self.f.close()
+        self._closed = True
         return self.bytes, self.h.hexdigest()
 
     def abort(self) -> None:
-        if not self.f.closed:
+        if not self._closed:
             self._error = self._error or RuntimeError("aborted")
             self._drain()
-            self.f.close()
+            self._closed = True
+            if self.sink is not None:
+                self.sink.abort()
+            else:
+                self.f.close()
 
 
 _STAGING_LIMIT = 16 << 20  # direct-I/O staging buffers of all writers of a process together

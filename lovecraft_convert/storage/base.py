@@ -36,6 +36,36 @@ def part_size(budget: int, size: int | None = None) -> int:
     return p
 
 
+GROW_AFTER = 2_000  # parts of an object of unknown size before its parts grow to the largest size
+
+
+def part_cap(budget: int) -> int:
+    """The largest part of an object streamed without knowing its size: 1/16 of the budget (three
+    in memory are 3/16 of it), never less than :func:`part_size`."""
+    return max(part_size(budget), budget // 16)
+
+
+def stream_limit(part: int, cap: int, parts: int = MAX_PARTS, grow_after: int = GROW_AFTER) -> int:
+    """Bytes an object streamed in parts of ``part`` (growing to ``cap`` after ``grow_after``
+    parts) can hold within ``parts`` parts (S3's 10,000)."""
+    return grow_after * part + (parts - grow_after) * cap
+
+
+class ObjectWriter:
+    """An object written as its bytes come (``write``), made visible by ``close()`` and never by
+    ``abort()``; at most three parts of it are in memory."""
+
+    def write(self, data) -> None:
+        raise NotImplementedError
+
+    def close(self) -> int:
+        """Finish the object; the bytes it holds."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+
 class Store:
     """One bucket of an object store. Keys are ``/``-separated, without a leading slash."""
 
@@ -75,10 +105,36 @@ class Store:
     def delete(self, keys: list[str]) -> None:
         raise NotImplementedError
 
+    def open_writer(self, key: str, *, part: int, cap: int | None = None) -> ObjectWriter:
+        """An :class:`ObjectWriter` of ``key``: parts of ``part`` bytes, growing to ``cap`` when
+        the object turns out large (its size is not known in advance)."""
+        raise NotImplementedError
+
+    def copy(self, src: str, dst: str) -> None:
+        """Copy the object ``src`` to ``dst`` inside the store (no bytes through this process)."""
+        raise NotImplementedError
+
     def upload(self, local: str, key: str, *, part: int, hash: str) -> tuple[int, str]:
         """Upload the local file ``local`` as ``key`` (in parts of ``part`` bytes, hashed on the
         way); (bytes, hex digest). A failed or interrupted upload is aborted."""
-        raise NotImplementedError
+        import os
+
+        from ..engine.writer import new_hash
+
+        h = new_hash(hash)
+        size = os.path.getsize(local)
+        part = max(part, -(-size // MAX_PARTS))  # S3 takes at most 10,000 parts
+        out = self.open_writer(key, part=part)
+        try:
+            with open(local, "rb", buffering=0) as f:
+                while data := f.read(part):
+                    h.update(data)
+                    out.write(data)
+                    del data
+            return out.close(), h.hexdigest()
+        except BaseException:
+            out.abort()
+            raise
 
     def uploads(self, prefix: str) -> list[str]:
         """Keys of unfinished multipart uploads under ``prefix``."""

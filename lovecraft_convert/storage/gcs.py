@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import Any
 
-from .base import PreconditionFailed, StorageError, Store
+from .base import ObjectWriter, PreconditionFailed, StorageError, Store
 
 
 class GcsStore(Store):
@@ -86,17 +86,40 @@ class GcsStore(Store):
             with errors(self.uri(k)), contextlib.suppress(FileNotFoundError):
                 self.fs.delete_file(self._p(k))
 
-    def upload(self, local: str, key: str, *, part: int, hash: str) -> tuple[int, str]:
-        from ..engine.writer import new_hash
+    def open_writer(self, key: str, *, part: int, cap: int | None = None) -> ObjectWriter:
+        return _StreamWriter(self, key)
 
-        h = new_hash(hash)
-        n = 0
-        with errors(self.uri(key)), open(local, "rb") as src, self.fs.open_output_stream(self._p(key)) as dst:
-            while data := src.read(part):
-                h.update(data)
-                dst.write(data)
-                n += len(data)
-        return n, h.hexdigest()
+    def copy(self, src: str, dst: str) -> None:
+        with errors(self.uri(src)):
+            self.fs.copy_file(self._p(src), self._p(dst))
+
+
+class _StreamWriter(ObjectWriter):
+    """pyarrow's GCS output stream (a resumable upload that sends as it is written); an aborted
+    one is finished and deleted, since pyarrow cannot cancel it (it lies under the run's prefix,
+    which a failed run removes anyway)."""
+
+    def __init__(self, store: GcsStore, key: str) -> None:
+        self.store, self.key = store, key
+        with errors(store.uri(key)):
+            self.f = store.fs.open_output_stream(store._p(key))
+        self.total = 0
+
+    def write(self, data) -> None:
+        with errors(self.store.uri(self.key)):
+            self.f.write(data)
+        self.total += memoryview(data).nbytes
+
+    def close(self) -> int:
+        with errors(self.store.uri(self.key)):
+            self.f.close()
+        return self.total
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.f.close()
+        with contextlib.suppress(Exception):
+            self.store.delete([self.key])
 
 
 class _Limited:

@@ -4,10 +4,13 @@ An object store has no directory rename and no lock, so the manifest object is t
 
 1. The run gets an id, ``run-<UTC time>-<random hex>``; its data objects go under
    ``<out>/run-<id>/`` and nowhere else.
-2. The files are written to local scratch (the format writers need files they can seek in, and a
-   resumable run keeps its journal beside them) and uploaded: multipart, in parts sized from the
-   memory budget, at most three parts in memory, hashed on the way and compared with the digests
-   the writers recorded. A failed or interrupted upload is aborted.
+2. Files of writers that only append (Parquet, TFRecord, Megatron) go to the store as they are
+   written (:func:`open_stream`): multipart, parts sized from the memory budget (growing after
+   2,000 parts, so an object of unknown size fits S3's 10,000), at most three in memory, hashed on
+   the way; nothing of them touches local scratch. The others (memmap, HDF5: their writers seek
+   back) are written to local scratch and uploaded when complete, in the same parts. A failed or
+   interrupted upload is aborted; the commit compares every object's size and digest with the
+   writer's record.
 3. ``<out>/_manifest.json`` naming ``run-<id>/<file>`` is written last, and only if absent
    (``If-None-Match: *``): of two runs racing to one prefix exactly one commits; the other deletes
    its own run prefix and fails with one line. With ``--overwrite`` the manifest is replaced and
@@ -35,7 +38,7 @@ import tempfile
 
 from .. import manifest as mf
 from ..errors import OutputError
-from .base import PreconditionFailed, part_size
+from .base import PreconditionFailed, part_cap, part_size
 from .stores import get_store as store_for
 from .uri import split
 
@@ -124,7 +127,9 @@ class RemoteOutputDir:
     def _mark(self) -> None:
         """Tell the units (in any process) where their files go: see :func:`upload_unit`."""
         with open(os.path.join(self.tmp, MARKER), "w") as f:
-            json.dump({"uri": self.path, "run": self.run, "part": part_size(self.budget)}, f)
+            json.dump(
+                {"uri": self.path, "run": self.run, "part": part_size(self.budget), "cap": part_cap(self.budget)}, f
+            )
 
     def _manifest(self) -> dict | None:
         data = self.store.read_all(self.key(mf.MANIFEST_NAME))
@@ -153,8 +158,12 @@ class RemoteOutputDir:
         self.store.delete([k for k, _ in self.store.list(p)])
 
     def reset(self) -> None:
+        """Start the run's files over (the input's types changed mid-way): local scratch and what
+        the writers streamed to the store."""
         shutil.rmtree(self.tmp, ignore_errors=True)
         os.makedirs(self.tmp)
+        self.remove_run(self.run)
+        self._mark()
 
     # -- the commit ----------------------------------------------------------------------------
 
@@ -229,39 +238,103 @@ class RemoteOutputDir:
                 pass
 
 
+def _target(work: str) -> dict | None:
+    """Where the files of the work directory ``work`` go when the run writes to a store (the
+    marker :meth:`RemoteOutputDir._mark` left there), None for a local run."""
+    marker = os.path.join(work, MARKER)
+    if not os.path.exists(marker):
+        return None
+    with open(marker) as f:
+        where = json.load(f)
+    _, _, key = split(where["uri"])
+    where["prefix"] = (key.strip("/") + "/" if key.strip("/") else "") + where["run"] + "/"
+    return where
+
+
+def _work_of(path: str) -> tuple[str, str]:
+    """(work directory, path relative to it) of a file a writer makes: in the work directory
+    itself (``convert``) or in a unit's private directory inside it (``.unit-<k>``, whose files
+    keep their names when they are moved into the work directory)."""
+    d, name = os.path.split(os.path.abspath(path))
+    if os.path.basename(d).startswith(".unit-"):
+        d = os.path.dirname(d)
+    return d, name
+
+
+def open_stream(path: str):
+    """An :class:`~.base.ObjectWriter` of the object the file ``path`` becomes when the run writes
+    to a store, so the writer sends its bytes there as they come instead of to local scratch;
+    None for a local run. For writers that only append (Parquet, TFRecord, Megatron)."""
+    work, rel = _work_of(path)
+    where = _target(work)
+    if where is None:
+        return None
+    return store_for(where["uri"]).open_writer(
+        where["prefix"] + rel, part=where["part"], cap=where.get("cap", where["part"])
+    )
+
+
+def streamed(path: str, nbytes: int, digest: str) -> None:
+    """Record that the file ``path`` went to the store as it was written (its bytes and digest,
+    checked at the commit against the writer's record); nothing of it is in local scratch."""
+    work, rel = _work_of(path)
+    _record(work, rel, nbytes, digest)
+
+
+def move_streamed(src: str, dst: str) -> None:
+    """Rename a streamed file (a writer that numbers its first file once it starts a second): the
+    object is copied inside the store to its new name and the old one deleted."""
+    work, rel = _work_of(src)
+    _, new = _work_of(dst)
+    where = _target(work)
+    nbytes, digest = uploaded(work, rel)
+    store = store_for(where["uri"])
+    store.copy(where["prefix"] + rel, where["prefix"] + new)
+    store.delete([where["prefix"] + rel])
+    _record(work, new, nbytes, digest)
+    os.unlink(_record_path(work, rel))
+
+
+def _record_path(work: str, rel: str) -> str:
+    return os.path.join(work, UPLOADED, rel.replace("/", "%2F") + ".json")
+
+
+def _record(work: str, rel: str, nbytes: int, digest: str | None) -> None:
+    os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
+    record = _record_path(work, rel)
+    with open(record + ".tmp", "w") as f:
+        json.dump({"bytes": nbytes, "digest": digest}, f)
+    os.rename(record + ".tmp", record)
+
+
 def upload_unit(work: str, records: list) -> None:
     """Upload the files of a unit just committed into the work directory ``work`` when the run
     writes to a store (``work`` holds the marker), each checked against its record (size and
     digest) and recorded as uploaded; the local copy is then removed, so local scratch holds only
-    the units in flight. Called in the unit's process (any worker that has the credentials)."""
-    marker = os.path.join(work, MARKER)
-    if not os.path.exists(marker):
+    the units in flight. Files the writer streamed are there already. Called in the unit's process
+    (any worker that has the credentials)."""
+    where = _target(work)
+    if where is None:
         return
-    with open(marker) as f:
-        where = json.load(f)
     store = store_for(where["uri"])
-    _, _, key = split(where["uri"])
-    prefix = key.strip("/") + "/" if key.strip("/") else ""
-    os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
     for r in records:
         local = os.path.join(work, *r.path.split("/"))
-        nbytes, digest = store.upload(local, f"{prefix}{where['run']}/{r.path}", part=where["part"], hash=r.hash)
+        if not os.path.exists(local):  # streamed as it was written
+            continue
+        nbytes, digest = store.upload(local, where["prefix"] + r.path, part=where["part"], hash=r.hash)
         if nbytes != r.bytes or digest != r.digest:
             raise OutputError(
                 f"{where['uri']}/{where['run']}/{r.path}: the uploaded bytes differ from those written",
                 hint="the scratch file changed during the upload; run the command again with --resume",
             )
-        record = os.path.join(work, UPLOADED, r.path.replace("/", "%2F") + ".json")
-        with open(record + ".tmp", "w") as f:
-            json.dump({"bytes": nbytes, "digest": digest}, f)
-        os.rename(record + ".tmp", record)
+        _record(work, r.path, nbytes, digest)
         os.unlink(local)
 
 
 def uploaded(work: str, rel: str) -> tuple[int, str | None]:
     """(bytes, digest) of a file a unit uploaded; (-1, None) when there is no record of it."""
     try:
-        with open(os.path.join(work, UPLOADED, rel.replace("/", "%2F") + ".json")) as f:
+        with open(_record_path(work, rel)) as f:
             d = json.load(f)
         return int(d["bytes"]), str(d["digest"])
     except (OSError, ValueError, KeyError):

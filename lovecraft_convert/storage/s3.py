@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from ..engine.interrupts import result
-from .base import MAX_PARTS, PreconditionFailed, StorageError, Store
+from .base import GROW_AFTER, MAX_PARTS, ObjectWriter, PreconditionFailed, StorageError, Store, stream_limit
 
 CONFIG_HINTS = {
     "creds": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)",
@@ -108,57 +108,117 @@ class S3Store(Store):
                         n += 1
         return n
 
-    def upload(self, local: str, key: str, *, part: int, hash: str) -> tuple[int, str]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from ..engine.writer import new_hash
-
-        h = new_hash(hash)
-        size = os.path.getsize(local)
-        part = max(part, -(-size // MAX_PARTS))  # S3 takes at most 10,000 parts
-        uri = self.uri(key)
-        with open(local, "rb", buffering=0) as f:
-            if size <= part:
-                data = f.read()
-                h.update(data)
-                with errors(uri):
-                    self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
-                return len(data), h.hexdigest()
-            with errors(uri):
-                upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
-            done: list[dict] = []
-            try:
-                with ThreadPoolExecutor(3, thread_name_prefix="lovecraft-upload") as pool:
-                    pending: list = []
-                    number = 0
-                    total = 0
-                    while True:
-                        data = f.read(part)
-                        if not data:
-                            break
-                        h.update(data)
-                        total += len(data)
-                        number += 1
-                        pending.append(pool.submit(self._part, uri, key, upload_id, number, data))
-                        del data
-                        while len(pending) >= 3:  # at most three parts in memory
-                            done.append(result(pending.pop(0)))
-                    for fut in pending:
-                        done.append(result(fut))
-                with errors(uri):
-                    self.client.complete_multipart_upload(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
-                    )
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-                raise
-        return total, h.hexdigest()
-
     def _part(self, uri: str, key: str, upload_id: str, number: int, data: bytes) -> dict:
         with errors(uri):
             r = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data)
         return {"PartNumber": number, "ETag": r["ETag"]}
+
+    def open_writer(self, key: str, *, part: int, cap: int | None = None) -> ObjectWriter:
+        return _MultipartWriter(self, key, part, cap or part)
+
+    def copy(self, src: str, dst: str) -> None:
+        with errors(self.uri(src)):  # boto3's managed copy: one request, or part copies beyond 5 GB
+            self.client.copy({"Bucket": self.bucket, "Key": src}, self.bucket, dst)
+
+
+class _MultipartWriter(ObjectWriter):
+    """An S3 object written as it comes: one ``put_object`` when it ends within its first part,
+    otherwise a multipart upload whose parts go up (two at a time, in threads) while the next one
+    fills. Parts grow from ``part`` to ``cap`` after :data:`~.base.GROW_AFTER` of them, so an
+    object of unknown size can reach :func:`~.base.stream_limit` bytes in S3's 10,000 parts."""
+
+    def __init__(self, store: S3Store, key: str, part: int, cap: int) -> None:
+        self.store, self.key, self.part, self.cap = store, key, part, max(cap, part)
+        self.uri = store.uri(key)
+        self.buf = bytearray()
+        self.upload_id: str | None = None
+        self.pool = None
+        self.pending: list = []
+        self.done: list[dict] = []
+        self.total = 0
+
+    def _size(self) -> int:
+        return self.part if len(self.done) + len(self.pending) < GROW_AFTER else self.cap
+
+    def write(self, data) -> None:
+        mv = memoryview(data).cast("B")
+        self.total += len(mv)
+        while len(mv):
+            size = self._size()
+            if not self.buf and len(mv) >= size and isinstance(data, bytes) and len(mv) == len(data):
+                self._send(data if len(data) == size else bytes(mv[:size]))
+                mv = mv[size:]
+                data = None
+                continue
+            k = min(size - len(self.buf), len(mv))
+            self.buf += mv[:k]
+            mv = mv[k:]
+            if len(self.buf) >= size:
+                self._send(bytes(self.buf))
+                self.buf = bytearray()
+
+    def _send(self, data: bytes) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        number = len(self.done) + len(self.pending) + 1
+        if number > MAX_PARTS:
+            raise StorageError(
+                where=self.uri,
+                message=f"an object larger than {stream_limit(self.part, self.cap, MAX_PARTS, GROW_AFTER)} bytes cannot be written "
+                "in S3's 10,000 parts of this size",
+                hint="raise --max-memory (parts are sized from it)",
+            )
+        if self.upload_id is None:
+            with errors(self.uri):
+                self.upload_id = self.store.client.create_multipart_upload(Bucket=self.store.bucket, Key=self.key)[
+                    "UploadId"
+                ]
+            self.pool = ThreadPoolExecutor(2, thread_name_prefix="lovecraft-upload")
+        while len(self.pending) >= 2:  # this part and two going up: at most three in memory
+            self.done.append(result(self.pending.pop(0)))
+        self.pending.append(self.pool.submit(self.store._part, self.uri, self.key, self.upload_id, number, data))
+
+    def close(self) -> int:
+        try:
+            if self.upload_id is None:
+                with errors(self.uri):
+                    self.store.client.put_object(Bucket=self.store.bucket, Key=self.key, Body=bytes(self.buf))
+            else:
+                if self.buf:
+                    self._send(bytes(self.buf))
+                while self.pending:
+                    self.done.append(result(self.pending.pop(0)))
+                with errors(self.uri):
+                    self.store.client.complete_multipart_upload(
+                        Bucket=self.store.bucket,
+                        Key=self.key,
+                        UploadId=self.upload_id,
+                        MultipartUpload={"Parts": self.done},
+                    )
+        except BaseException:
+            self.abort()
+            raise
+        self.buf = bytearray()
+        self._stop()
+        return self.total
+
+    def _stop(self) -> None:
+        if self.pool is not None:
+            for fut in self.pending:
+                fut.cancel()
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        self.pending = []
+
+    def abort(self) -> None:
+        self.buf = bytearray()
+        self._stop()
+        if self.upload_id is not None:
+            with contextlib.suppress(Exception):
+                self.store.client.abort_multipart_upload(
+                    Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
+                )
+            self.upload_id = None
 
 
 def make_client():

@@ -35,7 +35,7 @@ class MegatronWriter(Writer):
         self.bin_path = os.path.join(directory, f"{base}.bin")
         self.idx_path = os.path.join(directory, f"{base}.idx")
         self.scratch_path = os.path.join(directory, f".{base}.lengths.tmp")
-        self.bin = HashingWriter(self.bin_path, hash=options.hash)
+        self.bin = HashingWriter(self.bin_path, hash=options.hash, stream=True)
         self.scratch = open(self.scratch_path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed in close/abort
         self.tokens = 0
 
@@ -64,7 +64,7 @@ class MegatronWriter(Writer):
             raise RuntimeError(f"{self.bin_path}: wrote {nbytes} bytes for {self.tokens} tokens")
         self.scratch.close()
         n = self.rows
-        out = HashingWriter(self.idx_path, preallocate=index_bytes(n, n + 1), hash=self.options.hash)
+        out = HashingWriter(self.idx_path, preallocate=index_bytes(n, n + 1), hash=self.options.hash, stream=True)
         try:
             out.write(header(self.code, n, n + 1))
             with open(self.scratch_path, "rb") as f:

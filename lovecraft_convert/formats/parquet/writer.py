@@ -57,8 +57,9 @@ class ParquetWriter(Writer):
         import pyarrow.parquet as pq
 
         self.path = path
-        # Written through our hashing writer: hashed as it goes, with direct I/O (see HashingWriter)
-        self.out = HashingWriter(path, hash=self.options.hash)
+        # Written through our hashing writer: hashed as it goes, with direct I/O, or straight to
+        # the object store when the run writes to one (see HashingWriter)
+        self.out = HashingWriter(path, hash=self.options.hash, stream=True)
         self.w = pq.ParquetWriter(self.out, self.aschema, **self.writer_options)
         self.groups = 0  # row groups in this file
         self.file_rows = 0
@@ -75,7 +76,12 @@ class ParquetWriter(Writer):
         rec = self._finish()
         if not self.done:  # now that there are several, the first one is numbered too
             first = os.path.join(self.directory, f"{self.base}-00000.parquet")
-            os.replace(self.path, first)
+            if self.out.sink is not None:
+                from ...storage.output import move_streamed
+
+                move_streamed(self.path, first)
+            else:
+                os.replace(self.path, first)
             rec.path = os.path.basename(first)
         self.done.append(rec)
         self._start(os.path.join(self.directory, f"{self.base}-{len(self.done):05d}.parquet"))

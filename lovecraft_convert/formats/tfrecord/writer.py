@@ -35,7 +35,7 @@ class TfrecordWriter(Writer):
         self.block_records = block_records(schema)
         self.offsets: list[int] = []  # file offset of every block's first byte
         self.nbytes = 0  # handed to the file so far
-        self.out = HashingWriter(self.path, hash=options.hash)
+        self.out = HashingWriter(self.path, hash=options.hash, stream=True)
         # gzip: a raw gzip member per block, mtime 0 and no name (the same input gives the same bytes)
         self.z = None
 
