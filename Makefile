@@ -48,6 +48,7 @@ bench: $(FULL)
 	$(PY) bench/lovecraft_bench.py
 	$(PY) bench/loader_bench.py
 	$(PY) bench/resume_bench.py
+	$(PY) bench/peer_loaders_bench.py
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check lovecraft_convert tests bench fuzz sample_data
