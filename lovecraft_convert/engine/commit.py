@@ -222,7 +222,8 @@ def commit_unit(work: str, k: int, make_writer, feed) -> tuple[list, dict]:
     extra = writer.manifest_extra()
     del writer
     trim_heap()
-    from ..storage.output import upload_unit, uploaded
+    from ..storage.output import upload_unit
+    from ..storage.stream import uploaded
 
     for f in files:
         src = os.path.join(tmp, f.path)

@@ -171,9 +171,9 @@ class HashingWriter:
     ``LOVECRAFT_DIRECT_IO=0``) writes are buffered and flushed to disk as they go, so the final
     fsync has little left to do. Buffers handed to ``write`` must not be changed afterwards.
 
-    ``stream`` (writers that only append): when the run writes to an object store, the bytes go
-    to the file's object as they come (multipart, see :mod:`lovecraft_convert.storage.output`)
-    and nothing is written to local scratch, so a run's scratch never holds its output.
+    ``sink`` (writers that only append, when the run writes to an object store: see
+    :func:`lovecraft_convert.storage.stream.open_stream`): the bytes go to the file's object as
+    they come and nothing is written to local scratch, so a run's scratch never holds its output.
     """
 
     SYNC_EVERY = 256 << 20
@@ -186,7 +186,7 @@ class HashingWriter:
         preallocate: int = 0,
         hash: str | None = DEFAULT_HASH,
         threaded: bool = True,
-        stream: bool = False,
+        sink=None,
     ) -> None:
         """``threaded`` False: hash and write in the caller's thread, buffered (for writers of many
         small files, where a thread and a staging buffer per file cost more than they save)."""
@@ -194,11 +194,7 @@ class HashingWriter:
 
         self.path = path
         self.threaded = threaded
-        self.sink = None
-        if stream:
-            from ..storage.output import open_stream
-
-            self.sink = open_stream(path)
+        self.sink = sink  # write(data), close(nbytes, digest), abort()
         self._closed = False
         if self.sink is not None:
             self.f, self.direct, preallocate = None, False, 0
@@ -395,11 +391,8 @@ class HashingWriter:
         self._drain()
         self._check()
         if self.sink is not None:
-            self.sink.close()  # the object appears now (an upload that fails is aborted)
-            from ..storage.output import streamed
-
+            self.sink.close(self.bytes, self.h.hexdigest())  # an upload that fails is aborted
             self._closed = True
-            streamed(self.path, self.bytes, self.h.hexdigest())
             return self.bytes, self.h.hexdigest()
         try:
             self.f.truncate(self.bytes)

@@ -5,7 +5,7 @@ An object store has no directory rename and no lock, so the manifest object is t
 1. The run gets an id, ``run-<UTC time>-<random hex>``; its data objects go under
    ``<out>/run-<id>/`` and nowhere else.
 2. Files of writers that only append (Parquet, TFRecord, Megatron) go to the store as they are
-   written (:func:`open_stream`): multipart, parts sized from the memory budget (growing after
+   written (:func:`~.stream.open_stream`): multipart, parts sized from the memory budget (growing after
    2,000 parts, so an object of unknown size fits S3's 10,000), at most three in memory, hashed on
    the way; nothing of them touches local scratch. The others (memmap, HDF5: their writers seek
    back) are written to local scratch and uploaded when complete, in the same parts. A failed or
@@ -40,11 +40,10 @@ from .. import manifest as mf
 from ..errors import OutputError
 from .base import PreconditionFailed, part_cap, part_size
 from .stores import get_store as store_for
+from .stream import MARKER, record, target, uploaded
 from .uri import split
 
 PARTIAL = "_partial.json"
-MARKER = "_remote.json"  # in the local work directory: where units upload their files
-UPLOADED = "_uploaded"  # in the local work directory: one record per file already uploaded
 
 
 def new_run_id() -> str:
@@ -238,82 +237,13 @@ class RemoteOutputDir:
                 pass
 
 
-def _target(work: str) -> dict | None:
-    """Where the files of the work directory ``work`` go when the run writes to a store (the
-    marker :meth:`RemoteOutputDir._mark` left there), None for a local run."""
-    marker = os.path.join(work, MARKER)
-    if not os.path.exists(marker):
-        return None
-    with open(marker) as f:
-        where = json.load(f)
-    _, _, key = split(where["uri"])
-    where["prefix"] = (key.strip("/") + "/" if key.strip("/") else "") + where["run"] + "/"
-    return where
-
-
-def _work_of(path: str) -> tuple[str, str]:
-    """(work directory, path relative to it) of a file a writer makes: in the work directory
-    itself (``convert``) or in a unit's private directory inside it (``.unit-<k>``, whose files
-    keep their names when they are moved into the work directory)."""
-    d, name = os.path.split(os.path.abspath(path))
-    if os.path.basename(d).startswith(".unit-"):
-        d = os.path.dirname(d)
-    return d, name
-
-
-def open_stream(path: str):
-    """An :class:`~.base.ObjectWriter` of the object the file ``path`` becomes when the run writes
-    to a store, so the writer sends its bytes there as they come instead of to local scratch;
-    None for a local run. For writers that only append (Parquet, TFRecord, Megatron)."""
-    work, rel = _work_of(path)
-    where = _target(work)
-    if where is None:
-        return None
-    return store_for(where["uri"]).open_writer(
-        where["prefix"] + rel, part=where["part"], cap=where.get("cap", where["part"])
-    )
-
-
-def streamed(path: str, nbytes: int, digest: str) -> None:
-    """Record that the file ``path`` went to the store as it was written (its bytes and digest,
-    checked at the commit against the writer's record); nothing of it is in local scratch."""
-    work, rel = _work_of(path)
-    _record(work, rel, nbytes, digest)
-
-
-def move_streamed(src: str, dst: str) -> None:
-    """Rename a streamed file (a writer that numbers its first file once it starts a second): the
-    object is copied inside the store to its new name and the old one deleted."""
-    work, rel = _work_of(src)
-    _, new = _work_of(dst)
-    where = _target(work)
-    nbytes, digest = uploaded(work, rel)
-    store = store_for(where["uri"])
-    store.copy(where["prefix"] + rel, where["prefix"] + new)
-    store.delete([where["prefix"] + rel])
-    _record(work, new, nbytes, digest)
-    os.unlink(_record_path(work, rel))
-
-
-def _record_path(work: str, rel: str) -> str:
-    return os.path.join(work, UPLOADED, rel.replace("/", "%2F") + ".json")
-
-
-def _record(work: str, rel: str, nbytes: int, digest: str | None) -> None:
-    os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
-    record = _record_path(work, rel)
-    with open(record + ".tmp", "w") as f:
-        json.dump({"bytes": nbytes, "digest": digest}, f)
-    os.rename(record + ".tmp", record)
-
-
 def upload_unit(work: str, records: list) -> None:
     """Upload the files of a unit just committed into the work directory ``work`` when the run
     writes to a store (``work`` holds the marker), each checked against its record (size and
     digest) and recorded as uploaded; the local copy is then removed, so local scratch holds only
     the units in flight. Files the writer streamed are there already. Called in the unit's process
     (any worker that has the credentials)."""
-    where = _target(work)
+    where = target(work)
     if where is None:
         return
     store = store_for(where["uri"])
@@ -327,18 +257,8 @@ def upload_unit(work: str, records: list) -> None:
                 f"{where['uri']}/{where['run']}/{r.path}: the uploaded bytes differ from those written",
                 hint="the scratch file changed during the upload; run the command again with --resume",
             )
-        _record(work, r.path, nbytes, digest)
+        record(work, r.path, nbytes, digest)
         os.unlink(local)
-
-
-def uploaded(work: str, rel: str) -> tuple[int, str | None]:
-    """(bytes, digest) of a file a unit uploaded; (-1, None) when there is no record of it."""
-    try:
-        with open(_record_path(work, rel)) as f:
-            d = json.load(f)
-        return int(d["bytes"]), str(d["digest"])
-    except (OSError, ValueError, KeyError):
-        return -1, None
 
 
 def run_of(m: dict | None) -> str | None:

@@ -15,6 +15,7 @@ import numpy as np
 from ...engine.writer import HashingWriter
 from ...errors import SchemaError
 from ...schema import Batch, Schema, VarColumn
+from ...storage.stream import open_stream
 from ..base import FileRecord, WriteOptions, Writer
 from .idx import code_of, header, index_bytes, pieces
 
@@ -35,7 +36,7 @@ class MegatronWriter(Writer):
         self.bin_path = os.path.join(directory, f"{base}.bin")
         self.idx_path = os.path.join(directory, f"{base}.idx")
         self.scratch_path = os.path.join(directory, f".{base}.lengths.tmp")
-        self.bin = HashingWriter(self.bin_path, hash=options.hash, stream=True)
+        self.bin = HashingWriter(self.bin_path, hash=options.hash, sink=open_stream(self.bin_path))
         self.scratch = open(self.scratch_path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed in close/abort
         self.tokens = 0
 
@@ -64,7 +65,12 @@ class MegatronWriter(Writer):
             raise RuntimeError(f"{self.bin_path}: wrote {nbytes} bytes for {self.tokens} tokens")
         self.scratch.close()
         n = self.rows
-        out = HashingWriter(self.idx_path, preallocate=index_bytes(n, n + 1), hash=self.options.hash, stream=True)
+        out = HashingWriter(
+            self.idx_path,
+            preallocate=index_bytes(n, n + 1),
+            hash=self.options.hash,
+            sink=open_stream(self.idx_path),
+        )
         try:
             out.write(header(self.code, n, n + 1))
             with open(self.scratch_path, "rb") as f:

@@ -18,6 +18,7 @@ import os
 
 from ...engine.writer import HashingWriter, named
 from ...schema import Batch, Schema
+from ...storage.stream import move_streamed, open_stream
 from ..base import FileRecord, WriteOptions, Writer
 
 CHUNK_METADATA = 800  # bytes pyarrow's writer holds per column chunk until the footer (measured)
@@ -59,7 +60,7 @@ class ParquetWriter(Writer):
         self.path = path
         # Written through our hashing writer: hashed as it goes, with direct I/O, or straight to
         # the object store when the run writes to one (see HashingWriter)
-        self.out = HashingWriter(path, hash=self.options.hash, stream=True)
+        self.out = HashingWriter(path, hash=self.options.hash, sink=open_stream(path))
         self.w = pq.ParquetWriter(self.out, self.aschema, **self.writer_options)
         self.groups = 0  # row groups in this file
         self.file_rows = 0
@@ -77,8 +78,6 @@ class ParquetWriter(Writer):
         if not self.done:  # now that there are several, the first one is numbered too
             first = os.path.join(self.directory, f"{self.base}-00000.parquet")
             if self.out.sink is not None:
-                from ...storage.output import move_streamed
-
                 move_streamed(self.path, first)
             else:
                 os.replace(self.path, first)

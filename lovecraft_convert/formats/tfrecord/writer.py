@@ -13,6 +13,7 @@ import zlib
 
 from ...engine.writer import HashingWriter
 from ...schema import Batch, Schema
+from ...storage.stream import open_stream
 from ..base import FileRecord, WriteOptions, Writer
 from .blocks import block_records_for, encode_blocks
 
@@ -35,7 +36,7 @@ class TfrecordWriter(Writer):
         self.block_records = block_records(schema)
         self.offsets: list[int] = []  # file offset of every block's first byte
         self.nbytes = 0  # handed to the file so far
-        self.out = HashingWriter(self.path, hash=options.hash, stream=True)
+        self.out = HashingWriter(self.path, hash=options.hash, sink=open_stream(self.path))
         # gzip: a raw gzip member per block, mtime 0 and no name (the same input gives the same bytes)
         self.z = None
 
