@@ -47,6 +47,26 @@ def log(msg: str) -> None:
     print(f"loader-bench: {msg}", file=sys.stderr, flush=True)
 
 
+def write_source(base: str, rows: int, seed: int, labels: int, say=None) -> list[str]:
+    """``x.npy`` (float32 [rows, COLS], standard normal, drawn in pieces from ``seed``) and
+    ``label.npy`` (int64 in [0, labels), from ``seed + 1``) in ``base``, unless both are there
+    (``say``: the caller's log)."""
+    src = [os.path.join(base, "x.npy"), os.path.join(base, "label.npy")]
+    if not all(os.path.exists(p) for p in src):
+        (say or log)(f"generating {rows} rows ({rows * ROW_BYTES / 1e6:.0f} MB)")
+        x = np.lib.format.open_memmap(src[0] + ".tmp.npy", mode="w+", dtype=np.float32, shape=(rows, COLS))
+        step = 1 << 16
+        for i in range(0, rows, step):
+            rng = np.random.default_rng([seed, i])
+            x[i : i + step] = rng.standard_normal((min(step, rows - i), COLS), dtype=np.float32)
+        x.flush()
+        del x
+        np.save(src[1] + ".tmp.npy", np.random.default_rng(seed + 1).integers(0, labels, rows, dtype=np.int64))
+        for p in src:
+            os.replace(p + ".tmp.npy", p)
+    return src
+
+
 def make_data(workdir: str, nbytes: int) -> dict[str, str]:
     """The dataset in every format (cached; regenerated when missing)."""
     import lovecraft_convert as lc
@@ -54,19 +74,7 @@ def make_data(workdir: str, nbytes: int) -> dict[str, str]:
     rows = nbytes // ROW_BYTES
     base = os.path.join(workdir, f"loaders-{rows}")
     os.makedirs(base, exist_ok=True)
-    src = [os.path.join(base, "x.npy"), os.path.join(base, "label.npy")]
-    if not all(os.path.exists(p) for p in src):
-        log(f"generating {rows} rows ({rows * ROW_BYTES / 1e6:.0f} MB)")
-        x = np.lib.format.open_memmap(src[0] + ".tmp.npy", mode="w+", dtype=np.float32, shape=(rows, COLS))
-        step = 1 << 16
-        for i in range(0, rows, step):
-            rng = np.random.default_rng([7, i])
-            x[i : i + step] = rng.standard_normal((min(step, rows - i), COLS), dtype=np.float32)
-        x.flush()
-        del x
-        np.save(src[1] + ".tmp.npy", np.random.default_rng(8).integers(0, 10, rows))
-        for p in src:
-            os.replace(p + ".tmp.npy", p)
+    src = write_source(base, rows, seed=7, labels=10)
     out = {}
     for fmt in FORMATS:
         path = os.path.join(base, fmt)

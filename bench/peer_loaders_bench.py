@@ -71,10 +71,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
+from loader_bench import COLS, ROW_BYTES, write_source  # noqa: E402
 from measure import run  # noqa: E402
 
-COLS = 64
-ROW_BYTES = COLS * 4 + 8
 CHUNK = 64 << 20  # the chunk/shard size of every writer (Mosaic's default size_limit)
 BLOCK = 4096  # rows a writer takes from the source at a time
 READERS = ("ours_dl", "ours_batches", "litdata", "mosaic")
@@ -95,18 +94,7 @@ def make_data(workdir: str, rows: int) -> str:
     own (cached; regenerated when missing)."""
     base = os.path.join(workdir, f"data-{rows}")
     os.makedirs(base, exist_ok=True)
-    paths = [os.path.join(base, "x.npy"), os.path.join(base, "label.npy")]
-    if not all(os.path.exists(p) for p in paths):
-        log(f"generating {rows} rows ({rows * ROW_BYTES / 1e6:.0f} MB)")
-        x = np.lib.format.open_memmap(paths[0] + ".tmp.npy", mode="w+", dtype=np.float32, shape=(rows, COLS))
-        step = 1 << 16
-        for i in range(0, rows, step):
-            x[i : i + step] = np.random.default_rng([11, i]).standard_normal((min(step, rows - i), COLS), np.float32)
-        x.flush()
-        del x
-        np.save(paths[1] + ".tmp.npy", np.random.default_rng(12).integers(0, 1000, rows, dtype=np.int64))
-        for p in paths:
-            os.replace(p + ".tmp.npy", p)
+    write_source(base, rows, seed=11, labels=1000, say=log)
     return base
 
 

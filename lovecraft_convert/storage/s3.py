@@ -143,13 +143,11 @@ class _MultipartWriter(ObjectWriter):
     def write(self, data) -> None:
         mv = memoryview(data).cast("B")
         self.total += len(mv)
+        if not self.buf and isinstance(data, bytes) and len(data) == self._size():  # a whole part, as it is
+            self._send(data)
+            return
         while len(mv):
             size = self._size()
-            if not self.buf and len(mv) >= size and isinstance(data, bytes) and len(mv) == len(data):
-                self._send(data if len(data) == size else bytes(mv[:size]))
-                mv = mv[size:]
-                data = None
-                continue
             k = min(size - len(self.buf), len(mv))
             self.buf += mv[:k]
             mv = mv[k:]
