@@ -38,8 +38,9 @@ def output_dir(
 
     if is_remote(path):
         from ..storage.output import RemoteOutputDir
+        from .journal import JOURNAL, PLAN
 
-        return RemoteOutputDir(path, overwrite=overwrite, resume=resume, budget=budget)
+        return RemoteOutputDir(path, overwrite=overwrite, resume=resume, budget=budget, state=(PLAN, JOURNAL))
     return OutputDir(local_path(path), overwrite=overwrite, protect=protect, resume=resume)
 
 

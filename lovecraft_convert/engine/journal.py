@@ -18,9 +18,11 @@ VOLATILE_OPTIONS = ("workers", "resume", "overwrite", "progress", "engine", "ray
 
 class Journal:
     """``journal.jsonl`` of a resumable run: one fsynced line per committed unit; a torn last line
-    (a crash while writing it) is dropped and that unit is redone."""
+    (a crash while writing it) is dropped and that unit is redone. A run writing to a store keeps
+    each entry there too, beside its data, for a ``--resume`` on another machine."""
 
     def __init__(self, work: str) -> None:
+        self.work = work
         self.path = os.path.join(work, JOURNAL)
         self.entries: list[dict] = []
         if os.path.exists(self.path):
@@ -33,16 +35,23 @@ class Journal:
         self.f = open(self.path, "a")  # noqa: SIM115
 
     def add(self, entry: dict) -> None:
-        self.f.write(json.dumps(entry) + "\n")
+        from ..storage.stream import journal_key, mirror
+
+        line = json.dumps(entry) + "\n"
+        self.f.write(line)
         self.f.flush()
         os.fsync(self.f.fileno())
+        mirror(self.work, journal_key(len(self.entries)), line.encode())
         self.entries.append(entry)
 
     def phase(self, n: int) -> list[dict]:
         return [e for e in self.entries if e.get("phase") == n]
 
     def reset(self) -> None:
+        from ..storage.stream import JOURNAL_DIR, forget
+
         self.f.close()
+        forget(self.work, JOURNAL_DIR + "/")
         os.unlink(self.path)
         self.entries = []
         self.f = open(self.path, "a")  # noqa: SIM115
@@ -108,12 +117,16 @@ def load_plan(work: str, fingerprint: dict, out_path: str) -> dict:
 
 
 def save_plan(work: str, plan: dict) -> None:
+    from ..storage.stream import mirror
+
     path = os.path.join(work, PLAN)
+    body = json.dumps(plan)
     with open(path + ".tmp", "w") as f:
-        json.dump(plan, f)
+        f.write(body)
         f.flush()
         os.fsync(f.fileno())
     os.rename(path + ".tmp", path)
+    mirror(work, PLAN, body.encode())
 
 
 def intact(work: str, entry: dict) -> bool:

@@ -15,9 +15,13 @@ An object store has no directory rename and no lock, so the manifest object is t
    (``If-None-Match: *``): of two runs racing to one prefix exactly one commits; the other deletes
    its own run prefix and fails with one line. With ``--overwrite`` the manifest is replaced and
    the previous run's objects are deleted after the new commit.
-4. A resumable run (``shard``, ``bucket``) records ``<out>/_partial.json`` (its run id) first; a
-   later ``--resume`` continues the same run id, ``--overwrite`` deletes the dead run's objects
-   and unfinished uploads, and anything else is refused naming the unfinished run.
+4. A resumable run (``shard``, ``bucket``) records ``<out>/_partial.json`` (its run id) first and
+   keeps its plan, journal and upload records beside its data, under ``run-<id>/_resume/``
+   (:func:`~.stream.mirror`); a later ``--resume``, on this machine or another, rebuilds its
+   local state from them and continues the same run id (only the spill frames of phase 1 are
+   local: parts whose frames are missing are read again). ``--overwrite`` deletes the dead run's
+   objects and unfinished uploads, and anything else is refused naming the unfinished run.
+   ``_resume/`` is deleted after the commit.
 
 What a reader that ignores the manifest could see: a glob over ``<out>/**/*.parquet`` during a run
 sees the new run's objects appear one by one under ``run-<id>/`` (complete objects only: an object
@@ -40,7 +44,7 @@ from .. import manifest as mf
 from ..errors import OutputError
 from .base import PreconditionFailed, part_cap, part_size
 from .stores import get_store as store_for
-from .stream import MARKER, record, target, uploaded
+from .stream import MARKER, RESUME, UPLOADED, record, restore, target, uploaded
 from .uri import split
 
 PARTIAL = "_partial.json"
@@ -60,8 +64,16 @@ class RemoteOutputDir:
     ``path``, ``tmp``, ``keep``, ``reset()``, ``commit(manifest)``)."""
 
     def __init__(
-        self, uri: str, *, overwrite: bool = False, resume: bool | None = None, budget: int = 256 << 20
+        self,
+        uri: str,
+        *,
+        overwrite: bool = False,
+        resume: bool | None = None,
+        budget: int = 256 << 20,
+        state: tuple[str, str] = ("plan.json", "journal.jsonl"),
     ) -> None:
+        """``state``: the names of the plan and the journal in the work directory (restored from
+        the store on ``--resume``)."""
         self.path = uri.rstrip("/")
         _, self.bucket, key = split(self.path)
         self.prefix = key.strip("/") + "/" if key.strip("/") else ""
@@ -74,6 +86,7 @@ class RemoteOutputDir:
         self.run = ""
         self.tmp = ""
         self.old_run: str | None = None
+        self.state = state
 
     def key(self, rel: str) -> str:
         return self.prefix + rel
@@ -102,12 +115,18 @@ class RemoteOutputDir:
                 self.store.delete([self.key(PARTIAL)])
         local = os.path.join(scratch_root(), hashlib.sha256(self.path.encode()).hexdigest()[:20])
         if self.run:
+            # the run's state on the store is the truth (another machine may have gone further);
+            # local spill frames, where this machine has them, are kept
             self.tmp = local + ".partial"
-            if not os.path.isdir(self.tmp):  # the journal is gone with the machine: start the run over
-                self.remove_run(self.run)
+            os.makedirs(self.tmp, exist_ok=True)
+            from ..util import remove_entries
+
+            remove_entries(self.tmp, (*self.state, UPLOADED))
+            self.store.abort_uploads(self.key(self.run + "/"))
+            if not restore(self.store, self.key(self.run + "/"), self.tmp, *self.state):
+                self.remove_run(self.run)  # it never saved its plan: nothing of it can be kept
+                shutil.rmtree(self.tmp)
                 os.makedirs(self.tmp)
-            else:
-                self.store.abort_uploads(self.key(self.run + "/"))
             self._mark()
             return self
         self.run = new_run_id()
@@ -127,7 +146,14 @@ class RemoteOutputDir:
         """Tell the units (in any process) where their files go: see :func:`upload_unit`."""
         with open(os.path.join(self.tmp, MARKER), "w") as f:
             json.dump(
-                {"uri": self.path, "run": self.run, "part": part_size(self.budget), "cap": part_cap(self.budget)}, f
+                {
+                    "uri": self.path,
+                    "run": self.run,
+                    "part": part_size(self.budget),
+                    "cap": part_cap(self.budget),
+                    "resumable": self.resumable,
+                },
+                f,
             )
 
     def _manifest(self) -> dict | None:
@@ -207,6 +233,8 @@ class RemoteOutputDir:
         manifest.update(committed)
         if self.resumable:
             self.store.delete([self.key(PARTIAL)])
+            state = self.key(f"{self.run}/{RESUME}/")
+            self.store.delete([k for k, _ in self.store.list(state)])
         if self.old_run is not None and self.old_run != self.run:
             self.store.abort_uploads(self.key(self.old_run + "/"))
         self.remove_strays()

@@ -5,18 +5,27 @@ files go (:class:`~.output.RemoteOutputDir` writes it). A writer that only appen
 TFRecord, Megatron) asks :func:`open_stream` for the object its file becomes and writes there
 instead of to scratch; when it is finished, the bytes and digest are recorded in the work
 directory, and the commit checks them against the writer's record like those of an uploaded file.
+
+A resumable run (``shard``, ``bucket``) keeps what ``--resume`` needs beside its data objects, under
+``<out>/run-<id>/_resume/``: the plan, one object per journal entry and one per upload record
+(:func:`mirror`, written after the local file). ``--resume`` on another machine, or after local
+scratch was cleaned, restores them (:func:`restore`); only the spill frames of phase 1 stay local
+(they are a second copy of the input), and a part whose frames are missing is read again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from .stores import get_store
 from .uri import split
 
 MARKER = "_remote.json"  # in the local work directory: where the run's files go
 UPLOADED = "_uploaded"  # in the local work directory: one record per file already on the store
+RESUME = "_resume"  # beside the run's data objects: the state --resume needs
+JOURNAL_DIR = "journal"  # under RESUME: one object per journal entry, j<seq>.json
 
 
 def target(work: str) -> dict | None:
@@ -81,19 +90,26 @@ def move_streamed(src: str, dst: str) -> None:
     store.delete([where["prefix"] + rel])
     record(work, new, nbytes, digest)
     os.unlink(_record_path(work, rel))
+    mirror(work, f"{UPLOADED}/{_record_name(rel)}", None)
+
+
+def _record_name(rel: str) -> str:
+    return rel.replace("/", "%2F") + ".json"
 
 
 def _record_path(work: str, rel: str) -> str:
-    return os.path.join(work, UPLOADED, rel.replace("/", "%2F") + ".json")
+    return os.path.join(work, UPLOADED, _record_name(rel))
 
 
 def record(work: str, rel: str, nbytes: int, digest: str | None) -> None:
     """Record that the file ``rel`` of ``work`` is on the store with these bytes and digest."""
     os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
     path = _record_path(work, rel)
+    body = json.dumps({"bytes": nbytes, "digest": digest})
     with open(path + ".tmp", "w") as f:
-        json.dump({"bytes": nbytes, "digest": digest}, f)
+        f.write(body)
     os.rename(path + ".tmp", path)
+    mirror(work, f"{UPLOADED}/{_record_name(rel)}", body.encode())
 
 
 def uploaded(work: str, rel: str) -> tuple[int, str | None]:
@@ -104,3 +120,64 @@ def uploaded(work: str, rel: str) -> tuple[int, str | None]:
         return int(d["bytes"]), str(d["digest"])
     except (OSError, ValueError, KeyError):
         return -1, None
+
+
+# -- the state of a resumable run, beside its data -------------------------------------------------
+
+
+def mirror(work: str, name: str, data: bytes | None) -> None:
+    """Keep the run-state file ``name`` (``/``-separated, relative to the run's ``_resume/``) of a
+    resumable run writing to a store on the store too; None deletes it. Nothing for a local or a
+    one-shot run."""
+    where = target(work)
+    if where is None or not where.get("resumable"):
+        return
+    store = get_store(where["uri"])
+    key = f"{where['prefix']}{RESUME}/{name}"
+    if data is None:
+        store.delete([key])
+    else:
+        store.put(key, data)
+
+
+def forget(work: str, sub: str) -> None:
+    """Delete the mirrored run state under ``sub`` (``""``: all of it)."""
+    where = target(work)
+    if where is None or not where.get("resumable"):
+        return
+    store = get_store(where["uri"])
+    prefix = f"{where['prefix']}{RESUME}/{sub}"
+    store.delete([k for k, _ in store.list(prefix)])
+
+
+def journal_key(seq: int) -> str:
+    return f"{JOURNAL_DIR}/j{seq:08d}.json"
+
+
+def restore(store, run_prefix: str, work: str, plan: str, journal: str) -> bool:
+    """Rebuild the local run state of the run whose objects are under the key ``run_prefix``
+    (``.../run-<id>/``) from what it mirrored: ``plan`` and ``journal`` (file names in ``work``)
+    and the upload records. False when the run never saved a plan (nothing of it can be kept)."""
+    base = run_prefix + RESUME + "/"
+    body = store.read_all(base + plan)
+    if body is None:
+        return False
+    keys = sorted(k for k, _ in store.list(base))
+    entries = [k for k in keys if k.startswith(base + JOURNAL_DIR + "/")]
+    records = [k for k in keys if k.startswith(base + UPLOADED + "/")]
+    with ThreadPoolExecutor(8) as pool:
+        bodies = list(pool.map(store.read_all, entries + records))
+    os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
+    _write(os.path.join(work, plan), body)
+    lines = [b.rstrip(b"\n") + b"\n" for b in bodies[: len(entries)] if b]
+    _write(os.path.join(work, journal), b"".join(lines))
+    for k, b in zip(records, bodies[len(entries) :], strict=True):
+        if b is not None:
+            _write(os.path.join(work, UPLOADED, k[len(base + UPLOADED) + 1 :]), b)
+    return True
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.rename(path + ".tmp", path)

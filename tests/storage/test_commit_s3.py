@@ -160,3 +160,68 @@ def test_sigkill_mid_upload_then_resume_gives_the_same_bytes(s3, bucket, tmp_pat
     assert "sh/_partial.json" not in keys
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert lovecraft("verify", f"s3://{bucket}/sh").exit_code == 0
+
+
+def _versions(s3, bucket: str, prefix: str) -> dict[str, int]:
+    """key -> how many times it was written (the bucket keeps every version)."""
+    out: dict[str, int] = {}
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        for v in page.get("Versions", []):
+            out[v["Key"]] = out.get(v["Key"], 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_resume_on_another_machine_keeps_the_finished_shards(s3, bucket, tmp_path, monkeypatch, fmt):
+    """The journal lives beside the data: a shard run SIGKILLed after some shards, resumed with an
+    empty scratch (another machine), rewrites none of them, ends with the bytes of a local run and
+    leaves no run state behind."""
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    src = _csv(tmp_path / "in.csv", 600_000)
+    args = ["--to", fmt, "--num-shards", "10", "--shuffle", "--seed", "3", "--max-memory", "64MiB", "--workers", "1"]
+    assert lovecraft("shard", src, "-o", str(tmp_path / "loc"), *args, "-q").exit_code == 0
+    env = SUBPROCESS_ENV | dict(os.environ) | {"LOVECRAFT_SCRATCH": str(tmp_path / "machine-a")}
+    cmd = [sys.executable, "-m", "lovecraft_convert", "shard", src, "-o", f"s3://{bucket}/sh", *args, "-q"]
+    p = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        journal = [k for k in objects(s3, bucket, "sh/run-") if "/_resume/journal/" in k]
+        if sum(json.loads(get(s3, bucket, k)).get("phase") == 2 for k in journal) >= 2:
+            break  # two shards are journalled: kill the run while it writes the next
+        time.sleep(0.02)
+    assert p.poll() is None, "the run finished before it could be killed: give it a larger input"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    state = objects(s3, bucket, "sh/run-")
+    run = next(iter(state)).split("/")[1]
+    assert f"sh/{run}/_resume/plan.json" in state
+    entries = [json.loads(get(s3, bucket, k)) for k in sorted(state) if "/_resume/journal/" in k]
+    assert [e.get("phase") for e in entries] == sorted(e.get("phase") for e in entries)
+    done = [f"sh/{run}/{f['path']}" for e in entries if e.get("phase") == 2 for f in e["files"]]
+    assert done, entries  # the shards journalled before the kill
+
+    monkeypatch.setenv("LOVECRAFT_SCRATCH", str(tmp_path / "machine-b"))
+    r = lovecraft("shard", src, "-o", f"s3://{bucket}/sh", *args, "--resume", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert not any(n.endswith(".partial") for n in os.listdir(tmp_path / "machine-b"))
+    same_as_local(s3, bucket, "sh", str(tmp_path / "loc"))
+    keys = objects(s3, bucket, "sh/")
+    assert not any("/_resume/" in k for k in keys) and "sh/_partial.json" not in keys
+    versions = _versions(s3, bucket, f"sh/{run}/")
+    assert all(versions[k] == 1 for k in done), {k: versions[k] for k in done}  # none written again
+    assert any("/_resume/" not in k and k not in done for k in versions)  # the rest were written now
+    assert lovecraft("verify", f"s3://{bucket}/sh", "-q").exit_code == 0
+
+
+def test_resume_of_a_run_that_saved_no_plan_starts_it_over(s3, bucket, tmp_path):
+    s3.put_object(Bucket=bucket, Key="sh/_partial.json", Body=json.dumps({"run": "run-dead"}).encode())
+    s3.put_object(Bucket=bucket, Key="sh/run-dead/part-00000.npy", Body=b"half")
+    src = _csv(tmp_path / "in.csv", 2000)
+    args = ["--to", "memmap", "-q", "--num-shards", "2"]
+    assert lovecraft("shard", src, "-o", str(tmp_path / "loc"), *args).exit_code == 0
+    r = lovecraft("shard", src, "-o", f"s3://{bucket}/sh", *args, "--resume")
+    assert r.exit_code == 0, r.stderr
+    same_as_local(s3, bucket, "sh", str(tmp_path / "loc"))
+    files = json.loads(get(s3, bucket, "sh/_manifest.json"))["files"]
+    assert all(f["path"].startswith("run-dead/") for f in files)  # the same run id, its stray object gone
+    assert sorted(objects(s3, bucket, "sh/")) == sorted(["sh/_manifest.json"] + [f"sh/{f['path']}" for f in files])
