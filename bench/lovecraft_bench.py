@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 import engine_bench  # noqa: E402
 import jsonl_inputs  # noqa: E402
 import tokens_bench  # noqa: E402
-from measure import Result, med, run, write_repeated  # noqa: E402
+from measure import BYTECODE_NOTE, Result, compile_package, med, run, write_repeated  # noqa: E402
 
 PY = sys.executable
 LOVECRAFT = [PY, "-m", "lovecraft_convert"]
@@ -732,6 +732,7 @@ def main() -> None:
         args.runs = 1
     size = GB // 16 if args.quick else GB
     os.makedirs(args.workdir, exist_ok=True)
+    compile_package()
     b = Bench(args, args.workdir)
     b.baseline = statistics.median(run(peer("baseline")).peak_mib for _ in range(3))
     only = args.only.split(",")
@@ -762,7 +763,7 @@ def render(b: Bench, size: int, elapsed: float) -> str:
     lines = [
         f"Measured {datetime.date.today()} on {os.cpu_count()} cores, "
         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB; inputs ~{size / GB:g} GB; "
-        f"median of {b.args.runs} runs; {elapsed / 60:.1f} min in all.",
+        f"median of {b.args.runs} runs; {elapsed / 60:.1f} min in all; {BYTECODE_NOTE}.",
         "",
         "| benchmark | ours MB/s | peer | peer MB/s | ratio | target | met |",
         "|---|---:|---|---:|---:|---:|:---:|",
