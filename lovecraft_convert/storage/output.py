@@ -118,6 +118,8 @@ class RemoteOutputDir:
             # the run's state on the store is the truth (another machine may have gone further);
             # local spill frames, where this machine has them, are kept
             self.tmp = local + ".partial"
+            if os.path.isdir(self.tmp) and _run_here(self.tmp) != self.run:  # another run's spill
+                shutil.rmtree(self.tmp)
             os.makedirs(self.tmp, exist_ok=True)
             from ..util import remove_entries
 
@@ -287,6 +289,14 @@ def upload_unit(work: str, records: list) -> None:
             )
         record(work, r.path, nbytes, digest)
         os.unlink(local)
+
+
+def _run_here(work: str) -> str | None:
+    """The run id a local work directory was made for (its marker), None when it cannot be told."""
+    try:
+        return (target(work) or {}).get("run")
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def run_of(m: dict | None) -> str | None:

@@ -3,8 +3,10 @@ a failed run leaving nothing behind."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,6 +202,17 @@ def test_resume_on_another_machine_keeps_the_finished_shards(s3, bucket, tmp_pat
     done = [f"sh/{run}/{f['path']}" for e in entries if e.get("phase") == 2 for f in e["files"]]
     assert done, entries  # the shards journalled before the kill
 
+    # machine b holds the scratch of another run of the same output: same names and sizes, other
+    # bytes; its spill frames must not be taken for this run's
+    name = hashlib.sha256(f"s3://{bucket}/sh".encode()).hexdigest()[:20] + ".partial"
+    other = tmp_path / "machine-b" / name
+    shutil.copytree(tmp_path / "machine-a" / name, other)
+    marker = json.loads((other / "_remote.json").read_text())
+    (other / "_remote.json").write_text(json.dumps({**marker, "run": "run-other"}))
+    spilled = [p for p in (other / "spill").iterdir() if p.is_file()]
+    assert spilled
+    for p in spilled:
+        p.write_bytes(bytes(p.stat().st_size))
     monkeypatch.setenv("LOVECRAFT_SCRATCH", str(tmp_path / "machine-b"))
     r = lovecraft("shard", src, "-o", f"s3://{bucket}/sh", *args, "--resume", "-q")
     assert r.exit_code == 0, r.stderr
