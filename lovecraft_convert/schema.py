@@ -206,10 +206,33 @@ class Batch:
 
     columns: dict[str, Column]
     num_rows: int = field(default=-1)
+    # a wide table's columns of one dtype as the rows of one [columns, rows] matrix (from_matrix)
+    matrix: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.num_rows < 0:
             self.num_rows = len(next(iter(self.columns.values()))) if self.columns else 0
+
+    @classmethod
+    def from_matrix(cls, names: list[str], matrix: np.ndarray) -> Batch:
+        """The columns ``names`` as the rows of ``matrix`` (2-D, C-contiguous, ``[columns, rows]``),
+        which steps paid per column and batch (a copy, a reduction) can then take whole: see
+        :meth:`matrix_of`."""
+        rows = list(matrix)
+        b = cls(dict(zip(names, rows, strict=True)), matrix.shape[1], matrix)
+        b._rows = rows
+        return b
+
+    def matrix_of(self, names: list[str]) -> np.ndarray | None:
+        """The ``[len(names), rows]`` matrix whose rows are the columns ``names`` in this order,
+        when the batch was made so (:meth:`from_matrix`) and the columns are still its rows."""
+        m, rows = self.matrix, getattr(self, "_rows", None)
+        if m is None or rows is None or len(names) != len(rows):
+            return None
+        cols = self.columns
+        if all(cols.get(n) is r for n, r in zip(names, rows, strict=True)):
+            return m
+        return None
 
     @property
     def nbytes(self) -> int:
@@ -231,6 +254,9 @@ class Batch:
         if len(parts) == 1:
             return parts[0]
         names = list(parts[0].columns)
+        mats = [p.matrix_of(names) for p in parts]
+        if all(m is not None for m in mats):  # a wide table's: one copy, not one per column
+            return cls.from_matrix(names, np.concatenate(mats, axis=1))
         cols: dict[str, Column] = {}
         for n in names:
             first = parts[0].columns[n]

@@ -132,19 +132,21 @@ class BatchStats:
         for name, st in self.columns.items():
             col = batch.columns[name]
             if name not in casts and _plain(st, col):
-                groups.setdefault(col.dtype, []).append((st, col))
+                groups.setdefault(col.dtype, []).append((name, st, col))
             else:
                 st.update(col, casts.get(name))
         for items in groups.values():
             if len(items) < WIDE:
-                for st, col in items:
+                for _, st, col in items:
                     st.update(col)
                 continue
-            rows = np.stack([col for _, col in items])  # [columns, rows]: each column contiguous
+            rows = batch.matrix_of([name for name, _, _ in items])  # a wide table's, as it is
+            if rows is None:
+                rows = np.stack([col for _, _, col in items])  # [columns, rows]: each column contiguous
             with np.errstate(all="ignore"):
                 lows, highs = rows.min(axis=1), rows.max(axis=1)
             nans = (np.isnan(lows) | np.isnan(highs)).tolist() if lows.dtype.kind == "f" else [False] * len(items)
-            for (st, col), lo, hi, nan in zip(items, lows.tolist(), highs.tolist(), nans, strict=True):
+            for (_, st, col), lo, hi, nan in zip(items, lows.tolist(), highs.tolist(), nans, strict=True):
                 if nan:
                     st.update(col)  # NaNs: counted and skipped column by column
                     continue

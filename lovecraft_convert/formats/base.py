@@ -111,21 +111,29 @@ class ColumnBlock:
     writers of a file or dataset per column): a batch goes in with one copy (``np.stack``), not a
     call per column; ``full()`` is called each time the buffer is full, and may reuse it."""
 
-    def __init__(self, columns: int, rows: int, dtype, full) -> None:
+    def __init__(self, columns: int, rows: int, dtype, full, buf=None) -> None:
+        """``buf``: the ``[columns, rows]`` array to gather into (rows contiguous, any row stride);
+        a new one when None."""
         import numpy as np
 
-        self.buf = np.empty((columns, rows), dtype=dtype)
+        self.buf = np.empty((columns, rows), dtype=dtype) if buf is None else buf
         self.held = 0
         self.full = full
 
-    def add(self, cols: list, n: int) -> None:
+    def add(self, cols: list, n: int, matrix=None) -> None:
+        """Add ``n`` rows of the columns ``cols``; ``matrix``: the same as one ``[columns, n]``
+        array (:meth:`Batch.matrix_of`), copied whole."""
         import numpy as np
 
         i = 0
         while i < n:
             k = min(self.buf.shape[1] - self.held, n - i)
-            part = cols if i == 0 and k == n else [c[i : i + k] for c in cols]
-            np.stack(part, out=self.buf[:, self.held : self.held + k], casting="same_kind")
+            out = self.buf[:, self.held : self.held + k]
+            if matrix is not None:
+                np.copyto(out, matrix[:, i : i + k], casting="same_kind")
+            else:
+                part = cols if i == 0 and k == n else [c[i : i + k] for c in cols]
+                np.stack(part, out=out, casting="same_kind")
             self.held += k
             i += k
             if self.held == self.buf.shape[1]:

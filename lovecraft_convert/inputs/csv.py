@@ -246,7 +246,7 @@ class CsvReader(Reader):
         from ..arrowconv import arrow_to_numpy
 
         matrix = np.ascontiguousarray(arrow_to_numpy(values).reshape(lines, ncols).T)
-        return Batch(dict(zip(self.header, matrix, strict=True)), lines)  # the schema is the header's
+        return Batch.from_matrix(self.header, matrix)  # the schema is the header's
 
     # -- schema ---------------------------------------------------------------------------------
     def widen(self, widened: dict[str, str]) -> None:

@@ -47,3 +47,42 @@ def test_wide_batches_of_half_the_target_pass_through_unless_rows_are_waiting():
     assert [b.num_rows for b in out] == [6, 15]  # then 2 waits for rows, so 6 and 7 join it
     got = np.concatenate([b.columns["c1"] for b in out])
     assert np.array_equal(got, np.arange(21) + 1 / 1000)
+
+
+def _matrix_batches(columns: int, sizes: list[int]) -> list[Batch]:
+    out, start = [], 0
+    for n in sizes:
+        m = np.ascontiguousarray((np.arange(start, start + n)[:, None] + np.arange(columns) / 1000).T)
+        out.append(Batch.from_matrix([f"c{j}" for j in range(columns)], m))
+        start += n
+    return out
+
+
+def test_a_wide_table_read_as_one_matrix_is_gathered_as_one_matrix():
+    src = _matrix_batches(WIDE_COLUMNS, [5, 7, 2, 9])
+    names = list(src[0].columns)
+    out = list(coalesce(iter(src), 12 * (src[0].nbytes // 5)))
+    assert [b.num_rows for b in out] == [12, 11]
+    for b in out:  # the gathered batch is one matrix again, its rows the columns in order
+        m = b.matrix_of(names)
+        assert m is not None and m.shape == (WIDE_COLUMNS, b.num_rows)
+        assert all(np.shares_memory(b.columns[n], m) for n in names)
+    got = np.concatenate([b.columns["c3"] for b in out])
+    assert np.array_equal(got, np.arange(23) + 3 / 1000)
+
+
+def test_matrix_of_answers_only_for_the_columns_it_holds_in_their_order():
+    (b,) = _matrix_batches(WIDE_COLUMNS, [4])
+    names = list(b.columns)
+    assert b.matrix_of(names) is b.matrix
+    assert b.matrix_of(names[::-1]) is None  # another order: its rows are not these columns
+    assert b.matrix_of(names[1:]) is None
+    b.columns["c0"] = b.columns["c0"] + 1  # a column replaced: no longer the matrix's row
+    assert b.matrix_of(names) is None
+    assert Batch(dict(b.columns), 4).matrix_of(names) is None  # made without a matrix
+    mixed = _matrix_batches(WIDE_COLUMNS, [3]) + _batches(WIDE_COLUMNS, [2])
+    for part in mixed[1:]:
+        del part.columns["text"]
+    out = Batch.concat(mixed)  # one part without a matrix: column by column, the same values
+    want = np.concatenate([np.arange(3), np.arange(2)]) + 2 / 1000  # each helper counts rows from 0
+    assert out.matrix is None and np.array_equal(out.columns["c2"], want)

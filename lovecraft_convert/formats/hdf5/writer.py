@@ -41,7 +41,7 @@ def chunk_target(columns: int, memory: int) -> int:
     return int(max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, memory // max(1, 2 * columns))))
 
 
-def create_file(h5py, path: str, cache_bytes: int, slots: int = 521):
+def create_file(h5py, path: str, cache_bytes: int, slots: int = 521, metadata_bytes: int = 8 << 20):
     """A new file whose bytes depend only on what is written: no object timestamps anywhere (the
     root group's included), links in creation order, a chunk cache of ``cache_bytes`` (and
     ``slots`` hash slots: few for wide tables, whose caches hold two chunks) per dataset."""
@@ -51,6 +51,13 @@ def create_file(h5py, path: str, cache_bytes: int, slots: int = 521):
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
     fapl.set_cache(0, slots, cache_bytes, 0.75)
+    # The metadata cache (object headers, chunk indexes) at a fixed size: left adaptive, it starts
+    # at 2 MiB and keeps resizing, and a wide table's thousands of datasets, each opened for its
+    # chunks (see DirectGroup), then cost three times as much per chunk (measured: ~70 against ~25 us)
+    cfg = fapl.get_mdc_config()
+    cfg.set_initial_size = True
+    cfg.initial_size = cfg.min_size = cfg.max_size = metadata_bytes
+    fapl.set_mdc_config(cfg)
     fid = h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
     return h5py.File(fid)
 
@@ -150,18 +157,33 @@ class Hdf5Writer(Writer):
         self.dsets = {}
         self.row_shapes: dict[str, tuple] = {}  # each dataset's shape after its first axis
         self.direct: dict[str, DirectColumn] = {}
+        kw = {}
+        if comp == "gzip":
+            kw.update(compression="gzip", compression_opts=4, shuffle=True)
+        elif comp == "lzf":
+            kw.update(compression="lzf", shuffle=True)
+
+        def per_chunk_of(fd) -> int:
+            row_bytes = fd.np_dtype.itemsize * fd.row_size
+            return max(1, min(chunk_rows(row_bytes, self.chunk_bytes), rows or 1 << 30))
+
+        # a wide table's scalar columns of one dtype (written directly, GROUP_COLUMNS or more):
+        # gathered and checksummed together, see DirectGroup
+        by_dtype: dict[tuple, list[str]] = {}
+        if not self.io.threaded and not kw:
+            for fd in schema:
+                if fd.kind == FIXED and fd.np_dtype.kind != "U" and not fd.shape and fd.np_dtype.itemsize:
+                    by_dtype.setdefault((fd.np_dtype, per_chunk_of(fd)), []).append(fd.name)
+        by_dtype = {k: names for k, names in by_dtype.items() if len(names) >= GROUP_COLUMNS}
+        self.grouped_order = [n for names in by_dtype.values() for n in names]  # HDF5 calls in a fixed order
+        self.grouped = set(self.grouped_order)
         protos: dict[tuple, tuple] = {}  # fixed-size datasets' creation properties and type, by layout
         for fd in schema:
-            kw = {}
-            if comp == "gzip":
-                kw.update(compression="gzip", compression_opts=4, shuffle=True)
-            elif comp == "lzf":
-                kw.update(compression="lzf", shuffle=True)
             if fd.kind == FIXED and fd.np_dtype.kind != "U":
                 dt = fd.np_dtype
                 row_bytes = dt.itemsize * fd.row_size
                 shape = (rows or 0, *fd.shape)
-                per_chunk = max(1, min(chunk_rows(row_bytes, self.chunk_bytes), rows or 1 << 30))
+                per_chunk = per_chunk_of(fd)
                 key = (dt.str, per_chunk, fd.shape, tuple(sorted(kw.items())))
                 if key in protos:  # the same properties as the first such dataset (a wide table's
                     # thousands: h5py's create_dataset costs several times the low-level call)
@@ -174,7 +196,7 @@ class Hdf5Writer(Writer):
                         chunks=(per_chunk, *fd.shape), fletcher32=True, track_times=False, **kw,
                     )  # fmt: skip
                     protos[key] = (ds.id.get_create_plist(), ds.id.get_type())
-                if not kw and row_bytes:
+                if not kw and row_bytes and fd.name not in self.grouped:
                     self.direct[fd.name] = DirectColumn(ds, per_chunk, self.io)
             else:
                 if fd.kind == STRING or fd.np_dtype.kind == "U":
@@ -187,24 +209,17 @@ class Hdf5Writer(Writer):
                     fd.name, shape=(rows or 0,), maxshape=(None,), dtype=dt, chunks=(4096,), track_times=False, **kw
                 )
             _attrs(h5py, ds, (("kind", fd.kind), ("dtype", fd.dtype)))
-            self.dsets[fd.name] = ds
             self.row_shapes[fd.name] = ds.shape[1:]
+            if fd.name in self.grouped:  # closed at once (its memory reused by the next one):
+                ds.id.close()  # the group opens it for its chunks
+            else:
+                self.dsets[fd.name] = ds
         self.known = rows
         self.extent = rows or 0  # the datasets' current length
-        # a wide table's scalar columns of one dtype: gathered and checksummed together
-        self.groups: list[tuple[list[str], DirectGroup]] = []
-        if not self.io.threaded:
-            by_dtype: dict[tuple, list[str]] = {}
-            for fd in schema:
-                if fd.name in self.direct and not fd.shape:
-                    by_dtype.setdefault((fd.np_dtype, self.direct[fd.name].rows), []).append(fd.name)
-            for (dt, per_chunk), names in by_dtype.items():
-                if len(names) >= GROUP_COLUMNS:
-                    self.groups.append((names, DirectGroup([self.dsets[n] for n in names], dt, per_chunk, self.io)))
-                    for n in names:
-                        del self.direct[n]
-        self.grouped_order = [n for names, _ in self.groups for n in names]  # HDF5 calls in a fixed order
-        self.grouped = set(self.grouped_order)
+        self.groups = [
+            (names, DirectGroup(self.f.id, names, dt, per_chunk, self.io, extent=self.extent))
+            for (dt, per_chunk), names in by_dtype.items()
+        ]
 
     def write(self, batch: Batch) -> None:
         try:
@@ -222,11 +237,10 @@ class Hdf5Writer(Writer):
         # and are cut to their length at close.
         grow = stop > self.extent
         grown = stop if self.known is not None else max(stop, 2 * self.extent)
-        if grow and self.grouped:  # before any chunk of the grouped columns is written past the end
-            for name in self.grouped_order:
-                io.add(partial(self.dsets[name].id.set_extent, (grown, *self.row_shapes[name])))
         for names, group in self.groups:
-            group.add([batch.columns[c] for c in names], n)
+            if grow:  # the grouped datasets are resized as their next chunks are written
+                group.target = grown
+            group.add([batch.columns[c] for c in names], n, batch.matrix_of(names))
         for fd in self.schema:
             if fd.name in self.grouped:
                 continue
@@ -265,9 +279,12 @@ class Hdf5Writer(Writer):
             for d in self.direct.values():
                 d.finish()
             for _, group in self.groups:
+                group.target = self.rows
                 group.finish()
             if self.extent != self.rows:
                 for fd in self.schema:
+                    if fd.name in self.grouped:
+                        continue
                     self.io.add(partial(self.dsets[fd.name].id.set_extent, (self.rows, *self.row_shapes[fd.name])))
             self.io.close()
             self.f.flush()

@@ -122,8 +122,8 @@ class _Group:
         self.files = files
         self.block = ColumnBlock(len(names), rows, dtype, self.flush)
 
-    def add(self, cols: list, n: int) -> None:
-        self.block.add(cols, n)
+    def add(self, cols: list, n: int, matrix=None) -> None:
+        self.block.add(cols, n, matrix)
 
     def flush(self) -> None:
         b = self.block
@@ -195,7 +195,7 @@ class MemmapWriter(Writer):
 
     def write(self, batch: Batch) -> None:
         for g in self.groups:
-            g.add([batch.columns[n] for n in g.names], batch.num_rows)
+            g.add([batch.columns[n] for n in g.names], batch.num_rows, batch.matrix_of(g.names))
         for name, entries in self.files.items():
             if name in self.grouped:
                 continue
