@@ -70,10 +70,10 @@ class RemoteOutputDir:
         overwrite: bool = False,
         resume: bool | None = None,
         budget: int = 256 << 20,
-        state: tuple[str, str] = ("plan.json", "journal.jsonl"),
+        state: tuple[str, str],
     ) -> None:
-        """``state``: the names of the plan and the journal in the work directory (restored from
-        the store on ``--resume``)."""
+        """``state``: the names of the run-state files in the work directory (the journal's plan and
+        entries, see engine/journal.py), restored from the store on ``--resume``."""
         self.path = uri.rstrip("/")
         _, self.bucket, key = split(self.path)
         self.prefix = key.strip("/") + "/" if key.strip("/") else ""

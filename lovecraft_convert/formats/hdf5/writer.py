@@ -175,8 +175,7 @@ class Hdf5Writer(Writer):
                 if fd.kind == FIXED and fd.np_dtype.kind != "U" and not fd.shape and fd.np_dtype.itemsize:
                     by_dtype.setdefault((fd.np_dtype, per_chunk_of(fd)), []).append(fd.name)
         by_dtype = {k: names for k, names in by_dtype.items() if len(names) >= GROUP_COLUMNS}
-        self.grouped_order = [n for names in by_dtype.values() for n in names]  # HDF5 calls in a fixed order
-        self.grouped = set(self.grouped_order)
+        self.grouped = {n for names in by_dtype.values() for n in names}
         protos: dict[tuple, tuple] = {}  # fixed-size datasets' creation properties and type, by layout
         for fd in schema:
             if fd.kind == FIXED and fd.np_dtype.kind != "U":

@@ -154,14 +154,14 @@ class MemmapWriter(Writer):
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
         self.files: dict[str, list[tuple[str, _NpyFile]]] = {}
-        self.many = sum(1 if f.kind == FIXED else 2 for f in schema) > self.MANY
+        count = sum(1 if f.kind == FIXED else 2 for f in schema)  # files
+        self.many = count > self.MANY
         self._value_base = {f.name: 0 for f in schema if f.kind != FIXED}
         # a wide table's scalar columns of one dtype, gathered together
         self.groups: list[_Group] = []
         self.cap = 0
         if self.many:  # a wide table's columns arrive in pieces of a few hundred bytes per batch:
             # gathered per file (within the writer's share of the budget) into fewer, larger writes
-            count = sum(1 if f.kind == FIXED else 2 for f in schema)
             self.cap = min(self.GATHER, options.memory // max(1, count))
             by_dtype: dict[np.dtype, list[str]] = {}
             for f in schema:
@@ -195,6 +195,11 @@ class MemmapWriter(Writer):
                     off = self._open(f"{f.name}.offsets.npy", np.dtype("<i8"), (), offsets_rows)
                     self.files[f.name].append(("offsets", off))
                     off.write(np.zeros(1, dtype=np.int64))
+            if self.many:
+                for nf in (nf for entries in self.files.values() for _, nf in entries):
+                    nf.coalesce = self.cap
+                for g in self.groups:
+                    g.files = [self.files[n][0][1] for n in g.names]
         except BaseException as e:  # noqa: BLE001 - raised by the caller's next call
             self._open_error = e
 
@@ -205,11 +210,6 @@ class MemmapWriter(Writer):
             self._opening = None
         if self._open_error is not None:
             raise self._open_error
-        if self.groups and not self.groups[0].files:
-            for nf in (nf for entries in self.files.values() for _, nf in entries):
-                nf.coalesce = self.cap
-            for g in self.groups:
-                g.files = [self.files[n][0][1] for n in g.names]
 
     def _name(self, base: str) -> str:
         return f"{self.stem}.{base}" if self.stem else base
