@@ -60,9 +60,15 @@ def bench_wide(b, size: int, Row, mbps) -> None:
         )
     )
     for fmt in FORMATS:
+        outs: dict[str, list[str]] = {wide: [], narrow: []}
+
+        def out(src: str, fmt: str = fmt, outs: dict = outs) -> str:
+            outs[src].append(b.kept(f"wide-{fmt}"))
+            return outs[src][-1]
+
         res = b.rounds(
             {
-                src: (lambda s=src, f=fmt: [*LOVECRAFT, "convert", s, "-o", b.out("wide"), "--to", f,
+                src: (lambda s=src, f=fmt: [*LOVECRAFT, "convert", s, "-o", out(s), "--to", f,
                                             "--max-memory", "64MiB", "-q"])
                 for src in (wide, narrow)
             }
@@ -79,11 +85,11 @@ def bench_wide(b, size: int, Row, mbps) -> None:
             )
         )
         if fmt == "memmap":  # the file system's own share: the output's bytes as 2,000 durable files
-            out = os.path.join(b.work, "out", "wide")
-            total = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if f.endswith(".npy"))
+            last = outs[wide][-1]
+            total = sum(os.path.getsize(os.path.join(last, f)) for f in os.listdir(last) if f.endswith(".npy"))
             res = b.rounds(
                 {
-                    k: (lambda k=k, t=total: [PY, "-c", DURABLE_FILES, b.out("files"), str(k), str(t)])
+                    k: (lambda k=k, t=total: [PY, "-c", DURABLE_FILES, b.kept("files"), str(k), str(t)])
                     for k in (2000, 20)
                 }
             )
@@ -97,6 +103,7 @@ def bench_wide(b, size: int, Row, mbps) -> None:
                     0,
                 )
             )
+        b.drop_kept()
 
 
 DURABLE_FILES = """

@@ -44,10 +44,51 @@ def arrow_schema(schema: Schema) -> pa.Schema:
 
 
 def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
+    """``batch`` as a record batch of ``arrow_schema(schema)`` (:class:`ArrowBatches` for many)."""
+    return ArrowBatches(schema)(batch)
+
+
+class ArrowBatches:
+    """Batches of one schema to record batches, with the schema's Arrow types worked out once
+    (a 2,000-column table's batches would otherwise pay for them every time)."""
+
+    def __init__(self, schema: Schema, aschema: pa.Schema | None = None) -> None:
+        self.schema = schema
+        self.aschema = aschema if aschema is not None else arrow_schema(schema)
+        self.types = [arrow_type(f) for f in schema]
+        self.names = [f.name for f in schema]
+        # a table of scalar columns of one native number type (a wide feature table) may arrive as
+        # one [columns, rows] matrix: then each column is a slice of one buffer
+        dtypes = {f.np_dtype for f in schema}
+        self.uniform = (
+            len(dtypes) == 1
+            and all(f.kind == FIXED and not f.shape for f in schema)
+            and next(iter(dtypes)).kind in "iuf"
+            and next(iter(dtypes)).isnative
+        )
+
+    def __call__(self, batch: Batch) -> pa.RecordBatch:
+        m = batch.matrix_of(self.names) if self.uniform else None
+        if m is not None and m.dtype == self.schema.fields[0].np_dtype and m.flags.c_contiguous:
+            return self.from_matrix(m, m)
+        return pa.RecordBatch.from_arrays(_arrays(batch, self.schema, self.types), schema=self.aschema)
+
+    def from_matrix(self, m: np.ndarray, base: np.ndarray) -> pa.RecordBatch:
+        """The columns as the rows of ``m`` (``[columns, rows]``, each row contiguous), a view into
+        the C-contiguous ``base``: each column a slice of one buffer, nothing copied."""
+        n, step = m.shape[1], m.strides[0]
+        buf, start = pa.py_buffer(base), m.ctypes.data - base.ctypes.data
+        size = n * m.dtype.itemsize
+        arrays = [
+            pa.Array.from_buffers(t, n, [None, buf.slice(start + i * step, size)]) for i, t in enumerate(self.types)
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.aschema)
+
+
+def _arrays(batch: Batch, schema: Schema, types: list) -> list:
     arrays = []
-    for f in schema:
+    for f, t in zip(schema, types, strict=True):
         col = batch.columns[f.name]
-        t = arrow_type(f)
         if isinstance(col, VarColumn):
             offsets = _offsets32(col.offsets, f)
             if f.kind == STRING_LIST:
@@ -68,7 +109,7 @@ def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
                 dim = sizes.pop()
                 arr = pa.FixedSizeListArray.from_arrays(arr, dim)
             arrays.append(arr)
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(schema))
+    return arrays
 
 
 def numpy_to_arrow(a: np.ndarray) -> pa.Array:

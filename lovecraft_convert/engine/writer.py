@@ -187,9 +187,11 @@ class HashingWriter:
         hash: str | None = DEFAULT_HASH,
         threaded: bool = True,
         sink=None,
+        readable: bool = False,
     ) -> None:
         """``threaded`` False: hash and write in the caller's thread, buffered (for writers of many
-        small files, where a thread and a staging buffer per file cost more than they save)."""
+        small files, where a thread and a staging buffer per file cost more than they save).
+        ``readable``: the file is opened for reading too (``close(keep_open=True)`` hands it on)."""
         import queue
 
         self.path = path
@@ -199,7 +201,7 @@ class HashingWriter:
         if self.sink is not None:
             self.f, self.direct, preallocate = None, False, 0
         else:
-            self.f, self.direct = _open_write(path, direct=threaded)
+            self.f, self.direct = _open_write(path, direct=threaded, readable=readable)
         self.h = new_hash(hash)
         self.bytes = 0  # written by the writer thread
         self._pos = 0  # accepted by write()
@@ -383,9 +385,10 @@ class HashingWriter:
             put_while(self._q, None, self._t.is_alive)
             join(self._t)
 
-    def close(self, sync: bool = True) -> tuple[int, str]:
+    def close(self, sync: bool = True, keep_open: bool = False) -> tuple[int, str]:
         """Finish the file: (bytes, hex digest). ``sync`` False leaves the fsync to the caller
-        (:func:`fsync_all` of many files at once)."""
+        (:func:`fsync_and_close` of many files at once); ``keep_open`` leaves ``self.f`` open for
+        the caller to finish (a header rewritten, an fsync) and close."""
         if self._closed:
             return self.bytes, self.h.hexdigest()
         self._drain()
@@ -396,11 +399,14 @@ class HashingWriter:
             return self.bytes, self.h.hexdigest()
         try:
             self.f.truncate(self.bytes)
+            if keep_open and self.direct:
+                self._set_direct(False)  # the caller's header is a small write
             if sync:
                 os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
         except OSError as e:
             raise named(e, self.path) from None
-        self.f.close()
+        if not keep_open:
+            self.f.close()
         self._closed = True
         return self.bytes, self.h.hexdigest()
 
@@ -430,17 +436,24 @@ def _staging(delta: int) -> bool:
         return True
 
 
-def fsync_all(paths: list[str], threads: int = 8) -> None:
-    """fsync many files at once: the file system commits them together (measured here: 2,000 small
-    files in 0.3 s with 8 threads, 5 s one after another). Errors name the file."""
+def fsync_and_close(files: list[tuple[str, object]], threads: int = 8) -> None:
+    """fsync many open files, ``(path, unbuffered file object)`` pairs, from ``threads`` threads
+    at once, which the file system commits together (2,000 small files here: ~0.4 s with 8
+    threads, 5 s one after another), and close them, all of them even after an error; an error
+    names its file."""
 
-    def one(path: str) -> None:
+    def one(pf) -> None:
+        path, f = pf
         try:
-            fsync_path(path)
+            os.fsync(f.fileno())
         except OSError as e:
             raise named(e, path) from None
 
-    each_in_threads(one, paths, threads)
+    try:
+        each_in_threads(one, files, threads)
+    finally:
+        for _, f in files:
+            f.close()
 
 
 def each_in_threads(fn, items: list, threads: int = 8) -> list:
@@ -454,21 +467,22 @@ def each_in_threads(fn, items: list, threads: int = 8) -> list:
         return [result(f) for f in [ex.submit(fn, x) for x in items]]
 
 
-def _open_write(path: str, direct: bool = True):
-    """``path`` created for writing (unbuffered file object), with O_DIRECT where the file
-    system takes it, ``direct`` is asked and ``LOVECRAFT_DIRECT_IO`` is not ``0``; returns
-    (file, direct)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+def _open_write(path: str, direct: bool = True, readable: bool = False):
+    """``path`` created for writing (unbuffered file object; ``readable``: for reading too), with
+    O_DIRECT where the file system takes it, ``direct`` is asked and ``LOVECRAFT_DIRECT_IO`` is
+    not ``0``; returns (file, direct)."""
+    flags = (os.O_RDWR if readable else os.O_WRONLY) | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    mode = "r+b" if readable else "wb"
     odirect = getattr(os, "O_DIRECT", 0) if direct else 0
     if odirect and os.environ.get("LOVECRAFT_DIRECT_IO", "1") != "0":
         try:
-            return open(os.open(path, flags | odirect, 0o666), "wb", buffering=0), True  # noqa: SIM115
+            return open(os.open(path, flags | odirect, 0o666), mode, buffering=0), True  # noqa: SIM115
         except OSError as e:
             import errno
 
             if e.errno != errno.EINVAL:
                 raise
-    return open(os.open(path, flags, 0o666), "wb", buffering=0), False  # noqa: SIM115
+    return open(os.open(path, flags, 0o666), mode, buffering=0), False  # noqa: SIM115
 
 
 def named(e: BaseException, path: str) -> BaseException:

@@ -74,3 +74,72 @@ def test_columns_of_several_dtypes_gathered_together_read_back_exactly(tmp_path,
     assert_manifest_matches_disk(str(out))
     v = lovecraft("verify", str(out), "-q")
     assert v.exit_code == 0, v.stderr
+
+
+def _wide_csv(path, rows: int = 2_000, width: int = 40) -> None:
+    rng = np.random.default_rng(3)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([f"c{i}" for i in range(width)])
+        for _ in range(rows):
+            w.writerow([f"{x:.6g}" for x in rng.normal(size=width)])
+
+
+def test_many_files_are_finished_on_their_own_descriptors_and_each_fsynced(tmp_path, monkeypatch):
+    """A wide table's files (row count unknown: a CSV) are finished on the descriptor the data
+    went through: each file opened once (its header rewritten, hashed), and fsynced once."""
+    import sys
+    import threading
+
+    src = tmp_path / "w.csv"
+    _wide_csv(src)
+    opened: dict[str, int] = {}
+    synced = []
+    lock = threading.Lock()
+
+    def audit(event, args):
+        if event == "open" and isinstance(args[0], str) and args[0].endswith(".npy"):
+            with lock:
+                opened[os.path.basename(args[0])] = opened.get(os.path.basename(args[0]), 0) + 1
+
+    real_fsync = os.fsync
+
+    def counting_fsync(fd):
+        with lock:
+            synced.append(fd)
+        return real_fsync(fd)
+
+    sys.addaudithook(audit)  # cannot be removed: it ignores everything but .npy files
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    out = tmp_path / "out"
+    r = lovecraft("convert", str(src), "-o", str(out), "--to", "memmap", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert opened == {f"c{i}.npy": 1 for i in range(40)}
+    assert len(synced) >= 40
+    with open(src, newline="") as f:
+        body = list(csv.reader(f))[1:]
+    assert np.array_equal(np.load(out / "c39.npy"), np.array([float(row[39]) for row in body]))
+    assert_manifest_matches_disk(str(out))
+    v = lovecraft("verify", str(out), "-q")
+    assert v.exit_code == 0, v.stderr
+
+
+def test_fsync_and_close_names_the_file_and_closes_every_one(tmp_path, monkeypatch):
+    import errno
+
+    from lovecraft_convert.engine import writer as engine_writer
+
+    files = [(str(tmp_path / f"f{i}"), open(tmp_path / f"f{i}", "wb", buffering=0)) for i in range(12)]  # noqa: SIM115
+    bad = files[5][1].fileno()
+    real_fsync = os.fsync
+
+    def failing(fd):
+        if fd == bad:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError) as e:
+        engine_writer.fsync_and_close(files)
+    assert e.value.filename == files[5][0] and e.value.errno == errno.EIO
+    assert all(f.closed for _, f in files)

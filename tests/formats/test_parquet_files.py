@@ -19,7 +19,7 @@ from lovecraft_convert.schema import Batch, Field, Schema
 from tests.conftest import lovecraft
 from tests.readback import assert_manifest_matches_disk
 
-WIDTH, ROWS = 500, 3000
+WIDTH, ROWS = 500, 4500
 
 
 @pytest.fixture(scope="module")

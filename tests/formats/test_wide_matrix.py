@@ -80,3 +80,21 @@ def test_the_csv_reader_and_the_gathering_keep_the_matrix(tmp_path):
     assert len(batches) > 3 and all(b.matrix_of(names) is not None for b in batches)
     got = np.concatenate([b.matrix_of(names) for b in batches], axis=1).T
     assert np.array_equal(got, values, equal_nan=True)
+
+
+def test_arrow_batches_take_a_matrix_as_slices_of_one_buffer():
+    """Parquet's writer turns a matrix batch into columns that are slices of the matrix's buffer
+    (no copy, no per-column conversion); the values and schema are those of the column path."""
+    from lovecraft_convert.arrowconv import ArrowBatches, arrow_schema
+    from lovecraft_convert.schema import Batch, Field, Schema
+
+    names = [f"c{i}" for i in range(70)]
+    schema = Schema(tuple(Field(n, "fixed", "<f4", ()) for n in names))
+    m = np.arange(70 * 33, dtype=np.float32).reshape(70, 33)
+    conv = ArrowBatches(schema)
+    fast = conv(Batch.from_matrix(names, m))
+    slow = conv(Batch({n: m[i].copy() for i, n in enumerate(names)}))  # no matrix: column by column
+    assert fast.schema == slow.schema == arrow_schema(schema) and fast.num_rows == 33
+    assert fast.equals(slow)
+    assert fast.column(5).buffers()[1].address == m[5].ctypes.data  # a slice of the matrix
+    assert fast.column(69).to_numpy().tolist() == m[69].tolist()
