@@ -58,18 +58,16 @@ class ArrowBatches:
         self.types = [arrow_type(f) for f in schema]
         self.names = [f.name for f in schema]
         # a table of scalar columns of one native number type (a wide feature table) may arrive as
-        # one [columns, rows] matrix: then each column is a slice of one buffer
+        # one [columns, rows] matrix: then each column is a slice of one buffer. ``dtype``: that
+        # type, or None
         dtypes = {f.np_dtype for f in schema}
-        self.uniform = (
-            len(dtypes) == 1
-            and all(f.kind == FIXED and not f.shape for f in schema)
-            and next(iter(dtypes)).kind in "iuf"
-            and next(iter(dtypes)).isnative
-        )
+        one = next(iter(dtypes)) if len(dtypes) == 1 else None
+        scalar = all(f.kind == FIXED and not f.shape for f in schema)
+        self.dtype = one if one is not None and scalar and one.kind in "iuf" and one.isnative else None
 
     def __call__(self, batch: Batch) -> pa.RecordBatch:
-        m = batch.matrix_of(self.names) if self.uniform else None
-        if m is not None and m.dtype == self.schema.fields[0].np_dtype and m.flags.c_contiguous:
+        m = batch.matrix_of(self.names) if self.dtype is not None else None
+        if m is not None and m.dtype == self.dtype and m.flags.c_contiguous:
             return self.from_matrix(m, m)
         return pa.RecordBatch.from_arrays(_arrays(batch, self.schema, self.types), schema=self.aschema)
 

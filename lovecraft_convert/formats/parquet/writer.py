@@ -17,11 +17,10 @@ import json
 import os
 
 from ...engine.writer import HashingWriter, named
-from ...schema import Batch, Schema
+from ...schema import WIDE_COLUMNS, Batch, Schema
 from ...storage.stream import move_streamed, open_stream
 from ..base import FileRecord, WriteOptions, Writer
 
-WIDE = 64  # columns from which a table of one number type is gathered in one block
 CHUNK_METADATA = 800  # bytes pyarrow's writer holds per column chunk until the footer (measured)
 
 
@@ -56,9 +55,9 @@ class ParquetWriter(Writer):
         # (one array per column and row group, not per batch: ~11% of a 2,000-column run). Twice
         # row_group_bytes: the row groups two of its batches made before
         self.block = None
-        dt = schema.fields[0].np_dtype if len(schema) else None
+        dt = self.to_arrow.dtype
         rows = 2 * options.row_group_bytes // (len(schema) * dt.itemsize) if dt is not None else 0
-        if self.to_arrow.uniform and len(schema) > WIDE and rows >= 16:  # else a row group per batch
+        if len(schema) >= WIDE_COLUMNS and rows >= 16:  # else a row group per batch
             from ..base import ColumnBlock
 
             self.block = ColumnBlock(len(schema), rows, dt, self._flush)
