@@ -10,6 +10,7 @@ convert to and from Apache Arrow without copying the values (see :mod:`lovecraft
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -229,10 +230,16 @@ class Batch:
         m, rows = self.matrix, getattr(self, "_rows", None)
         if m is None or rows is None or len(names) != len(rows):
             return None
-        cols = self.columns
-        if all(cols.get(n) is r for n, r in zip(names, rows, strict=True)):
+        # each column still the matrix's row: checked in C loops (a Python loop over thousands of
+        # columns, for every batch and every step that asks, was ~1 ms per call)
+        if all(map(is_, map(self.columns.get, names), rows)):
             return m
         return None
+
+    @property
+    def whole_matrix(self) -> np.ndarray | None:
+        """The matrix when it holds every column of the batch, in the batch's column order."""
+        return self.matrix_of(list(self.columns)) if self.matrix is not None else None
 
     @property
     def nbytes(self) -> int:

@@ -120,13 +120,71 @@ def _clean(v):
 
 class BatchStats:
     def __init__(self, schema: Schema) -> None:
-        self.columns = {f.name: ColumnStats(f.kind, f.np_dtype) for f in schema}
+        self._columns = {f.name: ColumnStats(f.kind, f.np_dtype) for f in schema}
+        # a table of one plain numeric dtype (a feature matrix): its batches that are one matrix
+        # are folded into per-column arrays (_fold), with no Python step per column and batch
+        dtypes = {f.np_dtype for f in schema}
+        dt = dtypes.pop() if len(dtypes) == 1 else None
+        self._matrix = (
+            len(schema) >= WIDE
+            and dt is not None
+            and dt.kind in "biuf"
+            and dt != np.float16
+            and all(f.kind == FIXED and not f.shape for f in schema)
+        )
+        self._names = list(self._columns)
+        self._lo = self._hi = self._count = None  # folded extremes and row counts, per column
+
+    @property
+    def columns(self) -> dict[str, ColumnStats]:
+        """Each column's statistics, with what was folded (:meth:`_fold`) added in."""
+        if self._count is not None:
+            lo, hi, n = self._lo.tolist(), self._hi.tolist(), self._count
+            self._lo = self._hi = self._count = None
+            for st, a, b in zip(self._columns.values(), lo, hi, strict=True):
+                st.count += n
+                if a == a:  # not NaN: a column of NaNs only has no extremes
+                    st.min = a if st.min is None else min(st.min, a)
+                    st.max = b if st.max is None else max(st.max, b)
+        return self._columns
+
+    def _fold(self, m: np.ndarray) -> None:
+        """A batch that is one ``[columns, rows]`` matrix of every column: its extremes folded
+        into arrays as :meth:`ColumnStats.update` folds them (an earlier extreme kept on a tie, so
+        -0.0 and 0.0 come out as column by column). A column holding a NaN is reduced on its own
+        (NaNs counted, the extremes of the rest); NaN in the arrays: no value yet."""
+        with np.errstate(all="ignore"):
+            lo, hi = m.min(axis=1), m.max(axis=1)
+            if lo.dtype.kind == "f":
+                for i in np.flatnonzero(np.isnan(lo) | np.isnan(hi)).tolist():
+                    st = self._columns[self._names[i]]
+                    part = ColumnStats(st.kind, st.dtype)
+                    part.update(m[i])
+                    st.nan += part.nan
+                    lo[i] = np.nan if part.min is None else part.min
+                    hi[i] = np.nan if part.max is None else part.max
+            if self._count is None:
+                self._lo, self._hi, self._count = lo, hi, m.shape[1]
+                return
+            lower, higher = lo < self._lo, hi > self._hi
+            if lo.dtype.kind == "f":
+                lower |= np.isnan(self._lo)
+                higher |= np.isnan(self._hi)
+        np.copyto(self._lo, lo, where=lower)
+        np.copyto(self._hi, hi, where=higher)
+        self._count += m.shape[1]
 
     def update(self, batch: Batch, casts: dict[str, np.dtype] | None = None) -> None:
         """Add a batch. ``casts``: columns given as the wide source of a downcast to that dtype.
 
         Plain numeric columns of one dtype are reduced together, as the rows of one array: a table
-        thousands of columns wide costs two NumPy calls per dtype and batch, not two per column."""
+        thousands of columns wide costs two NumPy calls per dtype and batch, not two per column,
+        and a batch that is one matrix of them all (a wide CSV's) no Python step per column."""
+        if self._matrix and not casts and batch.num_rows and batch.matrix is not None:
+            m = batch.matrix_of(self._names)
+            if m is not None:
+                self._fold(m)
+                return
         casts = casts or {}
         groups: dict[np.dtype, list] = {}
         for name, st in self.columns.items():

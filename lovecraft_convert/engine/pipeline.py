@@ -30,11 +30,17 @@ def coalesce(batches: Iterator[Batch], target_bytes: int) -> Iterator[Batch]:
     A reader's batch is sized by bytes, so a table thousands of columns wide comes in batches of
     a few rows, and every per-column step of every batch (statistics, conversions, a writer's call
     per column) is paid per few rows: gathered, it is paid once per ``target_bytes``. Narrow
-    tables, and batches of half the target already, pass through as they are."""
+    tables, batches of half the target already, and batches that are one ``[columns, rows]``
+    matrix (:meth:`Batch.from_matrix`: every step takes it whole, so gathering would only copy
+    it, and hold the copies in flight) pass through as they are."""
     parts: list[Batch] = []
     size = 0
     for b in batches:
-        if len(b.columns) < WIDE_COLUMNS or (not parts and 2 * b.nbytes >= target_bytes):
+        if (
+            len(b.columns) < WIDE_COLUMNS
+            or (not parts and 2 * b.nbytes >= target_bytes)
+            or (not parts and b.whole_matrix is not None)
+        ):
             yield b
             continue
         parts.append(b)

@@ -58,17 +58,22 @@ def _matrix_batches(columns: int, sizes: list[int]) -> list[Batch]:
     return out
 
 
-def test_a_wide_table_read_as_one_matrix_is_gathered_as_one_matrix():
+def test_a_wide_table_read_as_one_matrix_passes_through_uncopied():
+    """Every step takes a matrix batch whole (statistics fold it, writers gather it into their own
+    blocks): gathering it would only copy it and hold the copies in flight."""
+    src = _matrix_batches(WIDE_COLUMNS, [5, 7, 2, 9])
+    out = list(coalesce(iter(src), 12 * (src[0].nbytes // 5)))
+    assert [b is s for b, s in zip(out, src, strict=True)] == [True] * 4
+
+
+def test_matrix_batches_concatenate_into_one_matrix():
     src = _matrix_batches(WIDE_COLUMNS, [5, 7, 2, 9])
     names = list(src[0].columns)
-    out = list(coalesce(iter(src), 12 * (src[0].nbytes // 5)))
-    assert [b.num_rows for b in out] == [12, 11]
-    for b in out:  # the gathered batch is one matrix again, its rows the columns in order
-        m = b.matrix_of(names)
-        assert m is not None and m.shape == (WIDE_COLUMNS, b.num_rows)
-        assert all(np.shares_memory(b.columns[n], m) for n in names)
-    got = np.concatenate([b.columns["c3"] for b in out])
-    assert np.array_equal(got, np.arange(23) + 3 / 1000)
+    b = Batch.concat(src)
+    m = b.matrix_of(names)  # one matrix again, its rows the columns in order
+    assert m is not None and m.shape == (WIDE_COLUMNS, 23) and b.num_rows == 23
+    assert all(np.shares_memory(b.columns[n], m) for n in names)
+    assert np.array_equal(b.columns["c3"], np.arange(23) + 3 / 1000)
 
 
 def test_matrix_of_answers_only_for_the_columns_it_holds_in_their_order():

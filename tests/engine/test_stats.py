@@ -61,3 +61,63 @@ def test_wide_batches_give_the_column_by_column_figures(dtype, width, rows, seed
         for k in ("min", "max"):
             if isinstance(want[name].get(k), float):
                 assert np.signbit(got[name][k]) == np.signbit(want[name][k]), (name, k)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    dtype=st.sampled_from(["float64", "float32", "int64", "uint8", "bool"]),
+    width=st.integers(WIDE, WIDE + 5),
+    plan=st.lists(st.tuples(st.integers(1, 30), st.booleans()), min_size=1, max_size=5),
+    seed=st.integers(0, 2**32 - 1),
+    special=st.floats(0, 1),
+)
+def test_matrix_batches_folded_give_the_column_by_column_figures(dtype, width, plan, seed, special):
+    """A table of one dtype read as ``[columns, rows]`` matrices (a wide CSV's batches) is folded
+    into per-column arrays; mixed with batches of separate columns, with NaNs, infinities and
+    signed zeros (ties keep the earlier extreme), the figures are those of column by column."""
+    rng = np.random.default_rng(seed)
+    names = [f"c{i}" for i in range(width)]
+    schema = Schema([Field(n, "fixed", dtype) for n in names])
+    batches = []
+    for n, as_matrix in plan:
+        if dtype == "bool":
+            m = rng.integers(0, 2, (width, n)).astype(bool)
+        elif dtype.startswith("float"):
+            m = (rng.normal(size=(width, n)) * 1e3).astype(dtype)
+            mask = rng.random((width, n)) < special
+            with np.errstate(over="ignore"):
+                m[mask] = rng.choice(np.array(SPECIAL).astype(dtype), int(mask.sum()))
+            m[0] = np.nan  # a column of NaNs only
+        else:
+            info = np.iinfo(dtype)
+            m = rng.integers(info.min, info.max, (width, n), dtype=dtype, endpoint=True)
+        if as_matrix:
+            batches.append(Batch.from_matrix(names, np.ascontiguousarray(m)))
+        else:
+            batches.append(Batch({c: m[i].copy() for i, c in enumerate(names)}, n))
+    folded = BatchStats(schema)
+    for b in batches:
+        folded.update(b)
+    got, want = folded.to_dict(), _by_column(schema, batches)
+    assert got == want
+    for name in want:
+        for k in ("min", "max"):
+            if isinstance(want[name].get(k), float):
+                assert np.signbit(got[name][k]) == np.signbit(want[name][k]), (name, k)
+
+
+def test_folded_ties_keep_the_earlier_zero_as_column_by_column():
+    names = [f"c{i}" for i in range(WIDE)]
+    schema = Schema([Field(n, "fixed", "float64") for n in names])
+    firsts = [np.array([[0.0, 1.0]] * WIDE), np.array([[-0.0, -1.0]] * WIDE)]
+    seconds = [np.array([[-0.0, 2.0]] * WIDE), np.array([[0.0, -2.0]] * WIDE)]
+    for a, b in zip(firsts, seconds, strict=True):
+        batches = [Batch.from_matrix(names, a), Batch.from_matrix(names, b)]
+        folded = BatchStats(schema)
+        for bt in batches:
+            folded.update(bt)
+        got, want = folded.to_dict(), _by_column(schema, batches)
+        assert got == want
+        for name in names:
+            assert np.signbit(got[name]["min"]) == np.signbit(want[name]["min"])
+            assert np.signbit(got[name]["max"]) == np.signbit(want[name]["max"])
