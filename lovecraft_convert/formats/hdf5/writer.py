@@ -62,15 +62,15 @@ def create_file(h5py, path: str, cache_bytes: int, slots: int = 521, metadata_by
     return h5py.File(fid)
 
 
-def _attrs(h5py, ds, items) -> None:
-    """Text attributes of ``ds``, stored as h5py stores a ``str`` (a variable-length UTF-8 scalar),
-    through the low-level calls (a quarter of ``ds.attrs[k] = v``'s cost, which a table of
-    thousands of columns pays twice per column)."""
+def _attrs(h5py, dsid, fd) -> None:
+    """The column's ``kind`` and ``dtype`` as text attributes of its dataset (``dsid``), stored as
+    h5py stores a ``str`` (a variable-length UTF-8 scalar), through the low-level calls (a quarter
+    of ``ds.attrs[k] = v``'s cost, which a table of thousands of columns pays twice per column)."""
     st = h5py.string_dtype("utf-8")
     tid = h5py.h5t.py_create(st, logical=True)
     space = h5py.h5s.create(h5py.h5s.SCALAR)
-    for name, value in items:
-        h5py.h5a.create(ds.id, name.encode(), tid, space).write(np.array(value, dtype=st))
+    for name, value in (("kind", fd.kind), ("dtype", fd.dtype)):
+        h5py.h5a.create(dsid, name.encode(), tid, space).write(np.array(value, dtype=st))
 
 
 def _disk_error(e: Exception, path: str) -> Exception:
@@ -207,11 +207,11 @@ class Hdf5Writer(Writer):
                 ds = self.f.create_dataset(
                     fd.name, shape=(rows or 0,), maxshape=(None,), dtype=dt, chunks=(4096,), track_times=False, **kw
                 )
-            _attrs(h5py, ds, (("kind", fd.kind), ("dtype", fd.dtype)))
             self.row_shapes[fd.name] = ds.shape[1:]
             if fd.name in self.grouped:  # closed at once (its memory reused by the next one):
-                ds.id.close()  # the group opens it for its chunks
+                ds.id.close()  # the group opens it for its chunks; attributes at close()
             else:
+                _attrs(h5py, ds.id, fd)
                 self.dsets[fd.name] = ds
         self.known = rows
         self.extent = rows or 0  # the datasets' current length
@@ -286,6 +286,7 @@ class Hdf5Writer(Writer):
                         continue
                     self.io.add(partial(self.dsets[fd.name].id.set_extent, (self.rows, *self.row_shapes[fd.name])))
             self.io.close()
+            self._group_attributes()
             self.f.flush()
             self.f.close()
             digest = hash_fsynced(self.path, self.options.hash)
@@ -294,6 +295,22 @@ class Hdf5Writer(Writer):
         return [
             FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest, self.options.hash)
         ]
+
+    def _group_attributes(self) -> None:
+        """The attributes of the grouped datasets, once their chunks are written and the groups'
+        buffers freed: 2,000 datasets' attributes held ~8 MiB inside HDF5 while the data was
+        written (its object headers and free lists), when the pipeline's memory is in use."""
+        if not self.groups:
+            return
+        h5d = self.h5py.h5d
+        self.groups = []
+        for fd in self.schema:
+            if fd.name in self.grouped:
+                dsid = h5d.open(self.f.id, fd.name.encode())
+                try:
+                    _attrs(self.h5py, dsid, fd)
+                finally:
+                    dsid.close()
 
     def abort(self) -> None:
         """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close
