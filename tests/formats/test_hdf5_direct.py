@@ -49,19 +49,22 @@ def test_fletcher32_edges(n, fill):
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(1, 70),
-    st.sampled_from([1, 2, 8, 510, 4096, 16384, 16386]),
+    st.sampled_from([1, 2, 8, 510, 512, 4096, 8192, 9000, 16384, 16386]),
     st.sampled_from(["zero", "ones", "random"]),
     st.integers(0, 2**32 - 1),
+    st.booleans(),
 )
-def test_fletcher32_rows_is_fletcher32_of_each_row(count, nbytes, fill, seed):
+def test_fletcher32_rows_is_fletcher32_of_each_row(count, nbytes, fill, seed, strided):
     """The checksums of many equal chunks at once (a wide table's), across the step of rows taken
-    at once, odd and large chunks (which fall back to one at a time), all-zero and all-0xFF rows;
-    checked against HDF5's own filter for a few rows."""
-    rows = {
-        "zero": np.zeros((count, nbytes), np.uint8),
-        "ones": np.full((count, nbytes), 255, np.uint8),
-        "random": np.random.default_rng(seed).integers(0, 256, (count, nbytes), dtype=np.uint8),
+    at once, chunks of whole 256-word rows, with a tail, or shorter, odd and large chunks (which
+    fall back to one at a time), rows apart in a wider buffer (a group's chunks, each with room for
+    its checksum after it), all-zero and all-0xFF rows; checked against HDF5's own filter."""
+    full = {
+        "zero": np.zeros((count, nbytes + 8), np.uint8),
+        "ones": np.full((count, nbytes + 8), 255, np.uint8),
+        "random": np.random.default_rng(seed).integers(0, 256, (count, nbytes + 8), dtype=np.uint8),
     }[fill]
+    rows = full[:, :nbytes] if strided else np.ascontiguousarray(full[:, :nbytes])
     rows[count // 2] = 0
     got = fletcher32_rows(rows, step=7)
     assert got.dtype == np.uint32
@@ -152,3 +155,47 @@ def test_a_wide_table_written_in_groups_reads_back_through_h5py(tmp_path):
             assert (f[name].attrs["kind"], f[name].attrs["dtype"]) == attrs, name
     v = lovecraft("verify", str(out), "--against", str(src), "-q")
     assert v.exit_code == 0, v.stderr
+
+
+def test_grouped_chunks_through_the_library_calls_make_the_file_h5py_makes(tmp_path, monkeypatch):
+    """A wide group's chunks are written through the HDF5 library h5py loaded, called with
+    ctypes so that the GIL is free meanwhile (native.py): on Linux it is found, used for every
+    block, and the file is byte for byte the one h5py's own calls make; read back, the values."""
+    import sys
+
+    from lovecraft_convert.formats.hdf5 import native
+    from tests.conftest import lovecraft
+
+    rng = np.random.default_rng(11)
+    rows, cols = 25_001, 48  # three chunks of ~11,000 rows per column
+    data = rng.integers(-999, 999, size=(rows, cols))
+    src = tmp_path / "w.csv"
+    with open(src, "w") as f:
+        f.write(",".join(f"c{i}" for i in range(cols)) + "\n")
+        np.savetxt(f, data, fmt="%d", delimiter=",")
+    if sys.platform.startswith("linux"):
+        assert native.calls() is not None
+    used = []
+    real = native.write_chunks
+
+    def counted(*a):
+        used.append(a[3])
+        return real(*a)
+
+    monkeypatch.setattr(native, "write_chunks", counted)
+    outs = {}
+    for mode in ("native", "h5py"):
+        if mode == "h5py":
+            monkeypatch.setenv("LOVECRAFT_HDF5_NATIVE", "0")
+        native.calls.cache_clear()
+        out = tmp_path / mode
+        r = lovecraft("convert", str(src), "-o", str(out), "--to", "hdf5", "--max-memory", "16MiB", "-q")
+        assert r.exit_code == 0, r.stderr
+        outs[mode] = (out / "data.h5").read_bytes()
+        if mode == "native" and native.calls() is not None:
+            assert len(used) >= 2 and used[0] == 0  # every block, from the first chunk on
+    native.calls.cache_clear()
+    assert outs["native"] == outs["h5py"]
+    with h5py.File(tmp_path / "native" / "data.h5", "r") as f:
+        got = np.stack([f[f"c{i}"][:] for i in range(cols)], axis=1)
+    assert np.array_equal(got, data)

@@ -199,7 +199,9 @@ class DirectGroup:
     The datasets are not kept open: an open HDF5 dataset holds about 11 KiB (2,000 columns: 22 MiB
     of a 64 MiB budget), and opening one costs ~30 us, paid once per block of chunks. Each is
     resized to ``target`` when its next chunk is written past its end (the writer grows
-    datasets of unknown length by doubling)."""
+    datasets of unknown length by doubling). The opens, writes and closes are made through the
+    library's C functions with the GIL released (native.py) where they can be: h5py holds it
+    through each call, ~1 s of a 2,000-column run during which the reading thread stood still."""
 
     def __init__(
         self, fid, names: list[str], dtype: np.dtype, rows_per_chunk: int, io: Hdf5Thread, extent: int
@@ -244,9 +246,15 @@ class DirectGroup:
         resized), closed."""
         from h5py import h5d
 
+        from . import native
+
         resize = (self.target,) if self.target != self.extent else None
         chunks = self.out[:, : self.nbytes + 4]
-        for name, chunk in zip(self.names, chunks, strict=True):
+        start = 0
+        if native.calls() is not None:  # the same calls without the GIL (see native.py)
+            start = native.write_chunks(self.fid.id, self.names, chunks, coord and coord[0], resize and resize[0])
+            start = len(self.names) if start < 0 else start  # else made again below, for its error
+        for name, chunk in zip(self.names[start:], chunks[start:], strict=True):
             dsid = h5d.open(self.fid, name)
             try:
                 if resize is not None:
