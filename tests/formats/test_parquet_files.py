@@ -89,11 +89,13 @@ def test_a_table_that_fits_keeps_one_file(tmp_path, wide_csv):
 
 
 def test_the_writer_rolls_over_by_its_memory(tmp_path):
-    """Direct: 100 columns and 1 MiB of memory allow 6 row groups per file."""
+    """Direct: 100 columns and 4 MiB of memory (footers within a quarter of it) allow 6 row groups
+    per file."""
     schema = Schema(tuple(Field(f"x{i}", "fixed", "<i8") for i in range(100)))
-    opts = WriteOptions(row_group_bytes=1, memory=1 << 20)
+    opts = WriteOptions(row_group_bytes=1, memory=4 << 20)
     w = ParquetWriter(str(tmp_path), "shard-00003", schema, opts)
-    per_file = (1 << 19) // (CHUNK_METADATA * 100)
+    per_file = (1 << 20) // (CHUNK_METADATA * 100)
+    assert per_file == 6
     for k in range(20):  # each batch is a row group (row_group_bytes=1)
         w.write(Batch({f"x{i}": np.arange(k * 10, k * 10 + 10, dtype=np.int64) + i for i in range(100)}, 10))
     files = w.close()
