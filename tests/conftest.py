@@ -5,6 +5,7 @@ import gzip
 import lzma
 import os
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 
@@ -13,6 +14,15 @@ import zstandard
 from click.testing import CliRunner
 
 from lovecraft_convert.cli import cli
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A shell's background job (``make test &``, nohup) starts with SIGINT ignored, which the
+    CLI rightly leaves alone (engine/interrupts.py); the tests that send SIGINT, in-process and to
+    the commands they start, need it as an interactive shell leaves it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SHARED = os.path.abspath(os.path.join(ROOT, "..", "shared"))
