@@ -60,10 +60,8 @@ class ArrowBatches:
         # a table of scalar columns of one native number type (a wide feature table) may arrive as
         # one [columns, rows] matrix: then each column is a slice of one buffer. ``dtype``: that
         # type, or None
-        dtypes = {f.np_dtype for f in schema}
-        one = next(iter(dtypes)) if len(dtypes) == 1 else None
-        scalar = all(f.kind == FIXED and not f.shape for f in schema)
-        self.dtype = one if one is not None and scalar and one.kind in "iuf" and one.isnative else None
+        one = schema.matrix_dtype()
+        self.dtype = one if one is not None and one.kind in "iuf" and one.isnative else None
 
     def __call__(self, batch: Batch) -> pa.RecordBatch:
         m = batch.matrix_of(self.names) if self.dtype is not None else None

@@ -80,6 +80,15 @@ class Schema:
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
 
+    def matrix_dtype(self) -> np.dtype | None:
+        """The one dtype of a table whose columns are all fixed-size scalars of it (a feature
+        table, which may travel as one ``[columns, rows]`` matrix: :meth:`Batch.from_matrix`),
+        else None."""
+        dtypes = {f.np_dtype for f in self.fields}
+        if len(dtypes) != 1 or not all(f.kind == FIXED and not f.shape for f in self.fields):
+            return None
+        return dtypes.pop()
+
     def __getitem__(self, name: str) -> Field:
         for f in self.fields:
             if f.name == name:

@@ -123,15 +123,8 @@ class BatchStats:
         self._columns = {f.name: ColumnStats(f.kind, f.np_dtype) for f in schema}
         # a table of one plain numeric dtype (a feature matrix): its batches that are one matrix
         # are folded into per-column arrays (_fold), with no Python step per column and batch
-        dtypes = {f.np_dtype for f in schema}
-        dt = dtypes.pop() if len(dtypes) == 1 else None
-        self._matrix = (
-            len(schema) >= WIDE
-            and dt is not None
-            and dt.kind in "biuf"
-            and dt != np.float16
-            and all(f.kind == FIXED and not f.shape for f in schema)
-        )
+        dt = schema.matrix_dtype()
+        self._matrix = len(schema) >= WIDE and dt is not None and dt.kind in "biuf" and dt != np.float16
         self._names = list(self._columns)
         self._lo = self._hi = self._count = None  # folded extremes and row counts, per column
 

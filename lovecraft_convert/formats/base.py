@@ -120,7 +120,13 @@ class ColumnBlock:
         self.held = 0
         self.full = full
 
-    def add(self, cols: list, n: int, matrix=None) -> None:
+    def add_batch(self, batch, names: list[str]) -> None:
+        """Add the columns ``names`` of ``batch``: its matrix whole when they are its rows
+        (:meth:`Batch.matrix_of`), else column by column."""
+        m = batch.matrix_of(names)
+        self.add(None if m is not None else [batch.columns[n] for n in names], batch.num_rows, m)
+
+    def add(self, cols: list | None, n: int, matrix=None) -> None:
         """Add ``n`` rows of the columns ``cols``; ``matrix``: the same as one ``[columns, n]``
         array (:meth:`Batch.matrix_of`), copied whole."""
         import numpy as np

@@ -22,6 +22,20 @@ def _by_column(schema: Schema, batches: list[Batch]) -> dict:
     return stats.to_dict()
 
 
+def _same_figures(schema: Schema, batches: list[Batch]) -> None:
+    """The batches' statistics equal the column-by-column ones; -0.0 and 0.0 compare equal, so
+    the signs of float extremes must agree too."""
+    stats = BatchStats(schema)
+    for b in batches:
+        stats.update(b)
+    got, want = stats.to_dict(), _by_column(schema, batches)
+    assert got == want
+    for name in want:
+        for k in ("min", "max"):
+            if isinstance(want[name].get(k), float):
+                assert np.signbit(got[name][k]) == np.signbit(want[name][k]), (name, k)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     dtype=st.sampled_from(["float64", "float32", "int64", "uint8", "int16", "bool"]),
@@ -52,15 +66,7 @@ def test_wide_batches_give_the_column_by_column_figures(dtype, width, rows, seed
             cols[f"c{i}"] = a
         cols["h"] = rng.normal(size=n).astype(np.float16)
         batches.append(Batch(cols, n))
-    wide = BatchStats(schema)
-    for b in batches:
-        wide.update(b)
-    got, want = wide.to_dict(), _by_column(schema, batches)
-    assert got == want
-    for name in want:  # -0.0 and 0.0 compare equal: the signs must agree too
-        for k in ("min", "max"):
-            if isinstance(want[name].get(k), float):
-                assert np.signbit(got[name][k]) == np.signbit(want[name][k]), (name, k)
+    _same_figures(schema, batches)
 
 
 @settings(max_examples=80, deadline=None)
@@ -95,15 +101,7 @@ def test_matrix_batches_folded_give_the_column_by_column_figures(dtype, width, p
             batches.append(Batch.from_matrix(names, np.ascontiguousarray(m)))
         else:
             batches.append(Batch({c: m[i].copy() for i, c in enumerate(names)}, n))
-    folded = BatchStats(schema)
-    for b in batches:
-        folded.update(b)
-    got, want = folded.to_dict(), _by_column(schema, batches)
-    assert got == want
-    for name in want:
-        for k in ("min", "max"):
-            if isinstance(want[name].get(k), float):
-                assert np.signbit(got[name][k]) == np.signbit(want[name][k]), (name, k)
+    _same_figures(schema, batches)
 
 
 def test_folded_ties_keep_the_earlier_zero_as_column_by_column():
@@ -112,12 +110,4 @@ def test_folded_ties_keep_the_earlier_zero_as_column_by_column():
     firsts = [np.array([[0.0, 1.0]] * WIDE), np.array([[-0.0, -1.0]] * WIDE)]
     seconds = [np.array([[-0.0, 2.0]] * WIDE), np.array([[0.0, -2.0]] * WIDE)]
     for a, b in zip(firsts, seconds, strict=True):
-        batches = [Batch.from_matrix(names, a), Batch.from_matrix(names, b)]
-        folded = BatchStats(schema)
-        for bt in batches:
-            folded.update(bt)
-        got, want = folded.to_dict(), _by_column(schema, batches)
-        assert got == want
-        for name in names:
-            assert np.signbit(got[name]["min"]) == np.signbit(want[name]["min"])
-            assert np.signbit(got[name]["max"]) == np.signbit(want[name]["max"])
+        _same_figures(schema, [Batch.from_matrix(names, a), Batch.from_matrix(names, b)])

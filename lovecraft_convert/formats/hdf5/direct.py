@@ -221,9 +221,6 @@ class DirectGroup:
         self.start = 0
         self.extent = self.target = extent  # the datasets' length, and the one they should have
 
-    def add(self, cols: list, n: int, matrix=None) -> None:
-        self.block.add(cols, n, matrix)
-
     def finish(self) -> None:
         """Write the last (zero-padded) chunks, and leave every dataset at ``target`` rows."""
         if self.block.held:

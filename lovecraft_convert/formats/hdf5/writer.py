@@ -239,7 +239,7 @@ class Hdf5Writer(Writer):
         for names, group in self.groups:
             if grow:  # the grouped datasets are resized as their next chunks are written
                 group.target = grown
-            group.add([batch.columns[c] for c in names], n, batch.matrix_of(names))
+            group.block.add_batch(batch, names)
         for fd in self.schema:
             if fd.name in self.grouped:
                 continue

@@ -134,9 +134,6 @@ class _Group:
         self.files = files
         self.block = ColumnBlock(len(names), rows, dtype, self.flush)
 
-    def add(self, cols: list, n: int, matrix=None) -> None:
-        self.block.add(cols, n, matrix)
-
     def flush(self) -> None:
         b = self.block
         if b.held:
@@ -231,7 +228,7 @@ class MemmapWriter(Writer):
     def write(self, batch: Batch) -> None:
         self._ready()
         for g in self.groups:
-            g.add([batch.columns[n] for n in g.names], batch.num_rows, batch.matrix_of(g.names))
+            g.block.add_batch(batch, g.names)
         for name, entries in self.files.items():
             if name in self.grouped:
                 continue

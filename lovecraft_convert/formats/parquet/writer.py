@@ -108,8 +108,7 @@ class ParquetWriter(Writer):
 
     def write(self, batch: Batch) -> None:
         if self.block is not None:
-            names = self.to_arrow.names
-            self.block.add([batch.columns[n] for n in names], batch.num_rows, batch.matrix_of(names))
+            self.block.add_batch(batch, self.to_arrow.names)
             self.rows += batch.num_rows
             return
         rb = self.to_arrow(batch)
