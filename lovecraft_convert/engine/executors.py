@@ -80,7 +80,7 @@ class LocalExecutor:
         if not calls:
             return []
         with held():
-            futures = [self.pool.submit(fn, *args) for args in calls]
+            futures = [self.pool.submit(_trimmed, fn, *args) for args in calls]
         return [_result(f) for f in futures]
 
     def map(self, fn, calls: list[tuple]) -> Iterator[dict]:
@@ -94,7 +94,7 @@ class LocalExecutor:
         from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED
 
         with held():
-            pending = {self.pool.submit(fn, *args) for args in calls}
+            pending = {self.pool.submit(_trimmed, fn, *args) for args in calls}
         raise_pending()
         try:
             while pending:
@@ -123,6 +123,27 @@ class LocalExecutor:
             import pyarrow as pa
 
             pa.set_cpu_count(self._cpus)
+
+
+def _trimmed(fn, *args):
+    """Run one unit in a worker, then hand the memory it freed back to the system.
+
+    glibc keeps freed heap pages in the process (the encoder's threads each have an arena), so a
+    worker would hold the high-water mark of every unit it ran while the next one adds its own
+    (measured: workers of a 1 GiB ``shard --to megatron`` at 94 against 107 MiB)."""
+    try:
+        return fn(*args)
+    finally:
+        _trim()
+
+
+def _trim() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _result(fut):

@@ -326,3 +326,58 @@ def test_property_round_trip(tmp_path_factory, docs, eos, shards):
                 for p, n in zip(idx["pointers"].tolist(), idx["lengths"].tolist(), strict=True)]  # fmt: skip
     assert got == [[*x.encode(), *([eos] if eos is not None else [])] for x in docs]
     assert lc.verify(out).ok
+
+
+def test_an_index_written_in_many_pieces_is_the_index_of_every_document(tmp_path):
+    """The .idx is written in pieces sized from the writer's memory (the smallest: 16,384 entries);
+    50,000 documents of 0-40 tokens over 4 pieces: every length, pointer (running byte offset across
+    the pieces' edges) and document index as parsed here and as megatron-core reads them."""
+    from lovecraft_convert.formats.base import WriteOptions
+    from lovecraft_convert.formats.megatron.writer import MegatronWriter
+    from lovecraft_convert.schema import SEQUENCE, Batch, Field, Schema, VarColumn
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 41, 50_000)
+    lengths[16_383:16_386] = [0, 40, 0]  # across the first edge
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    values = rng.integers(0, 65_536, int(offsets[-1])).astype(np.uint16)
+    schema = Schema([Field("tokens", SEQUENCE, "uint16")])
+    w = MegatronWriter(str(tmp_path), "data", schema, WriteOptions(memory=0))
+    for a in range(0, len(lengths), 7_000):  # batches that do not line up with the pieces
+        b = min(len(lengths), a + 7_000)
+        w.write(Batch({"tokens": VarColumn(values[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a])}))
+    w.close()
+    idx = parse_idx(str(tmp_path / "data.idx"))
+    assert (idx["code"], idx["n"], idx["d"]) == (8, 50_000, 50_001)
+    np.testing.assert_array_equal(idx["lengths"], lengths)
+    np.testing.assert_array_equal(idx["pointers"], offsets[:-1] * 2)
+    np.testing.assert_array_equal(idx["docs"], np.arange(50_001))
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # the scratch lengths are gone
+    IndexedDataset = megatron_core()
+    ds = IndexedDataset(str(tmp_path / "data"))
+    for i in [0, 16_383, 16_384, 16_385, 32_768, 49_999]:
+        np.testing.assert_array_equal(np.asarray(ds[i]), values[offsets[i] : offsets[i + 1]])
+
+
+def test_the_units_of_a_process_share_one_loaded_tokenizer_until_its_file_changes(tok, tmp_path):
+    """Every unit opens its own reader and tokenizer; the library's tokenizer is loaded once per
+    process and file (each loaded instance that has encoded keeps memory after it is dropped), and
+    loaded again when the file is rewritten."""
+    import pickle
+    import shutil
+
+    from lovecraft_convert.transforms.tokenize import HfTokenizer
+
+    path, t = tok
+    a, b = HfTokenizer(path), pickle.loads(pickle.dumps(HfTokenizer(path)))
+    assert a.tok is b.tok and a.vocab_size == 300
+    copy = str(tmp_path / "tokenizer.json")
+    shutil.copy(path, copy)
+    c = HfTokenizer(copy)
+    assert c.tok is not a.tok and c.vocab_size == 300
+    t2 = type(t).from_file(path)
+    t2.add_tokens(["zzqx"])
+    t2.save(copy)
+    os.utime(copy, ns=(0, os.stat(copy).st_mtime_ns + 1))
+    d = HfTokenizer(copy)
+    assert d.tok is not c.tok and d.vocab_size == 301

@@ -17,7 +17,7 @@ from ...errors import SchemaError
 from ...schema import Batch, Schema, VarColumn
 from ...storage.stream import open_stream
 from ..base import FileRecord, WriteOptions, Writer
-from .idx import code_of, header, index_bytes, pieces
+from .idx import PIECE, code_of, header, index_bytes, pieces
 
 INT32_MAX = (1 << 31) - 1
 
@@ -71,23 +71,28 @@ class MegatronWriter(Writer):
             hash=self.options.hash,
             sink=open_stream(self.idx_path),
         )
+        # entries per piece from the writer's memory: the int32 lengths read, the int64 pointers
+        # made from them and up to two pieces queued in the writer's thread (about 28 bytes each)
+        step = max(1 << 14, min(PIECE, self.options.memory // 32))
+        size = self.dtype.itemsize
         try:
             out.write(header(self.code, n, n + 1))
             with open(self.scratch_path, "rb") as f:
-                for a, b in pieces(n):
+                for a, b in pieces(n, step):
                     out.write(np.fromfile(f, dtype="<i4", count=b - a))
                 f.seek(0)
                 pos = 0
-                for a, b in pieces(n):
-                    lens = np.fromfile(f, dtype="<i4", count=b - a).astype(np.int64)
+                for a, b in pieces(n, step):
+                    lens = np.fromfile(f, dtype="<i4", count=b - a)
                     ptr = np.empty(b - a, dtype="<i8")
                     if b > a:
-                        ptr[0] = pos
-                        np.cumsum(lens[:-1] * self.dtype.itemsize, out=ptr[1:])
-                        ptr[1:] += pos
-                        pos = int(ptr[-1]) + int(lens[-1]) * self.dtype.itemsize
+                        ptr[0] = 0
+                        np.cumsum(lens[:-1], dtype=np.int64, out=ptr[1:])
+                        ptr *= size
+                        ptr += pos
+                        pos = int(ptr[-1]) + int(lens[-1]) * size
                     out.write(ptr)
-            for a, b in pieces(n + 1):
+            for a, b in pieces(n + 1, step):
                 out.write(np.arange(a, b, dtype="<i8"))
             isize, idigest = out.close()
         except BaseException:
