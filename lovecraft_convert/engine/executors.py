@@ -131,19 +131,12 @@ def _trimmed(fn, *args):
     glibc keeps freed heap pages in the process (the encoder's threads each have an arena), so a
     worker would hold the high-water mark of every unit it ran while the next one adds its own
     (measured: workers of a 1 GiB ``shard --to megatron`` at 94 against 107 MiB)."""
+    from ..util import trim_heap
+
     try:
         return fn(*args)
     finally:
-        _trim()
-
-
-def _trim() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+        trim_heap()
 
 
 def _result(fut):

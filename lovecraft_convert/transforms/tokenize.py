@@ -21,6 +21,7 @@ there is one) becomes the column ``tokens``; ``bucket`` encodes its text through
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -107,7 +108,7 @@ class HfTokenizer(Tokenizer):
         self.vocab_size = int(self.tok.get_vocab_size(with_added_tokens=True))
         self._fast = getattr(self.tok, "encode_batch_fast", None) or self.tok.encode_batch
 
-    def __getstate__(self) -> dict:  # a worker loads the file again
+    def __getstate__(self) -> dict:  # a worker loads the file (once per process: _loaded)
         return {"path": self.path}
 
     def __setstate__(self, state: dict) -> None:
@@ -149,7 +150,6 @@ class HfTokenizer(Tokenizer):
 
 
 _LOADED: dict[tuple, object] = {}  # (path, size, mtime) -> the library's Tokenizer, in this process
-_POOL: list = []  # the one helper thread of this process
 
 
 def _loaded(cls, path: str):
@@ -171,12 +171,12 @@ def _loaded(cls, path: str):
     return tok
 
 
+@functools.cache
 def _helper():
-    if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
+    """The one helper thread of this process."""
+    from concurrent.futures import ThreadPoolExecutor
 
-        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="lovecraft-tokenize"))
-    return _POOL[0]
+    return ThreadPoolExecutor(1, thread_name_prefix="lovecraft-tokenize")
 
 
 def _ids(encs) -> tuple[np.ndarray, np.ndarray]:
