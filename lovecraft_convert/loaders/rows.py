@@ -13,34 +13,69 @@ consecutive batches as one slice of each, concatenated; anything else one row at
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
+_item = tuple.__getitem__  # a Row's own fields, past its mapping __getitem__
 
-class Row(Mapping):
-    """Row ``i`` of a batch (a dict of tensors, arrays or lists)."""
 
-    __slots__ = ("batch", "i")
+class Row(tuple):
+    """Row ``i`` of a batch (a dict of tensors, arrays or lists), as a read-only mapping
+    (``row["x"]``, ``dict(row)``; registered as a ``Mapping``).
 
-    def __init__(self, batch: dict, i: int) -> None:
-        self.batch = batch
-        self.i = i
+    It is the pair ``(rows, i)`` of its batch's :class:`RowList` (which compares by identity)
+    and its position, a tuple subclass: :func:`rows_of` makes a batch's rows in C
+    (``tuple.__new__`` mapped over pairs: no Python call per row), and :func:`collate_rows`
+    recognises the rows of one batch by comparing them with the expected pairs, also in C.
+    ``Row(rows, i)`` makes one from Python; a single argument (as PyTorch's ``default_convert``
+    tries for mappings) is refused, so a row is never rebuilt from its keys."""
+
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment]  # a mapping of arrays: not hashable
+
+    def __new__(cls, rows: RowList, i: int) -> Row:
+        return tuple.__new__(cls, (rows, i))
+
+    @property
+    def batch(self) -> dict:
+        return _item(self, 0).batch
+
+    @property
+    def i(self) -> int:
+        return _item(self, 1)
 
     def __getitem__(self, key: str) -> Any:
-        return self.batch[key][self.i]
+        return _item(self, 0).batch[key][_item(self, 1)]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.batch)
+        return iter(_item(self, 0).batch)
 
     def __len__(self) -> int:
-        return len(self.batch)
+        return len(_item(self, 0).batch)
+
+    def __contains__(self, key: object) -> bool:
+        return key in _item(self, 0).batch
+
+    keys = Mapping.keys
+    items = Mapping.items
+    values = Mapping.values
+    get = Mapping.get
 
     def __repr__(self) -> str:
         return f"Row({dict(self)!r})"
 
     def __reduce__(self):  # sent alone (batch_size=None): as a plain dict of its values
         return dict, (dict(self),)
+
+
+Mapping.register(Row)
+
+
+def rows_of(batch: dict, n: int, positions: Iterator[int]) -> Iterator[Row]:
+    """Rows ``positions`` of ``batch`` (of ``n`` rows), made as they are taken, in C."""
+    return map(tuple.__new__, repeat(Row), zip(repeat(RowList(batch, n)), positions))
 
 
 class RowList(Sequence):
@@ -58,14 +93,14 @@ class RowList(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [Row(self.batch, j) for j in range(*i.indices(self.n))]
+            return [Row(self, j) for j in range(*i.indices(self.n))]
         j = i + self.n if i < 0 else i
         if not 0 <= j < self.n:
             raise IndexError(f"row {i} of a batch of {self.n}")
-        return Row(self.batch, j)
+        return Row(self, j)
 
     def __iter__(self) -> Iterator[Row]:
-        return (Row(self.batch, j) for j in range(self.n))
+        return rows_of(self.batch, self.n, iter(range(self.n)))
 
     def __repr__(self) -> str:
         return f"RowList({self.n} rows)"
@@ -75,18 +110,21 @@ def collate_rows(rows: list, *, collate_fn_map: dict | None = None) -> dict:
     """``default_collate`` of :class:`Row` s (see the module docstring)."""
     if type(rows) is RowList and rows.n == len(next(iter(rows.batch.values()), ())):
         return dict(rows.batch)
+    held, lo = _item(rows[0], 0), _item(rows[0], 1)
+    n = len(rows)
+    # rows of one batch in order (the DataLoader's usual case): the same pairs, compared in C
+    # (a RowList compares by identity)
+    if rows == list(zip(repeat(held), range(lo, lo + n))):
+        return {key: col[lo : lo + n] for key, col in held.batch.items()}
     if any(type(r) is not Row for r in rows):
         return _one_by_one(rows, collate_fn_map)
-    batch, lo = rows[0].batch, rows[0].i
-    consecutive = [r.i for r in rows] == list(range(lo, lo + len(rows)))
-    if consecutive and all(r.batch is batch for r in rows):  # rows of one batch in order: a slice each
-        return {key: col[lo : lo + len(rows)] for key, col in batch.items()}
     runs: list[tuple[dict, int, int]] = []
     for r in rows:
-        if runs and runs[-1][0] is r.batch and runs[-1][2] == r.i:
-            runs[-1] = (r.batch, runs[-1][1], r.i + 1)
+        b, i = _item(r, 0).batch, _item(r, 1)
+        if runs and runs[-1][0] is b and runs[-1][2] == i:
+            runs[-1] = (b, runs[-1][1], i + 1)
         else:
-            runs.append((r.batch, r.i, r.i + 1))
+            runs.append((b, i, i + 1))
     if len({tuple(b) for b, _, _ in runs}) > 1:
         return _one_by_one(rows, collate_fn_map)
     out = {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from itertools import repeat
+from itertools import chain
 
 import numpy as np
 
@@ -63,7 +63,7 @@ def _classes() -> dict[str, type]:
     from torch.utils.data import Dataset as TorchDataset
     from torch.utils.data import IterableDataset, get_worker_info
 
-    from .rows import Row, RowList, register
+    from .rows import RowList, register, rows_of
 
     register()
 
@@ -195,6 +195,13 @@ def _classes() -> dict[str, type]:
             self.epoch = e
 
         def __iter__(self):
+            steps = self._steps()
+            # rows: the iterators of each batch's rows chained in C, so that a row costs no
+            # resumption of the generator (it resumes once per batch, for the bookkeeping)
+            return chain.from_iterable(steps) if self.rows else steps
+
+        def _steps(self):
+            """Batches, or (yielding rows) an iterator of each batch's rows."""
             reader = self._reader()
             epoch, start, skip = self.epoch, 0, 0
             if self._resume is not None:
@@ -216,13 +223,13 @@ def _classes() -> dict[str, type]:
                     live["position"] = pos
                     yield out
                     continue
-                # Rows made and handed out in C (map over a range): where the reader stands is
-                # read from what the range has left when a state is asked for (see state_dict),
-                # not written down per row
+                # Rows made and handed out in C (rows_of: a map over a range): where the reader
+                # stands is read from what the range has left when a state is asked for (see
+                # state_dict), not written down per row
                 n = len(next(iter(out.values())))
                 rest = iter(range(skip, n))
                 live["rows"] = (rest, n, pos)
-                yield from map(Row, repeat(out), rest)
+                yield rows_of(out, n, rest)
                 live["position"], live["offset"] = pos, 0
                 del live["rows"]
                 skip = 0
