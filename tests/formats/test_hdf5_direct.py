@@ -183,6 +183,12 @@ def test_grouped_chunks_through_the_library_calls_make_the_file_h5py_makes(tmp_p
         return real(*a)
 
     monkeypatch.setattr(native, "write_chunks", counted)
+    # the datasets after the first are made, and every grouped dataset's attributes written, by
+    # the C calls too
+    made, attributed = [], []
+    real_create, real_attrs = native.create_closed, native.write_text_attributes
+    monkeypatch.setattr(native, "create_closed", lambda *a: made.append(a[1]) or real_create(*a))
+    monkeypatch.setattr(native, "write_text_attributes", lambda *a: attributed.extend(a[1]) or real_attrs(*a))
     outs = {}
     for mode in ("native", "h5py"):
         if mode == "h5py":
@@ -194,6 +200,8 @@ def test_grouped_chunks_through_the_library_calls_make_the_file_h5py_makes(tmp_p
         outs[mode] = (out / "data.h5").read_bytes()
         if mode == "native" and native.calls() is not None:
             assert len(used) >= 2 and used[0] == 0  # every block, from the first chunk on
+            assert made == [f"c{i}".encode() for i in range(1, cols)]
+            assert attributed == [f"c{i}".encode() for i in range(cols)]
     native.calls.cache_clear()
     assert outs["native"] == outs["h5py"]
     with h5py.File(tmp_path / "native" / "data.h5", "r") as f:

@@ -60,6 +60,76 @@ def calls():
     return fns
 
 
+def attribute_calls():
+    """``H5Dopen2``, ``H5Acreate2``, ``H5Awrite``, ``H5Aclose`` and ``H5Dclose``, typed, or None."""
+    base = calls()
+    extra = None if base is None else _function_set("H5Acreate2", "H5Awrite", "H5Aclose")
+    return None if extra is None else (base[0], *extra, base[3])
+
+
+def create_closed(fid: int, name: bytes, tid: int, space: int, dcpl: int) -> bool:
+    """Dataset ``name`` of file ``fid`` created (type ``tid``, dataspace ``space``, creation
+    properties ``dcpl``; links and access as h5py's ``h5d.create`` makes them) and closed at once:
+    whether it was. False when the library cannot be reached or the call failed (nothing left
+    open): make it with h5py, for its error. The caller holds h5py's lock."""
+    base = calls()
+    fns = None if base is None else _function_set("H5Dcreate2")
+    if fns is None:
+        return False
+    d = fns[0](fid, name, tid, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)
+    return d >= 0 and base[3](d) >= 0
+
+
+_SIGNATURES = {
+    "H5Acreate2": ([hid_t, ctypes.c_char_p, hid_t, hid_t, hid_t, hid_t], hid_t),
+    "H5Awrite": ([hid_t, hid_t, ctypes.c_void_p], herr_t),
+    "H5Aclose": ([hid_t], herr_t),
+    "H5Dcreate2": ([hid_t, ctypes.c_char_p, hid_t, hid_t, hid_t, hid_t, hid_t], hid_t),
+}
+
+
+@functools.cache
+def _function_set(*names: str):
+    """The library's functions ``names``, typed, or None (call only once :func:`calls` found it)."""
+    try:
+        lib = ctypes.CDLL(_loaded_library())
+        fns = tuple(getattr(lib, n) for n in names)
+    except (OSError, AttributeError, TypeError):
+        return None
+    for n, fn in zip(names, fns, strict=True):
+        fn.argtypes, fn.restype = _SIGNATURES[n]
+    return fns
+
+
+def write_text_attributes(
+    fid: int, names: list[bytes], attrs: list[list[tuple[bytes, bytes]]], tid: int, space: int
+) -> int:
+    """For each dataset ``names[i]`` of file ``fid``: opened, its attributes ``attrs[i]`` ((name,
+    UTF-8 value) pairs) created as ``tid`` (a variable-length string type) over ``space`` (scalar)
+    and written, closed: what h5py's ``h5a.create(...).write(...)`` does, one call at a time.
+    Returns the index of the first dataset whose calls failed (nothing of it left open), or -1.
+    The caller holds h5py's lock."""
+    dopen, create, write, aclose, dclose = attribute_calls()
+    for i, name in enumerate(names):
+        d = dopen(fid, name, H5P_DEFAULT)
+        if d < 0:
+            return i
+        ok = True
+        for aname, value in attrs[i]:
+            a = create(d, aname, tid, space, H5P_DEFAULT, H5P_DEFAULT)
+            if a < 0:
+                ok = False
+                break
+            text = ctypes.c_char_p(value)
+            ok = write(a, tid, ctypes.byref(text)) >= 0
+            if aclose(a) < 0 or not ok:
+                ok = False
+                break
+        if dclose(d) < 0 or not ok:
+            return i
+    return -1
+
+
 def write_chunks(fid: int, names: list[bytes], chunks, coord: int | None, resize: int | None) -> int:
     """For each dataset ``names[i]`` of file ``fid``: opened, resized to ``resize`` rows (None:
     left), its chunk at row ``coord`` written from ``chunks[i]`` (None: none), closed. Returns the

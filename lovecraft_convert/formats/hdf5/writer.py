@@ -62,15 +62,25 @@ def create_file(h5py, path: str, cache_bytes: int, slots: int = 521, metadata_by
     return h5py.File(fid)
 
 
-def _attrs(h5py, dsid, fd) -> None:
-    """The column's ``kind`` and ``dtype`` as text attributes of its dataset (``dsid``), stored as
-    h5py stores a ``str`` (a variable-length UTF-8 scalar), through the low-level calls (a quarter
-    of ``ds.attrs[k] = v``'s cost, which a table of thousands of columns pays twice per column)."""
+def _text_attrs(fd) -> list[tuple[bytes, bytes]]:
+    """The column's attributes: its ``kind`` and ``dtype``, as (name, UTF-8 text) pairs."""
+    return [(b"kind", fd.kind.encode()), (b"dtype", fd.dtype.encode())]
+
+
+def _text_type(h5py):
+    """The type and space of a text attribute, as h5py stores a ``str``: a variable-length UTF-8
+    scalar."""
+    return h5py.h5t.py_create(h5py.string_dtype("utf-8"), logical=True), h5py.h5s.create(h5py.h5s.SCALAR)
+
+
+def _attrs(h5py, dsid, fd, text=None) -> None:
+    """The column's attributes on its dataset (``dsid``), through the low-level calls (a quarter
+    of ``ds.attrs[k] = v``'s cost, which a table of thousands of columns pays twice per column);
+    ``text``: :func:`_text_type`, made once for many datasets."""
+    tid, space = text or _text_type(h5py)
     st = h5py.string_dtype("utf-8")
-    tid = h5py.h5t.py_create(st, logical=True)
-    space = h5py.h5s.create(h5py.h5s.SCALAR)
-    for name, value in (("kind", fd.kind), ("dtype", fd.dtype)):
-        h5py.h5a.create(dsid, name.encode(), tid, space).write(np.array(value, dtype=st))
+    for name, value in _text_attrs(fd):
+        h5py.h5a.create(dsid, name, tid, space).write(np.array(value.decode(), dtype=st))
 
 
 def _disk_error(e: Exception, path: str) -> Exception:
@@ -177,6 +187,12 @@ class Hdf5Writer(Writer):
         by_dtype = {k: names for k, names in by_dtype.items() if len(names) >= GROUP_COLUMNS}
         self.grouped = {n for names in by_dtype.values() for n in names}
         protos: dict[tuple, tuple] = {}  # fixed-size datasets' creation properties and type, by layout
+        spaces: dict[tuple, object] = {}  # their dataspaces, by shape
+        text = _text_type(h5py)
+        from h5py._objects import phil
+
+        from . import native
+
         for fd in schema:
             if fd.kind == FIXED and fd.np_dtype.kind != "U":
                 dt = fd.np_dtype
@@ -187,7 +203,15 @@ class Hdf5Writer(Writer):
                 if key in protos:  # the same properties as the first such dataset (a wide table's
                     # thousands: h5py's create_dataset costs several times the low-level call)
                     dcpl, tid = protos[key]
-                    space = h5py.h5s.create_simple(shape, (h5py.h5s.UNLIMITED, *fd.shape))
+                    space = spaces.get((shape, fd.shape))
+                    if space is None:
+                        space = spaces[shape, fd.shape] = h5py.h5s.create_simple(shape, (h5py.h5s.UNLIMITED, *fd.shape))
+                    if fd.name in self.grouped:  # closed at once: made with the C call itself
+                        with phil:
+                            made = native.create_closed(self.f.id.id, fd.name.encode(), tid.id, space.id, dcpl.id)
+                        if made:
+                            self.row_shapes[fd.name] = fd.shape
+                            continue
                     ds = h5py.Dataset(h5py.h5d.create(self.f.id, self.f._e(fd.name), tid, space, dcpl=dcpl))
                 else:
                     ds = self.f.create_dataset(
@@ -211,7 +235,7 @@ class Hdf5Writer(Writer):
             if fd.name in self.grouped:  # closed at once (its memory reused by the next one):
                 ds.id.close()  # the group opens it for its chunks; attributes at close()
             else:
-                _attrs(h5py, ds.id, fd)
+                _attrs(h5py, ds.id, fd, text)
                 self.dsets[fd.name] = ds
         self.known = rows
         self.extent = rows or 0  # the datasets' current length
@@ -302,15 +326,28 @@ class Hdf5Writer(Writer):
         written (its object headers and free lists), when the pipeline's memory is in use."""
         if not self.groups:
             return
-        h5d = self.h5py.h5d
+        from h5py._objects import phil
+
+        from . import native
+
+        h5py = self.h5py
         self.groups = []
-        for fd in self.schema:
-            if fd.name in self.grouped:
-                dsid = h5d.open(self.f.id, fd.name.encode())
-                try:
-                    _attrs(self.h5py, dsid, fd)
-                finally:
-                    dsid.close()
+        fields = [fd for fd in self.schema if fd.name in self.grouped]
+        text = _text_type(h5py)
+        start = 0
+        if native.attribute_calls() is not None:  # the same calls, the GIL free (native.py)
+            names = [fd.name.encode() for fd in fields]
+            with phil:
+                start = native.write_text_attributes(
+                    self.f.id.id, names, [_text_attrs(fd) for fd in fields], text[0].id, text[1].id
+                )
+            start = len(fields) if start < 0 else start  # else made again below, for its error
+        for fd in fields[start:]:
+            dsid = h5py.h5d.open(self.f.id, fd.name.encode())
+            try:
+                _attrs(h5py, dsid, fd, text)
+            finally:
+                dsid.close()
 
     def abort(self) -> None:
         """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close
