@@ -124,7 +124,7 @@ def test_many_files_are_finished_on_their_own_descriptors_and_each_fsynced(tmp_p
     assert v.exit_code == 0, v.stderr
 
 
-def test_fsync_and_close_names_the_file_and_closes_every_one(tmp_path, monkeypatch):
+def test_finish_and_fsync_names_the_file_and_closes_every_one(tmp_path, monkeypatch):
     import errno
 
     from lovecraft_convert.engine import writer as engine_writer
@@ -139,7 +139,24 @@ def test_fsync_and_close_names_the_file_and_closes_every_one(tmp_path, monkeypat
         return real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", failing)
+    finished = []
     with pytest.raises(OSError) as e:
-        engine_writer.fsync_and_close(files)
+        engine_writer.finish_and_fsync(files, lambda pf: finished.append(pf[0]) or (None, *pf))
     assert e.value.filename == files[5][0] and e.value.errno == errno.EIO
-    assert all(f.closed for _, f in files)
+    assert finished == [p for p, _ in files] and all(f.closed for _, f in files)
+    # a file that fails to finish: the ones finished before it are synced and closed, it is not
+    # taken, the error is its own
+    files = [(str(tmp_path / f"g{i}"), open(tmp_path / f"g{i}", "wb", buffering=0)) for i in range(6)]  # noqa: SIM115
+
+    def finish(pf):
+        if pf[0].endswith("g3"):
+            raise OSError(errno.ENOSPC, "No space left on device", pf[0])
+        return None, *pf
+
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    with pytest.raises(OSError) as e:
+        engine_writer.finish_and_fsync(files, finish)
+    assert e.value.errno == errno.ENOSPC and e.value.filename.endswith("g3")
+    assert all(f.closed for _, f in files[:3]) and not any(f.closed for _, f in files[3:])
+    for _, f in files[3:]:
+        f.close()
