@@ -73,9 +73,9 @@ class Row(tuple):
 Mapping.register(Row)
 
 
-def rows_of(batch: dict, n: int, positions: Iterator[int]) -> Iterator[Row]:
-    """Rows ``positions`` of ``batch`` (of ``n`` rows), made as they are taken, in C."""
-    return map(tuple.__new__, repeat(Row), zip(repeat(RowList(batch, n)), positions))
+def rows_of(held: RowList, positions: Iterator[int]) -> Iterator[Row]:
+    """Rows ``positions`` of the batch ``held``, made as they are taken, in C."""
+    return map(tuple.__new__, repeat(Row), zip(repeat(held), positions))
 
 
 class RowList(Sequence):
@@ -100,7 +100,7 @@ class RowList(Sequence):
         return Row(self, j)
 
     def __iter__(self) -> Iterator[Row]:
-        return rows_of(self.batch, self.n, iter(range(self.n)))
+        return rows_of(self, iter(range(self.n)))
 
     def __repr__(self) -> str:
         return f"RowList({self.n} rows)"

@@ -229,7 +229,7 @@ def _classes() -> dict[str, type]:
                 n = len(next(iter(out.values())))
                 rest = iter(range(skip, n))
                 live["rows"] = (rest, n, pos)
-                yield rows_of(out, n, rest)
+                yield rows_of(RowList(out, n), rest)
                 live["position"], live["offset"] = pos, 0
                 del live["rows"]
                 skip = 0

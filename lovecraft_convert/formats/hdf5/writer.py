@@ -73,11 +73,11 @@ def _text_type(h5py):
     return h5py.h5t.py_create(h5py.string_dtype("utf-8"), logical=True), h5py.h5s.create(h5py.h5s.SCALAR)
 
 
-def _attrs(h5py, dsid, fd, text=None) -> None:
+def _attrs(h5py, dsid, fd, text) -> None:
     """The column's attributes on its dataset (``dsid``), through the low-level calls (a quarter
     of ``ds.attrs[k] = v``'s cost, which a table of thousands of columns pays twice per column);
-    ``text``: :func:`_text_type`, made once for many datasets."""
-    tid, space = text or _text_type(h5py)
+    ``text``: :func:`_text_type`, made once for all datasets."""
+    tid, space = text
     st = h5py.string_dtype("utf-8")
     for name, value in _text_attrs(fd):
         h5py.h5a.create(dsid, name, tid, space).write(np.array(value.decode(), dtype=st))
@@ -188,9 +188,7 @@ class Hdf5Writer(Writer):
         self.grouped = {n for names in by_dtype.values() for n in names}
         protos: dict[tuple, tuple] = {}  # fixed-size datasets' creation properties and type, by layout
         spaces: dict[tuple, object] = {}  # their dataspaces, by shape
-        text = _text_type(h5py)
-        from h5py._objects import phil
-
+        self.text = text = _text_type(h5py)
         from . import native
 
         for fd in schema:
@@ -207,7 +205,7 @@ class Hdf5Writer(Writer):
                     if space is None:
                         space = spaces[shape, fd.shape] = h5py.h5s.create_simple(shape, (h5py.h5s.UNLIMITED, *fd.shape))
                     if fd.name in self.grouped:  # closed at once: made with the C call itself
-                        with phil:
+                        with self.io.lock:
                             made = native.create_closed(self.f.id.id, fd.name.encode(), tid.id, space.id, dcpl.id)
                         if made:
                             self.row_shapes[fd.name] = fd.shape
@@ -326,18 +324,15 @@ class Hdf5Writer(Writer):
         written (its object headers and free lists), when the pipeline's memory is in use."""
         if not self.groups:
             return
-        from h5py._objects import phil
-
         from . import native
 
-        h5py = self.h5py
+        h5py, text = self.h5py, self.text
         self.groups = []
         fields = [fd for fd in self.schema if fd.name in self.grouped]
-        text = _text_type(h5py)
         start = 0
         if native.attribute_calls() is not None:  # the same calls, the GIL free (native.py)
             names = [fd.name.encode() for fd in fields]
-            with phil:
+            with self.io.lock:
                 start = native.write_text_attributes(
                     self.f.id.id, names, [_text_attrs(fd) for fd in fields], text[0].id, text[1].id
                 )

@@ -91,10 +91,15 @@ def run_crcs_ok(run: memoryview, n: int, L: int, stored: np.ndarray, unmasked: n
     header for all) has the data CRC stored in it (``stored``: the records' masked CRC words,
     ``unmasked``: the CRCs they stand for, both uint32)."""
     S = L + 16
-    crc = crc32c.crc32c
-    header = bytes(run[:12])
-    a4 = _zeros(4)
-    k = _zeros_image(L + 4, ~crc(header, F) & F) ^ int(a4(np.array([F ^ _zeros_image(L, F)], dtype=np.uint32))[0])
-    expected = _fold(np.uint32(k) ^ a4(unmasked.astype(np.uint32) ^ stored.astype(np.uint32)), S)
-    actual = ~crc(run[: n * S], F) & F
+    k = _constant(bytes(run[:12]), L)
+    expected = _fold(np.uint32(k) ^ _zeros(4)(unmasked.astype(np.uint32) ^ stored.astype(np.uint32)), S)
+    actual = ~crc32c.crc32c(run[: n * S], F) & F
     return expected == actual
+
+
+@functools.lru_cache(maxsize=64)
+def _constant(header: bytes, L: int) -> int:
+    """``K = A^(L+4) R(0, H) ^ A^4 (F ^ A^L F)``: the same for every run of records of ``L`` bytes
+    (whose header ``H`` is their length and its CRC)."""
+    tail = int(_zeros(4)(np.array([F ^ _zeros_image(L, F)], dtype=np.uint32))[0])
+    return _zeros_image(L + 4, ~crc32c.crc32c(header, F) & F) ^ tail
