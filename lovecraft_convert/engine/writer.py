@@ -122,10 +122,12 @@ def hash_fsynced(path: str, name: str = DEFAULT_HASH) -> str:
 class BackgroundSync:
     """Flushes a file that something else writes (HDF5, through its own handle) to disk from a
     thread, whenever :meth:`kick` is called after enough new bytes: the disk works while the
-    caller computes, instead of all at the final fsync. Errors are kept for :meth:`close`."""
+    caller computes, instead of all at the final fsync. Errors are kept for :meth:`close`.
+    ``sync``: what a kick runs on the descriptor (default ``os.fdatasync``)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, sync=os.fdatasync) -> None:
         self.fd = os.open(path, os.O_RDONLY)
+        self.sync = sync
         self.wake = threading.Event()
         self.done = False
         self.errors: list[OSError] = []
@@ -139,7 +141,7 @@ class BackgroundSync:
             if self.done:
                 return
             try:
-                os.fdatasync(self.fd)
+                self.sync(self.fd)
             except OSError as e:
                 self.errors.append(e)
                 return
@@ -155,6 +157,146 @@ class BackgroundSync:
         os.close(self.fd)
         if self.errors:
             raise self.errors[0]
+
+
+def _syncfs_call():
+    """libc's ``syncfs`` where it reports write-back errors (Linux 5.8 and later: before, it
+    returned success whatever failed), else None."""
+    global _SYNCFS
+    if _SYNCFS is False:
+        _SYNCFS = None
+        try:
+            release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+            if sys.platform == "linux" and release >= (5, 8) and os.environ.get("LOVECRAFT_SYNCFS", "1") != "0":
+                import ctypes
+
+                fn = ctypes.CDLL(None, use_errno=True).syncfs  # releases the GIL while it runs
+                fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+                _SYNCFS = fn
+        except (ValueError, OSError, AttributeError):
+            pass
+    return _SYNCFS
+
+
+_SYNCFS = False  # not looked up yet
+
+
+def dirty_bytes() -> int | None:
+    """Bytes of the page cache waiting to be written to disk, the whole system's (``Dirty`` and
+    ``Writeback`` of /proc/meminfo); None where that is not known."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    total, seen = 0, 0
+    for line in text.splitlines():
+        if line.startswith((b"Dirty:", b"Writeback:")):
+            total += int(line.split()[1]) * 1024
+            seen += 1
+    return total if seen == 2 else None
+
+
+class FileSystemSync:
+    """Makes a writer's many files durable with the file system's own ``syncfs`` instead of an
+    fsync per file, where that is safe and cheaper.
+
+    An fsync of a new file writes its inode and its directory's block and flushes the disk's
+    cache, so 2,000 column files cost 2,000 of each (~0.45 s here with 8 threads), where one
+    ``syncfs`` writes each inode-table and directory block once and flushes once (~0.03 s after
+    the background flushes below). ``syncfs`` writes back everything dirty on the file system,
+    though, other programs' files too: it is used only while what is dirty on the whole system is
+    about what this writer wrote (:data:`SLACK` more at most); otherwise every file is fsynced
+    as before. While the files are written, :meth:`wrote` starts a background ``syncfs`` every
+    :data:`KICK` bytes, so that the disk writes them while the input is read instead of all at
+    the end. The directory is opened before anything is written: ``syncfs`` then reports any
+    write-back error since, and a failed one is followed by an fsync of every file, which names
+    the file (each descriptor reports its own file's error)."""
+
+    KICK = 48 << 20
+    SLACK = 128 << 20
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.call = _syncfs_call()
+        self.fd = os.open(directory, os.O_RDONLY) if self.call is not None else None
+        self.unsynced = 0
+        self.since_kick = 0
+        self.background: BackgroundSync | None = None
+
+    def _syncfs(self, fd: int) -> None:
+        if self.call(fd) != 0:
+            import ctypes
+
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), self.directory)
+
+    def _alone(self, ours: int) -> bool:
+        """Whether what is dirty on the system is about ``ours``: a ``syncfs`` would wait for
+        little else."""
+        dirty = dirty_bytes()
+        return dirty is not None and dirty <= ours + self.SLACK
+
+    def wrote(self, n: int) -> None:
+        """``n`` more bytes written to the files (through the page cache)."""
+        if self.fd is None:
+            return
+        self.unsynced += n
+        self.since_kick += n
+        if self.since_kick >= self.KICK:
+            self.since_kick = 0
+            if self._alone(self.unsynced):
+                if self.background is None:
+                    self.background = BackgroundSync(self.directory, self._syncfs)
+                self.background.kick()
+                self.unsynced = 0
+
+    def usable(self) -> bool:
+        """Whether :meth:`sync_all` will use ``syncfs`` now."""
+        return self.fd is not None and self._alone(self.unsynced)
+
+    def sync_all(self, files: list[tuple[str, object]]) -> None:
+        """Make ``files`` (``(path, open file)``, all written and finished) durable: one
+        ``syncfs``; if it fails, an fsync of each file (8 threads) to name the one that failed,
+        else the ``syncfs`` error, naming the directory."""
+        try:
+            self.stop()
+            self._syncfs(self.fd)
+        except OSError as e:
+            fsync_each(files)
+            raise named(e, self.directory) from None
+
+    def stop(self) -> None:
+        """End the background flushes; raise the first error they met."""
+        if self.background is not None:
+            b, self.background = self.background, None
+            b.close()
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+
+
+def _fsync_named(path: str, f) -> None:
+    try:
+        os.fsync(f.fileno())
+    except OSError as e:
+        raise named(e, path) from None
+
+
+def fsync_each(files: list[tuple[str, object]], threads: int = 8) -> None:
+    """fsync every ``(path, open file)`` by ``threads`` threads; the first error names its file,
+    after every sync is done."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(threads, len(files))), thread_name_prefix="lovecraft-fsync") as ex:
+        futs = [ex.submit(_fsync_named, path, f) for path, f in files]
+        for fut in futs:
+            result(fut)
 
 
 class HashingWriter:
@@ -436,30 +578,32 @@ def _staging(delta: int) -> bool:
         return True
 
 
-def finish_and_fsync(items: list, finish, threads: int = 8) -> list:
+def finish_and_fsync(items: list, finish, threads: int = 8, fs: FileSystemSync | None = None) -> list:
     """``finish(x)`` for each item, in the caller's thread (it returns ``(value, path, file)``: a
-    file left open, unbuffered), each file fsynced by one of ``threads`` threads as soon as it is
-    finished, so that finishing the next ones overlaps the syncs, which the file system commits
-    together (2,000 small files here: ~0.4 s of syncs with 8 threads, 5 s one after another).
-    Every file finished is closed, even after an error; an error names its file. Returns the
-    values."""
+    file left open, unbuffered), and every file made durable: with ``fs`` usable
+    (:meth:`FileSystemSync.usable`), by one ``syncfs`` once all are finished; otherwise each file
+    fsynced by one of ``threads`` threads as soon as it is finished, so that finishing the next
+    ones overlaps the syncs (2,000 small files here: ~0.4 s of syncs with 8 threads, 5 s one after
+    another). Every file finished is closed, even after an error; an error names its file.
+    Returns the values."""
     from concurrent.futures import ThreadPoolExecutor
-
-    def one(path: str, f) -> None:
-        try:
-            os.fsync(f.fileno())
-        except OSError as e:
-            raise named(e, path) from None
 
     values, opened, syncs = [], [], []
     try:
+        if fs is not None and fs.usable():
+            for x in items:
+                value, path, f = finish(x)
+                values.append(value)
+                opened.append((path, f))
+            fs.sync_all(opened)
+            return values
         with ThreadPoolExecutor(max(1, min(threads, len(items))), thread_name_prefix="lovecraft-fsync") as ex:
             try:
                 for x in items:
                     value, path, f = finish(x)
                     values.append(value)
-                    opened.append(f)
-                    syncs.append(ex.submit(one, path, f))
+                    opened.append((path, f))
+                    syncs.append(ex.submit(_fsync_named, path, f))
             finally:
                 for fut in syncs:  # every sync waited for (the first error raised) before any close
                     try:
@@ -470,7 +614,7 @@ def finish_and_fsync(items: list, finish, threads: int = 8) -> list:
                         raise
         return values
     finally:
-        for f in opened:
+        for _, f in opened:
             f.close()
 
 

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from ...engine.interrupts import join
-from ...engine.writer import HashingWriter, finish_and_fsync, hash_open
+from ...engine.writer import FileSystemSync, HashingWriter, finish_and_fsync, hash_open
 from ...errors import SchemaError
 from ...schema import FIXED, Batch, Schema, VarColumn
 from ..base import ColumnBlock, FileRecord, WriteOptions, Writer
@@ -129,9 +129,12 @@ class _Group:
     """Scalar columns of one dtype gathered together (:class:`ColumnBlock`); each file is written
     when the block is full."""
 
-    def __init__(self, names: list[str], files: list[_NpyFile], dtype: np.dtype, rows: int) -> None:
+    def __init__(
+        self, names: list[str], files: list[_NpyFile], dtype: np.dtype, rows: int, fs: FileSystemSync | None
+    ) -> None:
         self.names = names
         self.files = files
+        self.fs = fs
         self.block = ColumnBlock(len(names), rows, dtype, self.flush)
 
     def flush(self) -> None:
@@ -139,6 +142,8 @@ class _Group:
         if b.held:
             for j, nf in enumerate(self.files):
                 nf.write_now(b.buf[j, : b.held])
+            if self.fs is not None:
+                self.fs.wrote(b.buf[:, : b.held].nbytes)
             b.held = 0
 
 
@@ -167,6 +172,8 @@ class MemmapWriter(Writer):
         # a wide table's scalar columns of one dtype, gathered together
         self.groups: list[_Group] = []
         self.cap = 0
+        # many files are made durable by one syncfs where that is safe (see FileSystemSync)
+        self.fs = FileSystemSync(directory) if self.many else None
         if self.many:  # a wide table's columns arrive in pieces of a few hundred bytes per batch:
             # gathered per file (within the writer's share of the budget) into fewer, larger writes
             self.cap = min(self.GATHER, options.memory // max(1, count))
@@ -176,7 +183,7 @@ class MemmapWriter(Writer):
                     by_dtype.setdefault(f.np_dtype, []).append(f.name)
             for dt, names in by_dtype.items():
                 if len(names) > self.MANY:
-                    self.groups.append(_Group(names, [], dt, max(1, self.cap // dt.itemsize)))
+                    self.groups.append(_Group(names, [], dt, max(1, self.cap // dt.itemsize), self.fs))
         self.grouped = {n for g in self.groups for n in g.names}
         # Thousands of files take a while to create (~0.26 ms of kernel time each here): made by a
         # thread while the first batch is read, which the first write waits for
@@ -253,7 +260,10 @@ class MemmapWriter(Writer):
             def finish(nf: _NpyFile) -> tuple:
                 return nf.close(sync=False, keep_open=True), nf.path, nf.out.f
 
-            done = finish_and_fsync([nf for _, _, nf in handles], finish)
+            try:
+                done = finish_and_fsync([nf for _, _, nf in handles], finish, fs=self.fs)
+            finally:
+                self.fs.close()
         else:
             done = [nf.close() for _, _, nf in handles]
         return [
@@ -268,3 +278,8 @@ class MemmapWriter(Writer):
         for entries in list(self.files.values()):
             for _, nf in entries:
                 nf.abort()
+        if self.fs is not None:
+            try:
+                self.fs.close()
+            except OSError:
+                pass  # the run failed already: a background flush's error adds nothing
