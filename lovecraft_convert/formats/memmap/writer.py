@@ -10,6 +10,7 @@ and is rewritten once the count is known.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -24,6 +25,7 @@ from ..base import ColumnBlock, FileRecord, WriteOptions, Writer
 HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known
 
 
+@functools.lru_cache(maxsize=64)  # a wide table's thousands of files share one header
 def npy_header(dtype: np.dtype, shape: tuple[int, ...], total: int | None = None) -> bytes:
     """An NPY v1.0 header; padded to ``total`` bytes when given (a multiple of 64)."""
     d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
