@@ -319,10 +319,11 @@ class Bench:
         return d
 
     def kept(self, name: str) -> str:
-        """A new output path for every run, nothing deleted until :meth:`drop_kept`: on ext4, files
-        created within about a minute of deleting many others (the previous run's 2,000 column
-        files) wait while the inode allocator steps over the freed inodes (here 1-2 s for 2,000
-        creates, against 0.06 s), a cost of the measuring loop, not of the tool."""
+        """A new output path for every run, nothing deleted until :meth:`drop_kept`: on ext4
+        without a journal (this machine's), files created within 60 s of deleting many others
+        (360 s while the freed inodes' table blocks are not yet written back; the previous run's
+        2,000 column files) wait while the inode allocator steps over the freed inodes (here
+        0.4-2 s for 2,000 creates, against 0.06 s), a cost of the measuring loop, not of the tool."""
         self._kept = getattr(self, "_kept", 0) + 1
         d = os.path.join(self.work, "out", "kept", f"{name}-{self._kept}")
         os.makedirs(os.path.dirname(d), exist_ok=True)
