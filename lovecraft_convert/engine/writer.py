@@ -11,6 +11,7 @@ a large share of a core.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import mmap
 import os
@@ -159,26 +160,21 @@ class BackgroundSync:
             raise self.errors[0]
 
 
+@functools.cache
 def _syncfs_call():
     """libc's ``syncfs`` where it reports write-back errors (Linux 5.8 and later: before, it
     returned success whatever failed), else None."""
-    global _SYNCFS
-    if _SYNCFS is False:
-        _SYNCFS = None
-        try:
-            release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
-            if sys.platform == "linux" and release >= (5, 8) and os.environ.get("LOVECRAFT_SYNCFS", "1") != "0":
-                import ctypes
+    try:
+        release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+        if sys.platform != "linux" or release < (5, 8) or os.environ.get("LOVECRAFT_SYNCFS", "1") == "0":
+            return None
+        import ctypes
 
-                fn = ctypes.CDLL(None, use_errno=True).syncfs  # releases the GIL while it runs
-                fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-                _SYNCFS = fn
-        except (ValueError, OSError, AttributeError):
-            pass
-    return _SYNCFS
-
-
-_SYNCFS = False  # not looked up yet
+        fn = ctypes.CDLL(None, use_errno=True).syncfs  # releases the GIL while it runs
+    except (ValueError, OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    return fn
 
 
 def dirty_bytes() -> int | None:

@@ -129,7 +129,7 @@ def test_many_files_are_finished_on_their_own_descriptors_and_made_durable(tmp_p
     monkeypatch.setattr(engine_writer.FileSystemSync, "KICK", 64 << 10)  # a background syncfs every 64 KiB
     monkeypatch.setattr(engine_writer, "dirty_bytes", lambda: 0 if system == "alone" else 1 << 40)
     if system == "no syncfs":
-        monkeypatch.setattr(engine_writer, "_SYNCFS", None)
+        monkeypatch.setattr(engine_writer, "_syncfs_call", lambda: None)
     out = tmp_path / "out"
     r = lovecraft("convert", str(src), "-o", str(out), "--to", "memmap", "--max-memory", "16MiB", "-q")
     assert r.exit_code == 0, r.stderr
@@ -162,7 +162,7 @@ def test_a_failed_syncfs_is_followed_by_an_fsync_of_each_file_which_names_the_on
         ctypes.set_errno(errno.EIO)
         return -1
 
-    monkeypatch.setattr(engine_writer, "_SYNCFS", failing_syncfs)
+    monkeypatch.setattr(engine_writer, "_syncfs_call", lambda: failing_syncfs)
     monkeypatch.setattr(engine_writer, "dirty_bytes", lambda: 0)
     real_fsync = os.fsync
     bad: list[int] = []
@@ -200,7 +200,7 @@ def test_a_background_syncfs_error_is_raised_at_close(tmp_path, monkeypatch):
         ctypes.set_errno(errno.EIO)
         return -1 if len(calls) == 1 else 0
 
-    monkeypatch.setattr(engine_writer, "_SYNCFS", syncfs)
+    monkeypatch.setattr(engine_writer, "_syncfs_call", lambda: syncfs)
     monkeypatch.setattr(engine_writer, "dirty_bytes", lambda: 0)
     fs = engine_writer.FileSystemSync(str(tmp_path))
     fs.wrote(fs.KICK)  # a background syncfs, which fails
