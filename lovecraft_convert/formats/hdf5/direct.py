@@ -105,7 +105,12 @@ class Hdf5Thread:
         pool = self.pools[len(buf)]
         if len(pool) * len(buf) < (QUEUED + 2) * self.batch_bytes:
             pool.append(buf)
-        self.unsynced += len(buf)
+        self.wrote(len(buf))
+
+    def wrote(self, nbytes: int) -> None:
+        """``nbytes`` more were written to the file: every ``SYNC_EVERY`` bytes, they are flushed
+        to disk in the background."""
+        self.unsynced += nbytes
         if self.unsynced >= self.SYNC_EVERY:
             if self.sync is None:
                 self.sync = BackgroundSync(self.path)
@@ -261,3 +266,5 @@ class DirectGroup:
             finally:
                 dsid.close()
         self.extent = self.target
+        if coord is not None:
+            self.io.wrote(chunks.shape[0] * chunks.shape[1])
