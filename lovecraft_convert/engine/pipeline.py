@@ -3,6 +3,7 @@ read-ahead thread, one batch's statistics, downcast and write, and progress on s
 
 from __future__ import annotations
 
+import queue
 import sys
 import time
 from collections.abc import Iterator
@@ -52,47 +53,100 @@ def coalesce(batches: Iterator[Batch], target_bytes: int) -> Iterator[Batch]:
         yield Batch.concat(parts)
 
 
-def prefetch(it: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
-    """Run ``it`` in a background thread, at most ``depth`` batches ahead (bounded memory).
+class _Ahead(queue.Queue):
+    """The queue of :func:`prefetch`: room for ``depth`` items, and for more (``depth`` 2 or more)
+    while those it holds total fewer than ``max_bytes`` (items' ``nbytes``; a put may go past it by
+    its own size)."""
+
+    def __init__(self, depth: int, max_bytes: int) -> None:
+        super().__init__(maxsize=depth)
+        self.max_bytes = max_bytes
+        self.held = 0
+
+    def _qsize(self) -> int:
+        # what put() compares with maxsize (full at maxsize) and get() with 0 (empty): below
+        # maxsize while the items are small, never 0 with any item in
+        n = len(self.queue)
+        return min(n, max(1, self.maxsize - 1)) if n and self.held < self.max_bytes else n
+
+    def _put(self, item) -> None:
+        size = getattr(item[0], "nbytes", 0) if isinstance(item, tuple) else 0
+        self.queue.append((item, size))
+        self.held += size
+
+    def _get(self):
+        item, size = self.queue.popleft()
+        self.held -= size
+        return item
+
+
+class Prefetch:
+    """``it`` run in a background thread from the moment this is made, at most ``depth`` batches
+    ahead, or more while those waiting hold fewer than ``max_bytes`` (bounded memory either way);
+    iterate it once. Use it as a context manager (or call :meth:`close`): the thread stops at the
+    exit however the consumer left, even before iterating.
 
     Parsing and decompression (pyarrow, zlib, zstd, NumPy) release the GIL, so reading the next
-    batch overlaps with transforming and writing this one.
+    batch overlaps with transforming and writing this one, and the first batch with whatever the
+    consumer does before it asks (a writer creating its file). A writer that works in bursts (HDF5
+    writes a wide table's chunks of all columns at once) is caught up with by a reader that kept
+    going meanwhile: ``max_bytes`` lets small batches (a wide table's come a few rows at a time)
+    fill the bytes that ``depth`` large ones would.
     """
-    import queue
-    import threading
 
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
+    def __init__(self, it: Iterator, depth: int = 2, max_bytes: int = 0) -> None:
+        import threading
 
-    def put(x) -> bool:
-        return put_while(q, x, lambda: not stop.is_set())
+        self.q: queue.Queue = _Ahead(depth, max_bytes)
+        self.stop = threading.Event()
+        self.done = object()
+        self.it = it
+        self.t = threading.Thread(target=self._work, name="lovecraft-reader", daemon=True)
+        self.t.start()
 
-    def work() -> None:
+    def _put(self, x) -> bool:
+        return put_while(self.q, x, lambda: not self.stop.is_set())
+
+    def _work(self) -> None:
         try:
-            for item in it:
-                if not put((item, None)):
-                    return
-            put((done, None))
+            for item in self.it:
+                if not self._put((item, None)):
+                    break
+            else:
+                self._put((self.done, None))
+            closing = getattr(self.it, "close", None)
+            if closing is not None:  # left early: the source's files are released here, at once
+                closing()
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            put((None, e))
+            self._put((None, e))
 
-    t = threading.Thread(target=work, name="lovecraft-reader", daemon=True)
-    t.start()
-    try:
+    def __iter__(self) -> Iterator:
         while True:
-            item, err = get_polled(q)
+            item, err = get_polled(self.q)
             if err is not None:
                 raise err
-            if item is done:
+            if item is self.done:
                 return
             yield item
-    finally:
+
+    def close(self) -> None:
         # Every put of the reader gives up once ``stop`` is set, so it needs no draining (draining
         # from here could block on a queue lock an interrupt left taken). It reads only; should it be
         # stuck in a read, it is a daemon thread and does not keep the process alive.
-        stop.set()
-        t.join(10.0)
+        self.stop.set()
+        self.t.join(10.0)
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def prefetch(it: Iterator[Batch], depth: int = 2, max_bytes: int = 0) -> Iterator[Batch]:
+    """The batches of ``it``, read by a :class:`Prefetch` from the first one asked for."""
+    with Prefetch(it, depth, max_bytes) as p:
+        yield from p
 
 
 def select(batches: Iterator[Batch], schema: Schema) -> Iterator[Batch]:

@@ -13,7 +13,7 @@ from typing import Any
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
 from ..engine.interrupts import Signals
-from ..engine.pipeline import Progress, coalesce, prefetch, write_step
+from ..engine.pipeline import Prefetch, Progress, coalesce, write_step
 from ..errors import InputError, Interrupted, OptionsError
 from ..formats import get as get_format
 from ..formats.base import FileRecord, WriteOptions
@@ -190,20 +190,25 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     source = ", ".join(s.name for s in reader.specs)
     fmt.check_schema(schema, source)
     check_memory(schema, fmt, budget, source)
-    writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
     stats = BatchStats(schema)
-    progress = Progress(reader, o.progress)
     rows = 0
-    try:
-        for batch in prefetch(coalesce(map(plan.prepare, reader.batches()), budget // 16), depth=2):
-            rows += write_step(batch, down, stats, writer)
-            progress.update()
-        files: list[FileRecord] = writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        progress.close()
+    # Reading starts before the writer is made (an HDF5 file of 2,000 datasets: ~0.2 s) and goes
+    # on while it writes: two batches wait, or more small ones (a wide table's) up to budget/12
+    # (measured, 2,000 columns at 64 MiB: HDF5 56 -> 68 MB/s, memmap 53 -> 76; budget/8 cost
+    # Parquet 12 MiB of peak for no speed, the allocator's share included)
+    with Prefetch(coalesce(map(plan.prepare, reader.batches()), budget // 16), 2, budget // 12) as batches:
+        writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
+        progress = Progress(reader, o.progress)
+        try:
+            for batch in batches:
+                rows += write_step(batch, down, stats, writer)
+                progress.update()
+            files: list[FileRecord] = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            progress.close()
     if rows == 0:
         raise InputError(f"{source}: empty input (no records)", hint="check the file")
     return files, plan, rows, stats.to_dict(), (down.report() if down else {}), writer.manifest_extra()
