@@ -76,6 +76,24 @@ def _register() -> None:
 _register()
 
 
+def _two_malloc_arenas() -> None:
+    """glibc's malloc gives threads that allocate at once arenas of their own (up to 8 per core),
+    and what is freed in one stays resident there for its thread to reuse: our reading, parsing and
+    writing threads each kept their own. Two arenas hold less of it (measured, a 2,000-column CSV at
+    --max-memory 64MiB: free but resident memory 37 MiB -> 12-20 MiB, peak 5-12 MiB lower, no
+    slower). The process only, and not when ``MALLOC_ARENA_MAX`` says otherwise."""
+    if sys.platform != "linux" or "MALLOC_ARENA_MAX" in os.environ:
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl's mallopt ignores the option)
+        libc.mallopt(-8, 2)  # M_ARENA_MAX: applies to arenas made from now on
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> None:
     # We never multiply matrices: without this, NumPy's OpenBLAS starts a thread per core in every
     # process (workers included), and they spin for a while after NumPy is imported.
@@ -84,6 +102,7 @@ def main() -> None:
     # a cache of freed ones only adds to the peak (measured: 8 MiB less for a 2,000-column CSV at
     # --max-memory 64MiB, 23 MiB less CSV -> Parquet at the default budget, and no slower)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    _two_malloc_arenas()
     try:
         cli(prog_name="lovecraft")
     except SystemExit as e:
