@@ -147,11 +147,23 @@ class Hdf5Writer(Writer):
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
+        self.path = os.path.join(directory, f"{stem or 'data'}.h5")
+        self.f = None
+        # A table of unknown length is held until it outgrows a quarter of the writer's memory:
+        # one that ends first is written knowing its length, so its chunks are no longer than it
+        # (made for an unknown length, each column's one chunk of up to 1 MiB is stored whole:
+        # 500 rows of 5 columns made a 5.4 MB file)
+        self.held: list[Batch] | None = [] if options.expected_rows is None else None
+        self.held_rows = self.held_bytes = 0
+        if self.held is None:
+            self._create(options.expected_rows)
+
+    def _create(self, rows: int | None) -> None:
+        """The file and its datasets, for ``rows`` rows (None: unknown, they grow)."""
         import h5py
 
         self.h5py = h5py
-        self.path = os.path.join(directory, f"{stem or 'data'}.h5")
-        rows = options.expected_rows
+        schema, options = self.schema, self.options
         comp = options.compression
         # Fixed-size columns of an uncompressed file are written as whole chunks of ours, the
         # others through HDF5's chunk cache (per dataset: the chunk being filled and one more).
@@ -227,8 +239,9 @@ class Hdf5Writer(Writer):
                 else:
                     dt = h5py.vlen_dtype(fd.np_dtype)
                 ds = self.f.create_dataset(
-                    fd.name, shape=(rows or 0,), maxshape=(None,), dtype=dt, chunks=(4096,), track_times=False, **kw
-                )
+                    fd.name, shape=(rows or 0,), maxshape=(None,), dtype=dt, chunks=(min(4096, rows or 4096),),
+                    track_times=False, **kw,
+                )  # fmt: skip
             self.row_shapes[fd.name] = ds.shape[1:]
             if fd.name in self.grouped:  # closed at once (its memory reused by the next one):
                 ds.id.close()  # the group opens it for its chunks; attributes at close()
@@ -243,8 +256,26 @@ class Hdf5Writer(Writer):
         ]
 
     def write(self, batch: Batch) -> None:
+        if self.held is not None:
+            self.held.append(batch)
+            self.held_rows += batch.num_rows
+            self.held_bytes += batch.nbytes
+            if self.held_bytes <= self.options.memory // 4:
+                return
+            self._replay(None)  # not a small table: written as it comes from here on
+            return
         try:
             self._write(batch)
+        except (OSError, RuntimeError) as e:
+            raise _disk_error(e, self.path) from None
+
+    def _replay(self, rows: int | None) -> None:
+        """Create the file (for ``rows`` rows, None: unknown) and write the batches held."""
+        held, self.held = self.held, None
+        try:
+            self._create(rows)
+            for b in held:
+                self._write(b)
         except (OSError, RuntimeError) as e:
             raise _disk_error(e, self.path) from None
 
@@ -294,6 +325,8 @@ class Hdf5Writer(Writer):
         io.flush()
 
     def close(self) -> list[FileRecord]:
+        if self.held is not None:  # the whole table, and now its length
+            self._replay(self.held_rows or None)
         try:
             # Chunks still in the cache are written here. Flushed before closing: a full disk then
             # fails with every object still open, which a close does not leave (see abort()).
@@ -349,8 +382,11 @@ class Hdf5Writer(Writer):
         that fails to write them leaves datasets half-closed inside the library, and freeing them
         later crashes the interpreter (SIGSEGV at exit, after our error message). So empty the
         file (freeing its blocks) and flush until nothing is left to write, then close."""
-        self.io.abort()
-        if not self.f.id.valid:
+        self.held = None
+        io = getattr(self, "io", None)
+        if io is not None:
+            io.abort()
+        if self.f is None or not self.f.id.valid:  # nothing created yet, or closed
             return
         for _ in range(64):
             try:
