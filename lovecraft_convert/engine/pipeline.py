@@ -54,7 +54,7 @@ def coalesce(batches: Iterator[Batch], target_bytes: int) -> Iterator[Batch]:
 
 
 class _Ahead(queue.Queue):
-    """The queue of :func:`prefetch`: room for ``depth`` items, and for more (``depth`` 2 or more)
+    """The queue of :class:`Prefetch`: room for ``depth`` items, and for more (``depth`` 2 or more)
     while those it holds total fewer than ``max_bytes`` (items' ``nbytes``; a put may go past it by
     its own size)."""
 

@@ -270,12 +270,13 @@ class Hdf5Writer(Writer):
             raise _disk_error(e, self.path) from None
 
     def _replay(self, rows: int | None) -> None:
-        """Create the file (for ``rows`` rows, None: unknown) and write the batches held."""
-        held, self.held = self.held, None
+        """Create the file (for ``rows`` rows, None: unknown) and write the batches held, each
+        let go once written."""
+        held, self.held = self.held[::-1], None
         try:
             self._create(rows)
-            for b in held:
-                self._write(b)
+            while held:
+                self._write(held.pop())
         except (OSError, RuntimeError) as e:
             raise _disk_error(e, self.path) from None
 
