@@ -76,12 +76,13 @@ def _register() -> None:
 _register()
 
 
-def _two_malloc_arenas() -> None:
+def _few_malloc_arenas() -> None:
     """glibc's malloc gives threads that allocate at once arenas of their own (up to 8 per core),
     and what is freed in one stays resident there for its thread to reuse: our reading, parsing and
-    writing threads each kept their own. Two arenas hold less of it (measured, a 2,000-column CSV at
-    --max-memory 64MiB: free but resident memory 37 MiB -> 12-20 MiB, peak 5-12 MiB lower, no
-    slower). The process only, and not when ``MALLOC_ARENA_MAX`` says otherwise."""
+    writing threads each kept their own. Four arenas hold less of it (measured, a 2,000-column CSV
+    at --max-memory 64MiB: free but resident memory 37 MiB -> 12-22 MiB, peaks 5-12 MiB lower, no
+    slower); two made pyarrow's parsing threads wait on each other (CSV -> Parquet 5-13% slower).
+    The process only, and not when ``MALLOC_ARENA_MAX`` says otherwise."""
     if sys.platform != "linux" or "MALLOC_ARENA_MAX" in os.environ:
         return
     import ctypes
@@ -89,7 +90,7 @@ def _two_malloc_arenas() -> None:
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl's mallopt ignores the option)
-        libc.mallopt(-8, 2)  # M_ARENA_MAX: applies to arenas made from now on
+        libc.mallopt(-8, 4)  # M_ARENA_MAX: applies to arenas made from now on
     except (OSError, AttributeError):
         pass
 
@@ -102,7 +103,7 @@ def main() -> None:
     # a cache of freed ones only adds to the peak (measured: 8 MiB less for a 2,000-column CSV at
     # --max-memory 64MiB, 23 MiB less CSV -> Parquet at the default budget, and no slower)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    _two_malloc_arenas()
+    _few_malloc_arenas()
     try:
         cli(prog_name="lovecraft")
     except SystemExit as e:
