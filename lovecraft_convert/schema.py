@@ -252,6 +252,9 @@ class Batch:
 
     @property
     def nbytes(self) -> int:
+        m = self.whole_matrix  # a wide table's: one size, not a sum over thousands of columns
+        if m is not None:
+            return int(m.nbytes)
         return sum(int(c.nbytes) for c in self.columns.values())
 
     def slice(self, start: int, stop: int) -> Batch:

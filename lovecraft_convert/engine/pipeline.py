@@ -70,7 +70,7 @@ class _Ahead(queue.Queue):
         return min(n, max(1, self.maxsize - 1)) if n and self.held < self.max_bytes else n
 
     def _put(self, item) -> None:
-        size = getattr(item[0], "nbytes", 0) if isinstance(item, tuple) else 0
+        size = getattr(item[0], "nbytes", 0)  # (batch, None), (done, None) or (None, error)
         self.queue.append((item, size))
         self.held += size
 
