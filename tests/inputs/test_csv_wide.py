@@ -6,6 +6,7 @@ fast path turned off."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 
@@ -34,15 +35,27 @@ def _matrix(batches, names) -> np.ndarray:
 def _read_all(path, piece: int | None = None, fast: bool = True, **kw):
     """The reader of ``path`` in pieces of ``piece`` bytes (``fast`` False: the one-column parse
     turned off) and all its batches."""
-    reader = open_reader([str(path)], budget=16 << 20, **kw)
-    reader.options.piece_bytes = piece
-    if not fast:
-        reader._uniform_type = lambda: None
-    while True:  # a value that widens a column starts the read over, as the pipeline does
-        try:
-            return reader, list(reader.batches())
-        except SchemaChanged:
-            continue
+    with _one_column_turned_off(not fast):
+        reader = open_reader([str(path)], budget=16 << 20, **kw)
+        reader.options.piece_bytes = piece
+        while True:  # a value that widens a column starts the read over, as the pipeline does
+            try:
+                return reader, list(reader.batches())
+            except SchemaChanged:
+                continue
+
+
+@contextlib.contextmanager
+def _one_column_turned_off(off: bool = True):
+    """The reader (in this process) without the one-column parse and type inference."""
+    keep = CsvReader._uniform_type, CsvReader._infer_uniform
+    if off:
+        CsvReader._uniform_type = lambda self: None
+        CsvReader._infer_uniform = lambda self, body, spec: None
+    try:
+        yield
+    finally:
+        CsvReader._uniform_type, CsvReader._infer_uniform = keep
 
 
 def _read(path, piece: int | None = None, fast: bool = True, **kw):
@@ -151,11 +164,7 @@ def test_a_bad_row_in_a_later_piece_gives_the_usual_error(tmp_path, bad, message
 
 def _slow_error(tmp_path) -> tuple[int, str]:
     """The exit code and message with the one-column parse turned off (in this process)."""
-    import lovecraft_convert.inputs.csv as mod
-
-    keep = mod.CsvReader._uniform_type
-    mod.CsvReader._uniform_type = lambda self: None
-    try:
+    with _one_column_turned_off():
         r = lovecraft(
             "convert",
             str(tmp_path / "w.csv"),
@@ -167,8 +176,6 @@ def _slow_error(tmp_path) -> tuple[int, str]:
             "16MiB",
             "-q",
         )
-    finally:
-        mod.CsvReader._uniform_type = keep
     return r.exit_code, r.stderr
 
 
@@ -232,3 +239,106 @@ def _columns(path, piece: int, fast: bool) -> dict:
         else:
             out[f.name] = (f.kind, np.concatenate(cols))
     return out
+
+
+def _probe_spy(monkeypatch) -> list:
+    """What each probe's one-column inference answered (None: column by column)."""
+    answers = []
+    real = CsvReader._infer_uniform
+
+    def spy(self, body, spec):
+        answers.append(real(self, body, spec))
+        return answers[-1]
+
+    monkeypatch.setattr(CsvReader, "_infer_uniform", spy)
+    return answers
+
+
+@pytest.mark.parametrize(
+    ("column", "inferred", "c3"),
+    [
+        (None, "double", "<f8"),  # a float matrix: float64 for all, from one column
+        ("ints", None, "<i8"),  # one column of integers alone: int64, column by column
+        ("integral", None, "<f8"),  # 1.0, 2.0: float64, but only the column parse can tell
+        ("nan", "double", "<f8"),  # nan and inf are not integers
+        ("empty", None, "<f8"),  # an empty value: column by column (a column of them is text)
+    ],
+)
+def test_types_inferred_from_one_column_are_the_column_by_column_types(tmp_path, monkeypatch, column, inferred, c3):
+    rows = [[f"{i}.{j + 1}" for j in range(WIDTH)] for i in range(50)]
+    for i, r in enumerate(rows):
+        r[3] = {"ints": str(i), "integral": f"{i}.0", "nan": ["nan", "inf", "-inf", "1.5"][i % 4], "empty": ""}.get(
+            column, r[3]
+        )
+    if column == "empty":
+        rows[0][3] = "2.5"
+    text = _write(tmp_path / "w.csv", rows)
+    answers = _probe_spy(monkeypatch)
+    reader, got = _read(tmp_path / "w.csv")
+    assert [str(a) if a is not None else None for a in answers[:1]] == [inferred]
+    types = {f.name: f.dtype for f in reader.schema}
+    assert types["c3"] == c3 and types["c0"] == "<f8" and len(types) == WIDTH
+    _, slow = _read(tmp_path / "w.csv", fast=False)
+    assert {f.name: f.dtype for f in _read_all(tmp_path / "w.csv", fast=False)[0].schema} == types
+    assert np.array_equal(got, slow, equal_nan=True) and np.array_equal(got, _python(text), equal_nan=True)
+
+
+def test_an_int_matrix_is_int64_from_one_column(tmp_path, monkeypatch):
+    rows = [[str(i * WIDTH - j) for j in range(WIDTH)] for i in range(40)]
+    _write(tmp_path / "i.csv", rows)
+    answers = _probe_spy(monkeypatch)
+    reader, got = _read(tmp_path / "i.csv")
+    assert str(answers[0]) == "int64" and {f.dtype for f in reader.schema} == {"<i8"}
+    assert np.array_equal(got, np.array(rows, dtype=np.int64))
+
+
+@pytest.mark.parametrize(
+    "header",
+    ['c0,"c,1",c2', "c0 , c1,\tc2", 'c0,"c""1",c2', "c0,c1,", "c0,c1,c2\r"],
+)
+def test_header_names_as_pyarrow_reads_them(tmp_path, header):
+    """Names split at the delimiter where the header has no quotes, else parsed by pyarrow: the
+    same names, spaces and all."""
+    import pyarrow as pa
+    import pyarrow.csv as pc
+
+    want = pc.read_csv(pa.py_buffer(header.encode() + b"\n")).schema.names
+    text = header + "\n" + ",".join(["1.5"] * len(want)) + "\n"
+    (tmp_path / "h.csv").write_text(text, newline="")
+    assert open_reader([str(tmp_path / "h.csv")], budget=16 << 20).schema.names == want
+
+
+@st.composite
+def mixed_matrices(draw):
+    """A wide matrix whose columns each hold one kind of text: integers, integral floats written
+    with a point, floats, floats with some integers, nan/inf, or some empty values."""
+    width = draw(st.integers(WIDE_COLUMNS, WIDE_COLUMNS + 8))
+    nrows = draw(st.integers(1, 20))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32)))
+    kinds = draw(st.lists(st.sampled_from(["float"] * 6 + ["int", "point", "some-int", "nan", "empty"]), min_size=1))
+    cells = {
+        "float": lambda: repr(float(rng.normal() * 10.0 ** rng.integers(-20, 20))),
+        "int": lambda: str(int(rng.integers(-(2**62), 2**62))),
+        "point": lambda: f"{int(rng.integers(-1000, 1000))}.0",
+        "some-int": lambda: str(int(rng.integers(-9, 9))) if rng.random() < 0.5 else f"{rng.random():.3f}",
+        "nan": lambda: ["nan", "inf", "-inf", "NaN", "0.25"][int(rng.integers(5))],
+        "empty": lambda: "" if rng.random() < 0.3 else "1.5",
+    }
+    col_kinds = [kinds[j % len(kinds)] for j in range(width)]
+    return [[cells[k]() for k in col_kinds] for _ in range(nrows)]
+
+
+@given(rows=mixed_matrices())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_generated_types_match_the_column_by_column_inference(tmp_path, rows):
+    path = tmp_path / "t.csv"
+    _write(path, rows)
+    fast, slow = _columns(path, 1 << 20, True), _columns(path, 1 << 20, False)
+    assert {n: (k, v.dtype if not isinstance(v, list) else None) for n, (k, v) in fast.items()} == {
+        n: (k, v.dtype if not isinstance(v, list) else None) for n, (k, v) in slow.items()
+    }
+    for name, (_, values) in fast.items():
+        if isinstance(values, list):
+            assert values == slow[name][1]
+        else:
+            assert np.array_equal(values, slow[name][1], equal_nan=True)
