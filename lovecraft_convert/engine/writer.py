@@ -26,10 +26,17 @@ from .interrupts import join, put_while, result
 def preload_hash(name: str = DEFAULT_HASH) -> None:
     """Import the hash's module in a thread of its own when the writer starts (BLAKE3's takes
     25 ms), so the hash at close does not wait for it: the writing leaves room for it."""
-    if name == "blake3" and "blake3" not in sys.modules:
+    if name == "blake3":
+        preload("blake3")
+
+
+def preload(module: str) -> None:
+    """Import ``module`` in a thread of its own, unless it is imported: whoever imports it next
+    waits only for what is left (Python's import lock)."""
+    if module not in sys.modules:
         import importlib
 
-        threading.Thread(target=importlib.import_module, args=("blake3",), name="lovecraft-import", daemon=True).start()
+        threading.Thread(target=importlib.import_module, args=(module,), name="lovecraft-import", daemon=True).start()
 
 
 class _NoHash:

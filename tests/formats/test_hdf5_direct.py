@@ -207,3 +207,68 @@ def test_grouped_chunks_through_the_library_calls_make_the_file_h5py_makes(tmp_p
     with h5py.File(tmp_path / "native" / "data.h5", "r") as f:
         got = np.stack([f[f"c{i}"][:] for i in range(cols)], axis=1)
     assert np.array_equal(got, data)
+
+
+def _wide_int_csv(path, rows: int, cols: int, seed: int) -> np.ndarray:
+    data = np.random.default_rng(seed).integers(-999, 999, size=(rows, cols))
+    with open(path, "w") as f:
+        f.write(",".join(f"c{i}" for i in range(cols)) + "\n")
+        np.savetxt(f, data, fmt="%d", delimiter=",")
+    return data
+
+
+def test_a_wide_groups_datasets_are_made_in_a_thread_and_make_the_same_file(tmp_path, monkeypatch):
+    """A table whose columns all make one group: the datasets after the first are made in a thread
+    of their own while the first chunks are gathered (Hdf5Thread.first), and the file is byte for
+    byte the one made when they are made in the caller's thread first."""
+    import threading
+
+    from lovecraft_convert.formats.hdf5 import native
+    from lovecraft_convert.formats.hdf5.direct import Hdf5Thread
+    from tests.conftest import lovecraft
+
+    data = _wide_int_csv(tmp_path / "w.csv", 25_001, 48, 12)
+    threads = set()
+    real_create = native.create_closed
+    monkeypatch.setattr(
+        native, "create_closed", lambda *a: threads.add(threading.current_thread().name) or real_create(*a)
+    )
+    outs = {}
+    for mode in ("thread", "inline"):
+        if mode == "inline":
+            monkeypatch.setattr(Hdf5Thread, "first", lambda self, fn: fn())
+        out = tmp_path / mode
+        r = lovecraft("convert", str(tmp_path / "w.csv"), "-o", str(out), "--to", "hdf5", "--max-memory", "16MiB", "-q")
+        assert r.exit_code == 0, r.stderr
+        outs[mode] = (out / "data.h5").read_bytes()
+        if mode == "thread" and native.calls() is not None:
+            assert threads == {"lovecraft-hdf5-create"}
+    assert outs["thread"] == outs["inline"]
+    with h5py.File(tmp_path / "thread" / "data.h5", "r") as f:
+        assert np.array_equal(np.stack([f[f"c{i}"][:] for i in range(48)], axis=1), data)
+
+
+def test_a_full_disk_while_the_datasets_are_made_in_a_thread(tmp_path, monkeypatch):
+    """The thread's error is raised by the next HDF5 call: the run fails as for any full disk,
+    naming the file, and leaves no output."""
+    import errno
+
+    from lovecraft_convert.formats.hdf5.writer import Hdf5Writer
+    from tests.conftest import lovecraft
+
+    _wide_int_csv(tmp_path / "w.csv", 25_001, 48, 13)
+    real = Hdf5Writer._make_closed
+
+    def full(self, made):
+        real(self, made[:10])
+        raise OSError(errno.ENOSPC, "No space left on device", self.path)
+
+    monkeypatch.setattr(Hdf5Writer, "_make_closed", full)
+    out = tmp_path / "out"
+    r = lovecraft("convert", str(tmp_path / "w.csv"), "-o", str(out), "--to", "hdf5", "--max-memory", "16MiB", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {out}: no space left on device while writing data.h5; nothing was written; "
+        "free space or choose another output\n",
+    )
+    assert not out.exists() and not list(tmp_path.glob(".out*"))

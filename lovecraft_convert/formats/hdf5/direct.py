@@ -59,6 +59,7 @@ class Hdf5Thread:
         self.t = threading.Thread(target=self._run, name="lovecraft-hdf5", daemon=True)
         if threaded:
             self.t.start()
+        self.before: _Before | None = None  # calls made in a thread of their own, before all others
 
     def _run(self) -> None:
         while True:
@@ -73,8 +74,23 @@ class Hdf5Thread:
             except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
                 self.error = e
 
+    def first(self, fn) -> None:
+        """Run ``fn`` (HDF5 calls, each under the lock) in a thread of its own from now on: every
+        call added after it waits for it to end, and raises its error. For an unthreaded writer's
+        thousands of dataset creations (a wide table's: ~0.1 s), made while the caller gathers
+        the first chunks, which need no HDF5 call; the file is the one made in the caller's
+        thread, as nothing else calls HDF5 meanwhile."""
+        assert not self.threaded and self.before is None
+        self.before = _Before(fn)
+
+    def _ready(self) -> None:
+        if self.before is not None:
+            before, self.before = self.before, None
+            before.wait()
+
     def add(self, fn, nbytes: int = 0) -> None:
         """Run ``fn()`` on the thread after everything added before."""
+        self._ready()
         if not self.threaded:
             with self.lock:
                 fn()
@@ -86,6 +102,7 @@ class Hdf5Thread:
 
     def flush(self) -> None:
         """Hand over the calls added so far."""
+        self._ready()
         self.check()
         if self.ops:
             ops, self.ops, self.op_bytes = self.ops, [], 0
@@ -142,9 +159,33 @@ class Hdf5Thread:
         self.error = self.error or RuntimeError("aborted")
         self.ops = []
         try:
+            self._ready()
+        except BaseException:  # noqa: BLE001 - already failing
+            pass
+        try:
             self._stop()
         except BaseException:  # noqa: BLE001 - already failing
             pass
+
+
+class _Before:
+    """``fn()`` run in a thread of its own; :meth:`wait` for it and raise its error."""
+
+    def __init__(self, fn) -> None:
+        self.error: BaseException | None = None
+        self.t = threading.Thread(target=self._run, args=(fn,), name="lovecraft-hdf5-create", daemon=True)
+        self.t.start()
+
+    def _run(self, fn) -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - raised in the waiting thread
+            self.error = e
+
+    def wait(self) -> None:
+        join(self.t)
+        if self.error is not None:
+            raise self.error
 
 
 class DirectColumn:

@@ -157,6 +157,10 @@ class Hdf5Writer(Writer):
         self.held_rows = self.held_bytes = 0
         if self.held is None:
             self._create(options.expected_rows)
+        else:  # imported while the first batches come (h5py's own modules: ~50 ms)
+            from ...engine.writer import preload
+
+            preload("h5py")
 
     def _create(self, rows: int | None) -> None:
         """The file and its datasets, for ``rows`` rows (None: unknown, they grow)."""
@@ -201,6 +205,9 @@ class Hdf5Writer(Writer):
         protos: dict[tuple, tuple] = {}  # fixed-size datasets' creation properties and type, by layout
         spaces: dict[tuple, object] = {}  # their dataspaces, by shape
         self.text = text = _text_type(h5py)
+        # Every column grouped, in one group (a wide feature matrix): after the first, the datasets
+        # are made in a thread while the first chunks are gathered (see Hdf5Thread.first)
+        later: list | None = [] if len(by_dtype) == 1 and len(self.grouped) == len(schema) else None
         from . import native
 
         for fd in schema:
@@ -216,6 +223,10 @@ class Hdf5Writer(Writer):
                     space = spaces.get((shape, fd.shape))
                     if space is None:
                         space = spaces[shape, fd.shape] = h5py.h5s.create_simple(shape, (h5py.h5s.UNLIMITED, *fd.shape))
+                    if later is not None:
+                        later.append((fd.name, tid, space, dcpl))
+                        self.row_shapes[fd.name] = fd.shape
+                        continue
                     if fd.name in self.grouped:  # closed at once: made with the C call itself
                         with self.io.lock:
                             made = native.create_closed(self.f.id.id, fd.name.encode(), tid.id, space.id, dcpl.id)
@@ -248,12 +259,24 @@ class Hdf5Writer(Writer):
             else:
                 _attrs(h5py, ds.id, fd, text)
                 self.dsets[fd.name] = ds
+        if later:
+            self.io.first(partial(self._make_closed, later))
         self.known = rows
         self.extent = rows or 0  # the datasets' current length
         self.groups = [
             (names, DirectGroup(self.f.id, names, dt, per_chunk, self.io, extent=self.extent))
             for (dt, per_chunk), names in by_dtype.items()
         ]
+
+    def _make_closed(self, made: list[tuple]) -> None:
+        """Datasets ``(name, type, space, creation properties)`` made and closed, in order."""
+        from . import native
+
+        h5py, fid = self.h5py, self.f.id
+        for name, tid, space, dcpl in made:
+            with self.io.lock:
+                if not native.create_closed(fid.id, name.encode(), tid.id, space.id, dcpl.id):
+                    h5py.h5d.create(fid, self.f._e(name), tid, space, dcpl=dcpl).close()  # for its error
 
     def write(self, batch: Batch) -> None:
         if self.held is not None:
