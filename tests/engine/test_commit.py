@@ -203,6 +203,40 @@ def test_manifest_records_files_and_sources(tmp_path):
     assert m["options"]["to"] == "hdf5" and m["version"] == 1
     assert m["stats"]["a"] == {"count": 2, "min": 1, "max": 2}
     assert sorted(os.listdir(out)) == ["_manifest.json", "data.h5"]
+    # each key on a line, each column's statistics, option and file on one line of its own
+    lines = (out / "_manifest.json").read_text().splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and lines[1].startswith(' "format": ')
+    assert '  "a": {"count": 2, "min": 1, "max": 2},' in lines and '  "to": "hdf5",' in lines
+    assert sum(line.startswith('  {"path": "data.h5"') for line in lines) == 1
+
+
+def test_manifest_text_is_json_of_every_value():
+    """NumPy scalars and arrays, NaN, non-ASCII text, empty and nested containers: the text reads
+    back as the values, whatever their layout."""
+    from lovecraft_convert.manifest import dumps
+
+    m = {
+        "a": np.float32(1.5),
+        "b": {"x": np.int64(3), "y": {"z": [1, {"w": None}]}},
+        "c": [],
+        "d": {},
+        "e": [np.arange(3), 'é\n"q"'],
+        "f": float("nan"),
+        "g": [float("inf")],
+        "h": True,
+    }
+    text = dumps(m)
+    back = json.loads(text)
+    assert np.isnan(back.pop("f")) and text.endswith("}\n") and text.isascii()
+    assert back == {
+        "a": 1.5,
+        "b": {"x": 3, "y": {"z": [1, {"w": None}]}},
+        "c": [],
+        "d": {},
+        "e": [[0, 1, 2], 'é\n"q"'],
+        "g": [float("inf")],
+        "h": True,
+    }
 
 
 def test_progress_bar_on_stderr(tmp_path, capsys):
