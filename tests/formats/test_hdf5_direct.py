@@ -175,20 +175,20 @@ def test_grouped_chunks_through_the_library_calls_make_the_file_h5py_makes(tmp_p
         np.savetxt(f, data, fmt="%d", delimiter=",")
     if sys.platform.startswith("linux"):
         assert native.calls() is not None
-    used = []
+    used, attributed = [], []
     real = native.write_chunks
 
     def counted(*a):
         used.append(a[3])
+        if a[5] is not None:  # attributes, written with the last chunks
+            attributed.extend(zip(a[1], a[5], strict=True))
         return real(*a)
 
     monkeypatch.setattr(native, "write_chunks", counted)
-    # the datasets after the first are made, and every grouped dataset's attributes written, by
-    # the C calls too
-    made, attributed = [], []
-    real_create, real_attrs = native.create_closed, native.write_text_attributes
+    # the datasets after the first are made by the C calls too
+    made = []
+    real_create = native.create_closed
     monkeypatch.setattr(native, "create_closed", lambda *a: made.append(a[1]) or real_create(*a))
-    monkeypatch.setattr(native, "write_text_attributes", lambda *a: attributed.extend(a[1]) or real_attrs(*a))
     outs = {}
     for mode in ("native", "h5py"):
         if mode == "h5py":
@@ -201,7 +201,7 @@ def test_grouped_chunks_through_the_library_calls_make_the_file_h5py_makes(tmp_p
         if mode == "native" and native.calls() is not None:
             assert len(used) >= 2 and used[0] == 0  # every block, from the first chunk on
             assert made == [f"c{i}".encode() for i in range(1, cols)]
-            assert attributed == [f"c{i}".encode() for i in range(cols)]
+            assert attributed == [(f"c{i}".encode(), [(b"kind", b"fixed"), (b"dtype", b"<i8")]) for i in range(cols)]
     native.calls.cache_clear()
     assert outs["native"] == outs["h5py"]
     with h5py.File(tmp_path / "native" / "data.h5", "r") as f:

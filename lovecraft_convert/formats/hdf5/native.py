@@ -60,11 +60,10 @@ def calls():
     return fns
 
 
-def attribute_calls():
-    """``H5Dopen2``, ``H5Acreate2``, ``H5Awrite``, ``H5Aclose`` and ``H5Dclose``, typed, or None."""
-    base = calls()
-    extra = None if base is None else _function_set("H5Acreate2", "H5Awrite", "H5Aclose")
-    return None if extra is None else (base[0], *extra, base[3])
+def attribute_calls() -> bool:
+    """Whether :func:`write_chunks` can write attributes (the library's ``H5Acreate2``,
+    ``H5Awrite`` and ``H5Aclose`` found)."""
+    return calls() is not None and _function_set("H5Acreate2", "H5Awrite", "H5Aclose") is not None
 
 
 def create_closed(fid: int, name: bytes, tid: int, space: int, dcpl: int) -> bool:
@@ -101,40 +100,36 @@ def _function_set(*names: str):
     return fns
 
 
-def write_text_attributes(
-    fid: int, names: list[bytes], attrs: list[list[tuple[bytes, bytes]]], tid: int, space: int
+def _attributes(d: int, pairs: list[tuple[bytes, bytes]], tid: int, space: int) -> bool:
+    """Dataset ``d``'s attributes ``pairs`` ((name, UTF-8 value)) created as ``tid`` (a
+    variable-length string type) over ``space`` (scalar) and written, as h5py's
+    ``h5a.create(...).write(...)`` does: whether all were (nothing left open)."""
+    create, write, aclose = _function_set("H5Acreate2", "H5Awrite", "H5Aclose")
+    for aname, value in pairs:
+        a = create(d, aname, tid, space, H5P_DEFAULT, H5P_DEFAULT)
+        if a < 0:
+            return False
+        text = ctypes.c_char_p(value)
+        ok = write(a, tid, ctypes.byref(text)) >= 0
+        if aclose(a) < 0 or not ok:
+            return False
+    return True
+
+
+def write_chunks(
+    fid: int,
+    names: list[bytes],
+    chunks,
+    coord: int | None,
+    resize: int | None,
+    attrs: list[list[tuple[bytes, bytes]]] | None = None,
+    text: tuple[int, int] = (0, 0),
 ) -> int:
-    """For each dataset ``names[i]`` of file ``fid``: opened, its attributes ``attrs[i]`` ((name,
-    UTF-8 value) pairs) created as ``tid`` (a variable-length string type) over ``space`` (scalar)
-    and written, closed: what h5py's ``h5a.create(...).write(...)`` does, one call at a time.
-    Returns the index of the first dataset whose calls failed (nothing of it left open), or -1.
-    The caller holds h5py's lock."""
-    dopen, create, write, aclose, dclose = attribute_calls()
-    for i, name in enumerate(names):
-        d = dopen(fid, name, H5P_DEFAULT)
-        if d < 0:
-            return i
-        ok = True
-        for aname, value in attrs[i]:
-            a = create(d, aname, tid, space, H5P_DEFAULT, H5P_DEFAULT)
-            if a < 0:
-                ok = False
-                break
-            text = ctypes.c_char_p(value)
-            ok = write(a, tid, ctypes.byref(text)) >= 0
-            if aclose(a) < 0 or not ok:
-                ok = False
-                break
-        if dclose(d) < 0 or not ok:
-            return i
-    return -1
-
-
-def write_chunks(fid: int, names: list[bytes], chunks, coord: int | None, resize: int | None) -> int:
     """For each dataset ``names[i]`` of file ``fid``: opened, resized to ``resize`` rows (None:
-    left), its chunk at row ``coord`` written from ``chunks[i]`` (None: none), closed. Returns the
-    index of the first dataset whose call failed (its dataset closed), or -1 when all were done.
-    The caller holds h5py's lock."""
+    left), its chunk at row ``coord`` written from ``chunks[i]`` (None: none), its attributes
+    ``attrs[i]`` written (None: none; ``text``: their type and space, see :func:`_attributes`),
+    closed. Returns the index of the first dataset whose call failed (its dataset closed), or -1
+    when all were done. The caller holds h5py's lock."""
     op, extent, write, close = calls()
     size = (ctypes.c_uint64 * 1)(resize or 0)
     offset = (ctypes.c_uint64 * 1)(coord or 0)
@@ -143,8 +138,10 @@ def write_chunks(fid: int, names: list[bytes], chunks, coord: int | None, resize
         d = op(fid, name, H5P_DEFAULT)
         if d < 0:
             return i
-        ok = (resize is None or extent(d, size) >= 0) and (
-            coord is None or write(d, H5P_DEFAULT, 0, offset, nbytes, base + i * stride) >= 0
+        ok = (
+            (resize is None or extent(d, size) >= 0)
+            and (coord is None or write(d, H5P_DEFAULT, 0, offset, nbytes, base + i * stride) >= 0)
+            and (attrs is None or _attributes(d, attrs[i], *text))
         )
         if close(d) < 0 or not ok:
             return i

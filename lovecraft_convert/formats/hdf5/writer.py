@@ -21,7 +21,7 @@ from ...engine.writer import hash_fsynced
 from ...errors import SchemaError
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..base import FileRecord, WriteOptions, Writer
-from .direct import DirectColumn, DirectGroup, Hdf5Thread
+from .direct import DirectColumn, DirectGroup, Hdf5Thread, text_attributes
 
 CHUNK_BYTES = 1 << 20  # the chunk size of a narrow table
 MIN_CHUNK_BYTES = 4 << 10  # the smallest chunk a wide table gets (many columns, little memory)
@@ -71,16 +71,6 @@ def _text_type(h5py):
     """The type and space of a text attribute, as h5py stores a ``str``: a variable-length UTF-8
     scalar."""
     return h5py.h5t.py_create(h5py.string_dtype("utf-8"), logical=True), h5py.h5s.create(h5py.h5s.SCALAR)
-
-
-def _attrs(h5py, dsid, fd, text) -> None:
-    """The column's attributes on its dataset (``dsid``), through the low-level calls (a quarter
-    of ``ds.attrs[k] = v``'s cost, which a table of thousands of columns pays twice per column);
-    ``text``: :func:`_text_type`, made once for all datasets."""
-    tid, space = text
-    st = h5py.string_dtype("utf-8")
-    for name, value in _text_attrs(fd):
-        h5py.h5a.create(dsid, name, tid, space).write(np.array(value.decode(), dtype=st))
 
 
 def _disk_error(e: Exception, path: str) -> Exception:
@@ -257,7 +247,7 @@ class Hdf5Writer(Writer):
             if fd.name in self.grouped:  # closed at once (its memory reused by the next one):
                 ds.id.close()  # the group opens it for its chunks; attributes at close()
             else:
-                _attrs(h5py, ds.id, fd, text)
+                text_attributes(ds.id, _text_attrs(fd), text)
                 self.dsets[fd.name] = ds
         if later:
             self.io.first(partial(self._make_closed, later))
@@ -356,16 +346,17 @@ class Hdf5Writer(Writer):
             # fails with every object still open, which a close does not leave (see abort()).
             for d in self.direct.values():
                 d.finish()
-            for _, group in self.groups:
+            by_name = {fd.name: fd for fd in self.schema}
+            for names, group in self.groups:
                 group.target = self.rows
-                group.finish()
+                group.finish([_text_attrs(by_name[n]) for n in names], self.text)
             if self.extent != self.rows:
                 for fd in self.schema:
                     if fd.name in self.grouped:
                         continue
                     self.io.add(partial(self.dsets[fd.name].id.set_extent, (self.rows, *self.row_shapes[fd.name])))
             self.io.close()
-            self._group_attributes()
+            self.groups = []
             self.f.flush()
             self.f.close()
             digest = hash_fsynced(self.path, self.options.hash)
@@ -374,32 +365,6 @@ class Hdf5Writer(Writer):
         return [
             FileRecord(os.path.basename(self.path), self.rows, os.path.getsize(self.path), digest, self.options.hash)
         ]
-
-    def _group_attributes(self) -> None:
-        """The attributes of the grouped datasets, once their chunks are written and the groups'
-        buffers freed: 2,000 datasets' attributes held ~8 MiB inside HDF5 while the data was
-        written (its object headers and free lists), when the pipeline's memory is in use."""
-        if not self.groups:
-            return
-        from . import native
-
-        h5py, text = self.h5py, self.text
-        self.groups = []
-        fields = [fd for fd in self.schema if fd.name in self.grouped]
-        start = 0
-        if native.attribute_calls() is not None:  # the same calls, the GIL free (native.py)
-            names = [fd.name.encode() for fd in fields]
-            with self.io.lock:
-                start = native.write_text_attributes(
-                    self.f.id.id, names, [_text_attrs(fd) for fd in fields], text[0].id, text[1].id
-                )
-            start = len(fields) if start < 0 else start  # else made again below, for its error
-        for fd in fields[start:]:
-            dsid = h5py.h5d.open(self.f.id, fd.name.encode())
-            try:
-                _attrs(h5py, dsid, fd, text)
-            finally:
-                dsid.close()
 
     def abort(self) -> None:
         """Discard the file. After a full disk, HDF5 still holds dirty chunks and metadata: a close
