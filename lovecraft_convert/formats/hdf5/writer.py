@@ -166,7 +166,11 @@ class Hdf5Writer(Writer):
         # every HDF5 call after the file's creation, in order; chunks in flight hold half the memory
         self.io = Hdf5Thread(self.path, options.memory // 2, threaded=self.chunk_bytes >= THREADED_CHUNK)
         if not cached and not self.io.threaded:
-            self.chunk_bytes = chunk_target(len(schema), 2 * options.memory)  # nothing in flight, no cache
+            # nothing in flight and no cache: the chunks being filled hold 5/4 of the writer's share
+            # (2,000 columns at --max-memory 64MiB: 20 MiB). Each chunk costs an open, a write and
+            # a close (~45 us), so longer chunks than the share allows made the run ~8% faster
+            # (alternating runs, 4.40 against 4.78 s) for ~4 MiB more at the peak
+            self.chunk_bytes = chunk_target(len(schema), 5 * options.memory // 2)
         cache = 2 * self.chunk_bytes if cached else 0
         self.f = create_file(h5py, self.path, cache, slots=521 if len(schema) < 64 else 17)
         self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
