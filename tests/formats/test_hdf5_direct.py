@@ -272,3 +272,42 @@ def test_a_full_disk_while_the_datasets_are_made_in_a_thread(tmp_path, monkeypat
         "free space or choose another output\n",
     )
     assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_calls_wait_for_the_first_thread_and_abort_too(tmp_path):
+    """Hdf5Thread.first: every call after it waits for its thread; its error is raised by every
+    call after (not once only); abort raises nothing and returns only once the thread has ended,
+    so the file is never touched while it still calls HDF5."""
+    import threading
+
+    from lovecraft_convert.formats.hdf5.direct import Hdf5Thread
+
+    io = Hdf5Thread(str(tmp_path / "x.h5"), 1 << 20, threaded=False)
+    order, gate = [], threading.Event()
+    io.first(lambda: gate.wait() and order.append("first"))
+    caller = threading.Thread(target=io.add, args=(lambda: order.append("call"),))
+    caller.start()
+    caller.join(0.2)
+    assert caller.is_alive() and order == []  # held until the first thread ends
+    gate.set()
+    caller.join(5)
+    assert order == ["first", "call"]
+
+    io.first(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        io.add(lambda: order.append("never"))
+    with pytest.raises(ZeroDivisionError):
+        io.flush()
+    io.abort()
+    assert order == ["first", "call"]
+
+    io = Hdf5Thread(str(tmp_path / "y.h5"), 1 << 20, threaded=False)
+    gate = threading.Event()
+    io.first(gate.wait)
+    aborting = threading.Thread(target=io.abort)
+    aborting.start()
+    aborting.join(0.2)
+    assert aborting.is_alive()  # waits for the thread
+    gate.set()
+    aborting.join(5)
+    assert not aborting.is_alive()

@@ -84,9 +84,12 @@ class Hdf5Thread:
         self.before = _Before(fn)
 
     def _ready(self) -> None:
+        """Wait for :meth:`first`'s thread (raising its error, and again on every call after).
+        It is let go only once ended: interrupted while waiting, :meth:`abort` waits again, so the
+        file is never touched while the thread is still calling HDF5."""
         if self.before is not None:
-            before, self.before = self.before, None
-            before.wait()
+            self.before.wait()
+            self.before = None
 
     def add(self, fn, nbytes: int = 0) -> None:
         """Run ``fn()`` on the thread after everything added before."""
