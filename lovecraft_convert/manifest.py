@@ -94,7 +94,7 @@ def dumps(manifest: dict) -> str:
     """The manifest as JSON: each key on a line of its own, and each entry of a list or object
     (a column's statistics, a file, an option) on one line. Written so, by the json module's C
     encoder a line at a time, rather than indented throughout by its Python encoder: 2,000
-    columns' manifest in 20 instead of 67 ms, and two thirds of the size."""
+    columns' manifest in 28 instead of 67 ms, and two thirds of the size."""
     enc = json.JSONEncoder(default=_json_default, ensure_ascii=True).encode
     lines = []
     for key, value in manifest.items():

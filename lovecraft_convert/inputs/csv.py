@@ -291,8 +291,8 @@ class CsvReader(Reader):
 
     def _header_names(self, line: bytes, spec: InputSpec) -> list[str]:
         """The column names of header ``line`` (UTF-8): split at the delimiter when it holds no
-        quote and no CR but its line end (what pyarrow makes of it, without its ~13 us per column: 2,000 columns, 26 ms),
-        else as pyarrow parses it."""
+        quote and no CR but its line end (what pyarrow makes of it, without its ~13 us per
+        column: 2,000 columns, 26 ms), else as pyarrow parses it."""
         text = line[: -2 if line.endswith(b"\r\n") else -1 if line.endswith(b"\n") else None]
         if not any(c in text for c in (b'"', b"\r", b"\n")):
             return text.decode("utf-8").split(self._delimiter(spec))

@@ -306,9 +306,9 @@ class DirectGroup:
         pairs, text = attrs or (None, None)
         start = 0
         if native.calls() is not None and (pairs is None or native.attribute_calls()):  # without the GIL
-            ids = None if text is None else (text[0].id, text[1].id)
+            ids = (0, 0) if text is None else (text[0].id, text[1].id)
             start = native.write_chunks(
-                self.fid.id, self.names, chunks, coord and coord[0], resize and resize[0], pairs, ids or (0, 0)
+                self.fid.id, self.names, chunks, coord and coord[0], resize and resize[0], pairs, ids
             )
             start = len(self.names) if start < 0 else start  # else made again below, for its error
         for i in range(start, len(self.names)):

@@ -1,7 +1,7 @@
 """A wide table's chunk writes made through the HDF5 library h5py has loaded, called with ctypes.
 
 h5py holds the GIL through every HDF5 call; ctypes releases it for the length of each foreign
-call. A table of 2,000 columns makes ~24,000 dataset opens, chunk writes and closes per 250 MB
+call. A table of 2,000 columns makes ~20,000 dataset opens, chunk writes and closes per 250 MB
 (~45 us each inside HDF5), and held, the GIL stalls the reading thread for all of them (~1 s of
 a ~4 s run). The calls are the ones h5py makes (``H5Dopen2``, ``H5Dset_extent``,
 ``H5Dwrite_chunk``, ``H5Dclose``) on the same library instance (the path h5py's extension
