@@ -6,10 +6,31 @@ import json
 
 import click
 
+from .helptext import examples, inputs_block
 from .options import SizeParam, input_options, parse_delimiter
 
+HELP = f"""Describe INPUTS before converting them, or a dataset directory from its manifest.
 
-@click.command()
+\b
+For inputs: kind, compression, size, rows; per column the dtype, shape, NaN, min, max, mean and
+what float16 would cost; for text and sequences the length distribution, a histogram and
+length-bucket boundaries with their padding efficiency; the output size per format.
+For a dataset directory: format, schema, rows, shards, sizes, the float16 report, the command that
+made it, and the code that loads it. For a .tfrecord file or a Megatron .idx: what it holds.
+
+{inputs_block()}
+"""
+
+
+@click.command(
+    help=HELP,
+    short_help="Describe INPUTS, or a dataset directory from its manifest.",
+    epilog=examples(
+        "lovecraft inspect data.csv",
+        "lovecraft inspect corpus.txt.zst --num-buckets 16 --plot lengths.png",
+        "lovecraft inspect shards/",
+    ),
+)
 @input_options
 @click.option(
     "--sample",
@@ -32,22 +53,7 @@ from .options import SizeParam, input_options, parse_delimiter
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 def inspect(**params) -> None:
-    """Describe INPUTS before converting them, or a dataset directory from its manifest.
-
-    \b
-    For inputs: format, compression, size, rows; per column dtype, shape, NaN, min, max, mean,
-    what float16 would cost; for text and sequences the length distribution, a histogram and
-    length-bucket boundaries with their padding efficiency; the output size per format.
-    For a dataset directory: format, schema, rows, shards, sizes, the float16 report, the
-    command that made it, and the code that loads it.
-
-    \b
-    Examples:
-      lovecraft inspect data.csv
-      lovecraft inspect corpus.txt.zst --num-buckets 16 --plot lengths.png
-      lovecraft inspect big.csv --sample 100000 --json
-      lovecraft inspect out/
-    """
+    """``lovecraft inspect`` (the library's :func:`lovecraft_convert.inspect`)."""
     from ..inspection import format_text
     from ..inspection import inspect as run
 

@@ -9,13 +9,31 @@ budget.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ..errors import OptionsError, SchemaError
-from .base import Part, Reader, ReadOptions
 from .kinds import names
-from .sources import InputSpec, resolve_inputs
+
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from .base import Reader
 
 __all__ = ["InputSpec", "Part", "ReadOptions", "Reader", "names", "open_reader", "reader_class", "resolve_inputs"]
+
+# Imported on first use: the readers' base needs numpy, and ``lovecraft convert --help`` reads the
+# kinds table (kinds.py) through this package without reading anything else.
+_LAZY = {
+    "Part": ".base",
+    "Reader": ".base",
+    "ReadOptions": ".base",
+    "InputSpec": ".sources",
+    "resolve_inputs": ".sources",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reader_class(kind: str) -> type[Reader]:
@@ -48,6 +66,9 @@ def open_reader(
     ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
     those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
     instead of refusing them (``inspect``)."""
+    from .base import ReadOptions
+    from .sources import resolve_inputs
+
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)

@@ -32,5 +32,26 @@ MAGICS = [
 DIRECTORIES = [("_manifest.json", "dataset"), ("state.json", "hf"), ("dataset_dict.json", "hf")]
 
 
+# One line per kind for ``lovecraft --help`` and ``--input-format`` (tests/test_docs.py checks that
+# every kind has one, and a reference page in docs/inputs/).
+HELP = {
+    "text": "one record per line, UTF-8",
+    "csv": "CSV/TSV with a header (types inferred over the whole file)",
+    "jsonl": "JSON Lines: one object per line; nested keys become dotted columns",
+    "npy": "NumPy arrays; several files of equal length become the columns",
+    "parquet": "Parquet files, read by row group",
+    "arrow": "Arrow IPC files and streams, Feather v2",
+    "hf": "a Hugging Face save_to_disk directory",
+    "dataset": "a lovecraft dataset directory (re-format or re-shard it)",
+}
+
+
 def names() -> tuple[str, ...]:
     return tuple(READERS)
+
+
+def recognised_by(kind: str) -> list[str]:
+    """How ``kind`` is recognised without --input-format: its extensions and marker files."""
+    out = [ext for ext, k in EXTENSIONS.items() if k == kind]
+    out += [f"dir/{marker}" for marker, k in DIRECTORIES if k == kind]
+    return out
