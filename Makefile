@@ -1,7 +1,8 @@
 # make demo  : install (core) and convert sample_data/ into demo_out/
 # make test  : install (core + dev + tf + torch) and run every test
 # make test-slow : the slow tests (SIGKILL/SIGINT trials, conversions under a memory cap): minutes
-# make bench : the benchmark table (ratios against peers in the same run)
+# make bench : every benchmark (ratios against peers in the same run) into bench/RESULTS.md
+# make docs  : build the documentation site into site/ and serve it on 127.0.0.1:8000 (docs-build: build only)
 # make lint  : ruff check + format check
 # make fuzz  : mutate seed inputs and datasets for 3 minutes; crashing inputs go to fuzz/crashes/
 PYTHON ?= python3
@@ -10,8 +11,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CORE   := $(VENV)/.core-installed
 FULL   := $(VENV)/.full-installed
+DOCS   := $(VENV)/.docs-installed
 
-.PHONY: demo test test-slow bench fuzz lint format clean
+.PHONY: demo test test-slow bench docs docs-build fuzz lint format clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +26,10 @@ $(CORE): pyproject.toml | $(VENV)/bin/python
 $(FULL): pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q torch==2.13.0  # first: megatron-core (dev) needs torch, and must not pull a CUDA build
 	$(PIP) install -q -e '.[dev,all]'
+	touch $(CORE) $(DOCS) $@
+
+$(DOCS): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[docs]'
 	touch $(CORE) $@
 
 demo: $(CORE)
@@ -45,10 +51,15 @@ fuzz: $(FULL)
 	$(PY) fuzz/fuzz_readers.py --minutes 3
 
 bench: $(FULL)
-	$(PY) bench/lovecraft_bench.py
-	$(PY) bench/loader_bench.py
-	$(PY) bench/resume_bench.py
-	$(PY) bench/peer_loaders_bench.py
+	$(PY) bench/results.py
+
+DOCS_ADDR ?= 127.0.0.1:8000
+
+docs-build: $(DOCS)
+	$(VENV)/bin/mkdocs build --strict
+
+docs: docs-build
+	$(VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check lovecraft_convert tests bench fuzz sample_data
@@ -59,4 +70,4 @@ format: $(FULL)
 	$(VENV)/bin/ruff format lovecraft_convert tests bench fuzz sample_data
 
 clean:
-	rm -rf $(VENV) demo_out .pytest_cache .hypothesis
+	rm -rf $(VENV) demo_out out site .pytest_cache .hypothesis
