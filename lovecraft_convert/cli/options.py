@@ -92,6 +92,8 @@ def input_options(f: Callable) -> Callable:
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
         click.option("--skip-rows", type=click.IntRange(min=0), default=0, metavar="N", help="CSV: skip N lines before the header (or, with --no-header, the first row)."),
         click.option("--comment", metavar="CHAR", help="CSV: skip lines starting with CHAR (e.g. #)."),
+        click.option("--na-values", "na_values", metavar="A,B,...", help="CSV: strings read as missing (NaN) in columns of numbers and booleans, as an empty field is. Default NA,N/A,NULL,null (what R, pandas and pyarrow read as missing); a text column keeps them as text. The list replaces the default; '' for empty fields only."),
+        click.option("--column-names", "column_names", metavar="A,B,...", help="CSV: name the columns of a file without a header (the first line is data; to replace a header line, add --skip-rows 1)."),
         click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64 (repeatable)."),
         click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order (JSON Lines: parse only these keys, e.g. text,meta.lang)."),
         click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text, CSV, JSON Lines: invalid UTF-8 is an error, or replaced with U+FFFD."),
@@ -178,6 +180,8 @@ def library_kwargs(params: dict) -> dict:
         "column_types": dict(params["column_types"]),
         "skip_rows": params["skip_rows"],
         "comment": params["comment"],
+        "na_values": parse_list(params["na_values"]),
+        "column_names": parse_list(params["column_names"]),
         "columns": [c for c in params["columns"].split(",") if c] if params["columns"] else None,
         "stack_columns": list(params["stack_columns"]) or None,
         "errors": params["errors"],
@@ -191,6 +195,13 @@ def library_kwargs(params: dict) -> dict:
         "overwrite": params["overwrite"],
         "progress": False if params["quiet"] else None,
     }
+
+
+def parse_list(value: str | None) -> list[str] | None:
+    """A comma-separated flag value as a list (``''``: an empty list); None when not given."""
+    if value is None:
+        return None
+    return [v for v in value.split(",") if v]
 
 
 def parse_delimiter(d: str | None) -> str | None:
@@ -212,13 +223,24 @@ def summary(manifest: dict, output: str) -> dict:
         "schema": manifest["schema"],
         "float16": manifest.get("float16") or {},
         "seconds": manifest.get("seconds"),
+        "notes": notes_of(manifest),
     }
+
+
+def notes_of(manifest: dict) -> list[str]:
+    """What the run noticed and did not refuse (a delimiter it detected, a header that may be data, columns
+    --dtype left as they were): the sources' notes, then the job's."""
+    notes = [n for s in manifest.get("sources") or [] if isinstance(s, dict) for n in s.get("notes") or []]
+    return notes + list(manifest.get("notes") or [])
 
 
 def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> None:
     s = summary(manifest, output)
     if manifest.get("nothing_to_do"):
         s["nothing_to_do"] = True
+    if not manifest.get("nothing_to_do"):
+        for note in s["notes"]:  # even with --quiet (it silences progress): these are about the data
+            click.echo(f"note: {note}", err=True)
     if as_json:
         click.echo(json.dumps(s, indent=1))
         return

@@ -34,6 +34,8 @@ class ReadOptions:
     column_types: dict[str, str] = field(default_factory=dict)
     skip_rows: int = 0  # CSV: lines before the header (or the first row)
     comment: str | None = None  # CSV: lines starting with it are skipped
+    na_values: tuple[str, ...] = ()  # CSV: strings read as missing in columns of numbers and booleans
+    column_names: list[str] | None = None  # CSV: the names of the columns (a file without a header)
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
     piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)

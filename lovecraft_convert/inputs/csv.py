@@ -21,6 +21,7 @@ from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_u
 from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
+from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
 from .sources import InputSpec
 from .streams import open_range, open_stream
 
@@ -31,6 +32,8 @@ COLUMN_TYPES = {
     "float16": "float32", "float32": "float32", "float64": "float64", "bool": "bool", "string": "string",
 }  # fmt: skip
 _CONV_RE = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to (\w+): invalid value '(.*)'", re.S)
+# values that mark a missing value in some tool's output: an error on one names --na-values
+_MISSING_MARKS = {"NA", "N/A", "#N/A", "#NA", "<NA>", "NULL", "NONE", "NIL", "MISSING", "-", "--", "?", "."}
 _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
 
 
@@ -57,13 +60,50 @@ class CsvReader(Reader):
         self.schema_types = None
         self._stream = None
         self._base = 0
+        self._sniffed: dict[str, str] = {}  # input name -> the delimiter its first lines show
         self.schema = self._probe()
 
     # -- options --------------------------------------------------------------------------------
     def _delimiter(self, spec: InputSpec) -> str:
         if self.options.delimiter:
             return self.options.delimiter
-        return "\t" if spec.base_ext == ".tsv" else ","
+        if spec.base_ext == ".tsv":
+            return "\t"
+        if spec.name not in self._sniffed:
+            self._sniffed[spec.name] = self._sniff(spec)
+        return self._sniffed[spec.name]
+
+    def _sniff(self, spec: InputSpec) -> str:
+        """The delimiter of an input whose delimiter nobody gave: a comma, unless its first lines are
+        separated by tabs or spaces (:mod:`.csvsniff`), which the manifest's sources then record."""
+        try:
+            with open_stream(spec, max_ratio=self.options.max_ratio) as f:
+                parts, got = [], 0
+                while got < SNIFF_BYTES:
+                    part = f.read(SNIFF_BYTES - got)
+                    if not part:
+                        break
+                    parts.append(part)
+                    got += len(part)
+                data = b"".join(parts)
+                at_end = got < SNIFF_BYTES or not f.read(1)
+        except InputError:
+            return ","  # reading it again reports the problem
+        lines = head_lines(data, self.options.skip_rows, self.options.comment, at_end)
+        found = sniff_delimiter(lines, self.options.header and not self.options.column_names)
+        if found is None:
+            return ","
+        self._note(spec, "delimiter", found)
+        self._note(spec, "notes", [delimiter_note(spec.name, found, lines[0].count(found) + 1)])
+        return found
+
+    def _note(self, spec: InputSpec, key: str, value) -> None:
+        """Record what the reader decided about an input (the manifest's sources show it)."""
+        notes = dict(spec.notes or {})
+        if key == "notes":
+            value = list(dict.fromkeys([*notes.get("notes", []), *value]))
+        notes[key] = value
+        spec.notes = notes
 
     def _syntax(self, spec: InputSpec, comments: bool = True) -> Syntax:
         """The delimiter and comment character (pieces are already without comment lines)."""
@@ -100,7 +140,7 @@ class CsvReader(Reader):
             types[name] = getattr(self.pa, t)()
         co = pc.ConvertOptions(
             column_types=types,
-            null_values=[""],
+            null_values=["", *self.options.na_values],
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
             timestamp_parsers=[],
@@ -328,26 +368,33 @@ class CsvReader(Reader):
         if self.options.header:
             self.header = self._header_names(piece[:end], spec)
         else:
-            self.header = [
-                f"f{i}"
-                for i in range(
-                    len(
-                        next(
-                            pycsv.reader(
-                                io.StringIO(piece[:end].decode("utf-8", "replace")), delimiter=self._delimiter(spec)
-                            )
-                        )
-                    )
+            line = piece[:end].decode("utf-8", "replace")
+            width = len(next(pycsv.reader(io.StringIO(line), delimiter=self._delimiter(spec))))
+            self.header = self.options.column_names or [f"f{i}" for i in range(width)]
+            if len(self.header) != width:
+                n = len(self.header)
+                raise SchemaError(
+                    f"{spec.name}: --column-names gives {n} name{'' if n == 1 else 's'}, "
+                    f"the first row has {width} field{'' if width == 1 else 's'}",
+                    hint="give one name per column",
                 )
-            ]
         t = self._infer_uniform(piece[end:] if self.options.header else piece, spec)
         if t is not None:
             aschema = self.pa.schema([(n, t) for n in self.header])
         else:
-            aschema = self._parse(piece, spec, None, types=False).schema
+            names = None if self.options.header else self.header
+            aschema = self._parse(piece, spec, names, types=False).schema
         self.header = None
         schema = self._fields(aschema, spec)
         self.schema_types = {f.name: self._arrow_type(f) for f in schema}
+        if self.options.header:
+            first = schema.fields[0]
+            numeric = first.kind == FIXED and first.np_dtype.kind in "iuf"
+            rest = piece[end:].lstrip(b"\r\n").decode("utf-8", "replace").splitlines()[:1]
+            row = next(pycsv.reader(rest, delimiter=self._delimiter(spec)), None)
+            note = header_note(spec.name, schema.names, numeric, row, self.options.skip_rows, self._delimiter(spec))
+            if note is not None:
+                self._note(spec, "notes", [note])
         return schema
 
     def _arrow_type(self, f: Field):
@@ -363,8 +410,17 @@ class CsvReader(Reader):
         names = list(aschema.names)
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
+            if looks_like_data(names):
+                raise SchemaError(
+                    f"{spec.name}: column name '{dup}' appears twice in the header, whose names are all numbers "
+                    "(is the first line data?)",
+                    hint="pass --no-header if the file has no header (columns f0, f1, ...), "
+                    "or name the columns with --column-names",
+                )
             raise SchemaError(
-                f"{spec.name}: column name '{dup}' appears twice in the header", hint="rename one of them"
+                f"{spec.name}: column name '{dup}' appears twice in the header",
+                hint=f"rename one of them, or name the columns with --column-names A,B,... "
+                f"--skip-rows {self.options.skip_rows + 1}",
             )
         if self.header is None:
             self.header = names
@@ -502,18 +558,35 @@ class CsvReader(Reader):
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
                 if not pa.types.is_floating(arr.type):
-                    if row0 is None:
-                        idx = self.header.index(f.name)
-                        row, line = self._locate(spec, lambda r, idx=idx: len(r) > idx and r[idx] == "")
-                        where = f"row {row} (line {line})"
-                    else:
-                        where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
-                    raise InputError(
-                        f"{spec.name}, {where}, column '{f.name}': empty value in a {f.describe()} column",
-                        hint=f"fill it, or pass --column-type {f.name}=float64 to read empty values as NaN",
-                    )
+                    raise self._missing(spec, f, arr, row0)
             cols[f.name] = column_from_arrow(arr, f)
         return Batch(cols, rb.num_rows)
+
+    def _missing(self, spec: InputSpec, f: Field, arr, row0: int | None) -> InputError:
+        """The error of a missing value (an empty field or one of ``--na-values``) in a column that
+        has no missing value (a fixed int or bool type), naming its row, line and value."""
+        idx = self.header.index(f.name)
+        missing = {"", *self.options.na_values}
+        found: list[str] = []
+
+        def bad(r: list[str]) -> bool:
+            if len(r) > idx and r[idx] in missing:
+                found.append(r[idx])
+                return True
+            return False
+
+        row, line = self._locate(spec, bad)
+        if row is not None:
+            where = f"row {row} (line {line})"
+        elif row0 is not None:
+            where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
+        else:
+            where = "a row"
+        what = f"missing value '{found[0]}'" if found and found[0] else "empty value"
+        return InputError(
+            f"{spec.name}, {where}, column '{f.name}': {what} in a {f.describe()} column",
+            hint=f"fill it, or pass --column-type {f.name}=float64 to read missing values as NaN",
+        )
 
     def _raise(self, spec: InputSpec, e: Exception, row_hint: int) -> None:
         """Turn an Arrow error into a one-line InputError (widening instead where we may)."""
@@ -539,19 +612,34 @@ class CsvReader(Reader):
             idx = int(m.group(1))
             row, line = self._locate(spec, lambda r: len(r) > idx and r[idx] == value)
             where = f"row {row} (line {line})" if row else "a row"
+            hint = "fix the value or choose another --column-type"
+            if want != "string" and value.upper() in _MISSING_MARKS and value not in self.options.na_values:
+                marks = ",".join(dict.fromkeys([*self.options.na_values, value]))
+                hint = f"fix the value, choose another --column-type, or pass --na-values {marks} if it marks a missing value"
             raise InputError(
-                f"{spec.name}, {where}, column '{col}': '{value}' is not a valid {want}",
-                hint="fix the value or choose another --column-type",
+                f"{spec.name}, {where}, column '{col}': '{value}' is not a valid {want}", hint=hint
             ) from None
         m = _COLS_RE.search(msg)
         if m:
             ncols = len(self.header or [])
-            row, line = self._locate(spec, lambda r: len(r) != ncols)
+            seen: list[list[str]] = []
+
+            def bad(r: list[str]) -> bool:
+                seen.append(r)
+                return len(r) != ncols
+
+            row, line = self._locate(spec, bad)
             where = f"row {row} (line {line})" if row else "a row"
-            raise InputError(
-                f"{spec.name}, {where}: expected {m.group(1)} fields, found {m.group(2)}",
-                hint="fix the row (is a quote unbalanced or a delimiter missing?)",
-            ) from None
+            hint = "fix the row (is a quote unbalanced or a delimiter missing?)"
+            if row == 1 and self.options.header:
+                # the first row after the header: is the "header" a line before the data?
+                then = " --no-header" if all(is_number(v) for v in seen[-1]) else ""
+                hint = (
+                    f"if the header line is a line before the data instead (scikit-learn's CSVs begin with one), "
+                    f"pass --skip-rows {self.options.skip_rows + 1}{then}; else {hint}"
+                )
+            expected = f"{m.group(1)} fields," + (" as the header has," if row == 1 and self.options.header else "")
+            raise InputError(f"{spec.name}, {where}: expected {expected} found {m.group(2)}", hint=hint) from None
         if "UTF8" in msg or "utf8" in msg.lower():
             m = re.search(r"In CSV column #(\d+)", msg)
             if m and self.header is not None and int(m.group(1)) < len(self.header):

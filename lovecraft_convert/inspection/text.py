@@ -46,6 +46,7 @@ def format_text(r: dict[str, Any]) -> str:
             if k in i
         )
         out.append(f"{i['name']}: {i['format']}, {comp}, {size}{more}")
+        out.extend(f"note: {n}" for n in i.get("notes") or [])
     if r["rows_exact"]:
         out.append(f"rows: {number(r['rows'])}")
     else:
