@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
 from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema
+from ..selection import ColumnTypes
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
@@ -56,6 +57,8 @@ class CsvReader(Reader):
         self.pa = pa
         self.prepare_rereads(COLUMN_TYPES)
         self.widened: dict[str, str] = {}  # column -> arrow type name we force after widening
+        # --column-type by column (its selections resolved once the header is read)
+        self.column_types: dict[str, str] = dict(options.column_types)
         self.header: list[str] | None = None
         self.schema_types = None
         self._stream = None
@@ -132,7 +135,7 @@ class CsvReader(Reader):
         )
         po = pc.ParseOptions(delimiter=self._delimiter(spec), newlines_in_values=True)
         types = {}
-        for name, t in self.options.column_types.items():
+        for name, t in self.column_types.items():
             types[name] = getattr(self.pa, COLUMN_TYPES[t])() if t != "bool" else self.pa.bool_()
             if t == "string":
                 types[name] = self.pa.string()
@@ -312,7 +315,7 @@ class CsvReader(Reader):
         float64 when none is empty and every column holds a value that is not an integer (a column
         of integral values alone may have been written ``1``, int64, or ``1.0``, float64). Else
         None: the types are inferred column by column."""
-        if len(self.header) < WIDE_COLUMNS or self.options.column_types or self.widened:
+        if len(self.header) < WIDE_COLUMNS or self.column_types or self.widened:
             return None
         got = self._one_column(body, spec)
         if got is None:
@@ -429,20 +432,15 @@ class CsvReader(Reader):
                 f"{spec.name}: header {names} differs from the first input's {self.header}",
                 hint="give inputs with the same columns",
             )
-        for name in self.options.column_types:
-            if name not in names:
-                raise SchemaError(
-                    f"--column-type {name}=...: no column '{name}' in {spec.name}",
-                    hint=f"columns are {', '.join(names)}",
-                )
+        self.column_types = ColumnTypes(self.options.column_types).resolve(names, spec.name)
         from ..arrowconv import numpy_dtype
 
         fields = []
         retry = {}
         numeric: dict = {}  # dtype by Arrow type: a wide table's thousands of columns have a few
         for name, t in zip(names, aschema.types, strict=True):
-            if name in self.options.column_types:
-                want = self.options.column_types[name]
+            if name in self.column_types:
+                want = self.column_types[name]
                 if want == "string":
                     fields.append(Field(name, STRING, "|u1"))
                 else:
@@ -553,7 +551,7 @@ class CsvReader(Reader):
         for f in self.schema:
             arr = rb.column(f.name)
             if arr.null_count:
-                if pa.types.is_integer(arr.type) and f.name not in self.options.column_types:
+                if pa.types.is_integer(arr.type) and f.name not in self.column_types:
                     self.widened[f.name] = "float64"
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
@@ -599,7 +597,7 @@ class CsvReader(Reader):
             value = m.group(3)
             if m.group(2) == "string" or "UTF8" in msg:
                 raise self._bad_utf8(spec, self.header, col) from None
-            if col not in self.options.column_types:
+            if col not in self.column_types:
                 cur = self.widened.get(col) or (str(self.schema[col].np_dtype) if col in self.schema.names else "null")
                 if cur.startswith("int") or cur.startswith("uint") or cur == "null":
                     new = "float64" if _looks_float(value) else "string"
@@ -608,7 +606,7 @@ class CsvReader(Reader):
                 self.widened[col] = new
                 self.schema = self._probe()
                 raise SchemaChanged(self.widened) from None
-            want = self.options.column_types[col]
+            want = self.column_types[col]
             idx = int(m.group(1))
             row, line = self._locate(spec, lambda r: len(r) > idx and r[idx] == value)
             where = f"row {row} (line {line})" if row else "a row"

@@ -169,8 +169,17 @@ class ConvertOptions:
             self.header = False  # the names replace a header: the first line (after --skip-rows) is data
 
     def read_kwargs(self) -> dict[str, Any]:
-        """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give."""
-        return {k: getattr(self, k) for k in READ_KEYS}
+        """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give. When
+        ``--columns`` names a stacked column, whose members the reader's columns decide, every column
+        is read (the selection is made after reading)."""
+        kw = {k: getattr(self, k) for k in READ_KEYS}
+        if self.columns and self.stack_columns:
+            from ..transforms.stack import parse
+
+            stacked = {parse(spec)[0] for spec in self.stack_columns}
+            if stacked & set(self.columns):
+                kw["columns"] = None
+        return kw
 
 
 @dataclass

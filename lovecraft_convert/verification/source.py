@@ -294,7 +294,8 @@ class SourceComparer:
             made.add(TOKENS)
         types = {}
         for spec in self.o.stack_columns or []:
-            from ..transforms.stack import parse, select
+            from ..selection import select
+            from ..transforms.stack import parse
 
             name, sel = parse(spec)
             made.add(name)
