@@ -74,7 +74,11 @@ class ColumnTypeParam(click.ParamType):
         if not sep or not name:
             self.fail(f"{value!r} is not NAME=TYPE", param, ctx)
         if typ not in COLUMN_TYPES:
-            self.fail(f"{value!r}: unknown type {typ!r} (choose from {', '.join(COLUMN_TYPES)})", param, ctx)
+            from ..schema import Logical
+
+            if Logical.parse(typ) is None:
+                choices = ", ".join((*COLUMN_TYPES, "timestamp[s|ms|us|ns]", "date", "category"))
+                self.fail(f"{value!r}: unknown type {typ!r} (choose from {choices})", param, ctx)
         return name, typ
 
 
@@ -94,7 +98,7 @@ def input_options(f: Callable) -> Callable:
         click.option("--comment", metavar="CHAR", help="CSV: skip lines starting with CHAR (e.g. #)."),
         click.option("--na-values", "na_values", metavar="A,B,...", help="CSV: strings read as missing (NaN) in columns of numbers and booleans, as an empty field is. Default NA,N/A,NULL,null (what R, pandas and pyarrow read as missing); a text column keeps them as text. The list replaces the default; '' for empty fields only."),
         click.option("--column-names", "column_names", metavar="A,B,...", help="CSV: name the columns of a file without a header (the first line is data; to replace a header line, add --skip-rows 1)."),
-        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64 (repeatable)."),
+        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64, 'f*=float32' (a name, a FIRST:LAST range or a pattern, as --stack-columns takes), ts=timestamp (ISO 8601; timestamp[ms], 'timestamp[us, UTC]' for values with a zone offset), day=date, species=category (repeatable)."),
         click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order (JSON Lines: parse only these keys, e.g. text,meta.lang)."),
         click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text, CSV, JSON Lines: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
@@ -106,7 +110,7 @@ def output_options(f: Callable) -> Callable:
     opts = [
         click.option("-o", "--output", required=True, metavar="DIR", help="Output dataset directory (must not exist unless --overwrite)."),
         click.option("--to", "to", type=RegistryChoice("output"), required=True, help="Output format (the formats a package registers are offered too)."),
-        click.option("--dtype", type=click.Choice(["float16", "float32"]), help="Downcast floating columns."),
+        click.option("--dtype", type=click.Choice(["float16", "float32"]), help="Downcast floating columns (integer columns are kept; a note names them: --column-type 'pixel*=float16' narrows them too)."),
         click.option("--stack-columns", "stack_columns", multiple=True, metavar="NAME=FIRST:LAST|PATTERN", help="Stack numeric columns into one [rows, k] column NAME (repeatable), e.g. x=c0:c1999 or x='c*'."),
         click.option("--on-overflow", type=click.Choice(["error", "clip"]), default="error", show_default=True, help="A value beyond the --dtype range: fail, or clip to the largest finite value."),
         click.option("--compression", metavar="NAME", help="Compress the output files; each format takes its own (e.g. zstd, snappy, gzip, lzf) or none."),

@@ -72,6 +72,7 @@ class SourceFile:
 
 class ColumnarReader(Reader):
     takes_column_types = True
+    takes_logical_types = True
     title = "Arrow"
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:

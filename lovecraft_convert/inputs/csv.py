@@ -17,8 +17,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..arrowconv import read_type
 from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
-from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema
+from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema, typed_field
 from ..selection import ColumnTypes
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
@@ -32,7 +33,11 @@ COLUMN_TYPES = {
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
     "float16": "float32", "float32": "float32", "float64": "float64", "bool": "bool", "string": "string",
 }  # fmt: skip
-_CONV_RE = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to (\w+): invalid value '(.*)'", re.S)
+_CONV_RE = re.compile(
+    r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to ([^:]+?): "
+    r"(?:invalid value|expected (?:no )?(a )?zone offset in) '(.*)'",
+    re.S,
+)
 # values that mark a missing value in some tool's output: an error on one names --na-values
 _MISSING_MARKS = {"NA", "N/A", "#N/A", "#NA", "<NA>", "NULL", "NONE", "NIL", "MISSING", "-", "--", "?", "."}
 _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
@@ -48,6 +53,7 @@ def _looks_float(v: str) -> bool:
 
 class CsvReader(Reader):
     takes_column_types = True
+    takes_logical_types = True
     takes_csv_syntax = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -136,9 +142,7 @@ class CsvReader(Reader):
         po = pc.ParseOptions(delimiter=self._delimiter(spec), newlines_in_values=True)
         types = {}
         for name, t in self.column_types.items():
-            types[name] = getattr(self.pa, COLUMN_TYPES[t])() if t != "bool" else self.pa.bool_()
-            if t == "string":
-                types[name] = self.pa.string()
+            types[name] = read_type(COLUMN_TYPES.get(t, t))
         for name, t in self.widened.items():
             types[name] = getattr(self.pa, t)()
         co = pc.ConvertOptions(
@@ -402,6 +406,8 @@ class CsvReader(Reader):
 
     def _arrow_type(self, f: Field):
         pa = self.pa
+        if f.logical is not None:
+            return read_type(f.logical.describe())
         if f.kind == STRING:
             return pa.string()
         if f.kind == BINARY:
@@ -440,11 +446,7 @@ class CsvReader(Reader):
         numeric: dict = {}  # dtype by Arrow type: a wide table's thousands of columns have a few
         for name, t in zip(names, aschema.types, strict=True):
             if name in self.column_types:
-                want = self.column_types[name]
-                if want == "string":
-                    fields.append(Field(name, STRING, "|u1"))
-                else:
-                    fields.append(Field(name, FIXED, np.dtype(want if want != "bool" else "?").str))
+                fields.append(typed_field(name, self.column_types[name]))
                 continue
             dt = numeric.get(t)
             if dt is None and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
@@ -555,8 +557,8 @@ class CsvReader(Reader):
                     self.widened[f.name] = "float64"
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
-                if not pa.types.is_floating(arr.type):
-                    raise self._missing(spec, f, arr, row0)
+                if not pa.types.is_floating(arr.type) and not (f.logical is not None and f.logical.temporal):
+                    raise self._missing(spec, f, arr, row0)  # (a missing timestamp or date is NaT)
             cols[f.name] = column_from_arrow(arr, f)
         return Batch(cols, rb.num_rows)
 
@@ -594,7 +596,7 @@ class CsvReader(Reader):
         m = _CONV_RE.search(msg)
         if m and self.header is not None:
             col = self.header[int(m.group(1))]
-            value = m.group(3)
+            value = m.group(4)
             if m.group(2) == "string" or "UTF8" in msg:
                 raise self._bad_utf8(spec, self.header, col) from None
             if col not in self.column_types:
@@ -611,6 +613,15 @@ class CsvReader(Reader):
             row, line = self._locate(spec, lambda r: len(r) > idx and r[idx] == value)
             where = f"row {row} (line {line})" if row else "a row"
             hint = "fix the value or choose another --column-type"
+            if want.startswith("timestamp") and "zone offset" in msg:
+                zone = "has a zone offset" if m.group(3) is None else "has no zone offset"
+                raise InputError(
+                    f"{spec.name}, {where}, column '{col}': '{value}' {zone}, the type {want} "
+                    f"{'has none' if m.group(3) is None else 'needs one'}",
+                    hint=f"read it as --column-type '{col}=timestamp[us, UTC]'"
+                    if m.group(3) is None
+                    else f"read it as --column-type {col}=timestamp (no time zone)",
+                ) from None
             if want != "string" and value.upper() in _MISSING_MARKS and value not in self.options.na_values:
                 marks = ",".join(dict.fromkeys([*self.options.na_values, value]))
                 hint = f"fix the value, choose another --column-type, or pass --na-values {marks} if it marks a missing value"

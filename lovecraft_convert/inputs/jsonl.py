@@ -66,6 +66,7 @@ class _LongLine(Exception):
 
 class JsonlReader(Reader):
     takes_column_types = True
+    takes_logical_types = True
     late_columns = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:

@@ -148,5 +148,10 @@ def test_library_keyword_and_help(tmp_path):
     assert np.isnan(pq.read_table(str(tmp_path / "o")).column("y").to_numpy()[0])
     rep = lc.inspect(src, na_values=["?"])
     assert [c["type"] for c in rep["columns"]] == ["int64", "float64"]
+    import inspect
+
+    for fn in (lc.convert, lc.shard, lc.bucket, lc.inspect):  # the library's keywords, as the flags
+        params = inspect.signature(fn).parameters
+        assert params["na_values"].default is None and params["column_names"].default is None, fn
     h = lovecraft("convert", "--help").stdout
     assert "--na-values" in h and "Default NA,N/A,NULL,null" in " ".join(h.split())
