@@ -7,7 +7,7 @@ import json
 import click
 
 from .helptext import examples, inputs_block
-from .options import SizeParam, input_options, parse_delimiter
+from .options import SizeParam, input_options, parse_delimiter, parse_list
 
 HELP = f"""Describe INPUTS before converting them, or a dataset directory from its manifest.
 
@@ -67,6 +67,8 @@ def inspect(**params) -> None:
         column_types=dict(params["column_types"]),
         skip_rows=params["skip_rows"],
         comment=params["comment"],
+        na_values=parse_list(params["na_values"]),
+        column_names=parse_list(params["column_names"]),
         columns=[c for c in params["columns"].split(",") if c] if params["columns"] else None,
         errors=params["errors"],
         max_expansion=params["max_expansion"],

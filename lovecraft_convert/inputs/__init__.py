@@ -17,7 +17,22 @@ from .kinds import names
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from .base import Reader
 
-__all__ = ["InputSpec", "Part", "ReadOptions", "Reader", "names", "open_reader", "reader_class", "resolve_inputs"]
+# Missing values of CSV columns of numbers and booleans besides an empty field: R's NA (palmerpenguins and
+# most R exports write it) and what spreadsheets and SQL exports write. pandas, pyarrow and R read them so;
+# a text column keeps them as text (NA is also a country code and a name), as pyarrow does.
+DEFAULT_NA_VALUES = ("NA", "N/A", "NULL", "null")
+
+__all__ = [
+    "DEFAULT_NA_VALUES",
+    "InputSpec",
+    "Part",
+    "ReadOptions",
+    "Reader",
+    "names",
+    "open_reader",
+    "reader_class",
+    "resolve_inputs",
+]
 
 # Imported on first use: the readers' base needs numpy, and ``lovecraft convert --help`` reads the
 # kinds table (kinds.py) through this package without reading anything else.
@@ -60,12 +75,16 @@ def open_reader(
     threads: bool = True,
     columns: list[str] | None = None,
     lenient: bool = False,
+    na_values: list[str] | None = None,
+    column_names: list[str] | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
     ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
     those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
-    instead of refusing them (``inspect``)."""
+    instead of refusing them (``inspect``). ``na_values`` (CSV): the strings read as missing in columns
+    of numbers and booleans besides an empty field (None: :data:`DEFAULT_NA_VALUES`);
+    ``column_names`` (CSV): the names of the columns of a file without a header."""
     from .base import ReadOptions
     from .sources import resolve_inputs
 
@@ -80,8 +99,15 @@ def open_reader(
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
         raise OptionsError("--column-type applies to CSV, JSON Lines, Parquet, Arrow and Hugging Face inputs only")
-    if (skip_rows or comment is not None) and not cls.takes_csv_syntax:
-        raise OptionsError(f"--{'skip-rows' if skip_rows else 'comment'} applies to CSV inputs only")
+    if not cls.takes_csv_syntax:
+        for flag, given in (
+            ("--skip-rows", skip_rows),
+            ("--comment", comment is not None),
+            ("--na-values", na_values is not None),
+            ("--column-names", column_names is not None),
+        ):
+            if given:
+                raise OptionsError(f"{flag} applies to CSV inputs only")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -91,6 +117,8 @@ def open_reader(
         column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
         skip_rows=skip_rows,
         comment=comment,
+        na_values=DEFAULT_NA_VALUES if na_values is None else tuple(na_values),
+        column_names=list(column_names) if column_names else None,
         max_ratio=max_expansion,
         threads=threads,
         columns=list(columns) if columns else None,

@@ -17,10 +17,13 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..arrowconv import read_type
 from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
-from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema
+from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema, typed_field
+from ..selection import ColumnTypes
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
+from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
 from .sources import InputSpec
 from .streams import open_range, open_stream
 
@@ -30,7 +33,13 @@ COLUMN_TYPES = {
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
     "float16": "float32", "float32": "float32", "float64": "float64", "bool": "bool", "string": "string",
 }  # fmt: skip
-_CONV_RE = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to (\w+): invalid value '(.*)'", re.S)
+_CONV_RE = re.compile(
+    r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to ([^:]+?): "
+    r"(?:invalid value|expected (?:no )?(a )?zone offset in) '(.*)'",
+    re.S,
+)
+# values that mark a missing value in some tool's output: an error on one names --na-values
+_MISSING_MARKS = {"NA", "N/A", "#N/A", "#NA", "<NA>", "NULL", "NONE", "NIL", "MISSING", "-", "--", "?", "."}
 _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
 
 
@@ -44,6 +53,7 @@ def _looks_float(v: str) -> bool:
 
 class CsvReader(Reader):
     takes_column_types = True
+    takes_logical_types = True
     takes_csv_syntax = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -53,17 +63,56 @@ class CsvReader(Reader):
         self.pa = pa
         self.prepare_rereads(COLUMN_TYPES)
         self.widened: dict[str, str] = {}  # column -> arrow type name we force after widening
+        # --column-type by column (its selections resolved once the header is read)
+        self.column_types: dict[str, str] = dict(options.column_types)
         self.header: list[str] | None = None
         self.schema_types = None
         self._stream = None
         self._base = 0
+        self._sniffed: dict[str, str] = {}  # input name -> the delimiter its first lines show
         self.schema = self._probe()
 
     # -- options --------------------------------------------------------------------------------
     def _delimiter(self, spec: InputSpec) -> str:
         if self.options.delimiter:
             return self.options.delimiter
-        return "\t" if spec.base_ext == ".tsv" else ","
+        if spec.base_ext == ".tsv":
+            return "\t"
+        if spec.name not in self._sniffed:
+            self._sniffed[spec.name] = self._sniff(spec)
+        return self._sniffed[spec.name]
+
+    def _sniff(self, spec: InputSpec) -> str:
+        """The delimiter of an input whose delimiter nobody gave: a comma, unless its first lines are
+        separated by tabs or spaces (:mod:`.csvsniff`), which the manifest's sources then record."""
+        try:
+            with open_stream(spec, max_ratio=self.options.max_ratio) as f:
+                parts, got = [], 0
+                while got < SNIFF_BYTES:
+                    part = f.read(SNIFF_BYTES - got)
+                    if not part:
+                        break
+                    parts.append(part)
+                    got += len(part)
+                data = b"".join(parts)
+                at_end = got < SNIFF_BYTES or not f.read(1)
+        except InputError:
+            return ","  # reading it again reports the problem
+        lines = head_lines(data, self.options.skip_rows, self.options.comment, at_end)
+        found = sniff_delimiter(lines, self.options.header and not self.options.column_names)
+        if found is None:
+            return ","
+        self._note(spec, "delimiter", found)
+        self._note(spec, "notes", [delimiter_note(spec.name, found, lines[0].count(found) + 1)])
+        return found
+
+    def _note(self, spec: InputSpec, key: str, value) -> None:
+        """Record what the reader decided about an input (the manifest's sources show it)."""
+        notes = dict(spec.notes or {})
+        if key == "notes":
+            value = list(dict.fromkeys([*notes.get("notes", []), *value]))
+        notes[key] = value
+        spec.notes = notes
 
     def _syntax(self, spec: InputSpec, comments: bool = True) -> Syntax:
         """The delimiter and comment character (pieces are already without comment lines)."""
@@ -92,15 +141,13 @@ class CsvReader(Reader):
         )
         po = pc.ParseOptions(delimiter=self._delimiter(spec), newlines_in_values=True)
         types = {}
-        for name, t in self.options.column_types.items():
-            types[name] = getattr(self.pa, COLUMN_TYPES[t])() if t != "bool" else self.pa.bool_()
-            if t == "string":
-                types[name] = self.pa.string()
+        for name, t in self.column_types.items():
+            types[name] = read_type(COLUMN_TYPES.get(t, t))
         for name, t in self.widened.items():
             types[name] = getattr(self.pa, t)()
         co = pc.ConvertOptions(
             column_types=types,
-            null_values=[""],
+            null_values=["", *self.options.na_values],
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
             timestamp_parsers=[],
@@ -272,7 +319,7 @@ class CsvReader(Reader):
         float64 when none is empty and every column holds a value that is not an integer (a column
         of integral values alone may have been written ``1``, int64, or ``1.0``, float64). Else
         None: the types are inferred column by column."""
-        if len(self.header) < WIDE_COLUMNS or self.options.column_types or self.widened:
+        if len(self.header) < WIDE_COLUMNS or self.column_types or self.widened:
             return None
         got = self._one_column(body, spec)
         if got is None:
@@ -328,30 +375,39 @@ class CsvReader(Reader):
         if self.options.header:
             self.header = self._header_names(piece[:end], spec)
         else:
-            self.header = [
-                f"f{i}"
-                for i in range(
-                    len(
-                        next(
-                            pycsv.reader(
-                                io.StringIO(piece[:end].decode("utf-8", "replace")), delimiter=self._delimiter(spec)
-                            )
-                        )
-                    )
+            line = piece[:end].decode("utf-8", "replace")
+            width = len(next(pycsv.reader(io.StringIO(line), delimiter=self._delimiter(spec))))
+            self.header = self.options.column_names or [f"f{i}" for i in range(width)]
+            if len(self.header) != width:
+                n = len(self.header)
+                raise SchemaError(
+                    f"{spec.name}: --column-names gives {n} name{'' if n == 1 else 's'}, "
+                    f"the first row has {width} field{'' if width == 1 else 's'}",
+                    hint="give one name per column",
                 )
-            ]
         t = self._infer_uniform(piece[end:] if self.options.header else piece, spec)
         if t is not None:
             aschema = self.pa.schema([(n, t) for n in self.header])
         else:
-            aschema = self._parse(piece, spec, None, types=False).schema
+            names = None if self.options.header else self.header
+            aschema = self._parse(piece, spec, names, types=False).schema
         self.header = None
         schema = self._fields(aschema, spec)
         self.schema_types = {f.name: self._arrow_type(f) for f in schema}
+        if self.options.header:
+            first = schema.fields[0]
+            numeric = first.kind == FIXED and first.np_dtype.kind in "iuf"
+            rest = piece[end:].lstrip(b"\r\n").decode("utf-8", "replace").splitlines()[:1]
+            row = next(pycsv.reader(rest, delimiter=self._delimiter(spec)), None)
+            note = header_note(spec.name, schema.names, numeric, row, self.options.skip_rows, self._delimiter(spec))
+            if note is not None:
+                self._note(spec, "notes", [note])
         return schema
 
     def _arrow_type(self, f: Field):
         pa = self.pa
+        if f.logical is not None:
+            return read_type(f.logical.describe())
         if f.kind == STRING:
             return pa.string()
         if f.kind == BINARY:
@@ -363,8 +419,17 @@ class CsvReader(Reader):
         names = list(aschema.names)
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
+            if looks_like_data(names):
+                raise SchemaError(
+                    f"{spec.name}: column name '{dup}' appears twice in the header, whose names are all numbers "
+                    "(is the first line data?)",
+                    hint="pass --no-header if the file has no header (columns f0, f1, ...), "
+                    "or name the columns with --column-names",
+                )
             raise SchemaError(
-                f"{spec.name}: column name '{dup}' appears twice in the header", hint="rename one of them"
+                f"{spec.name}: column name '{dup}' appears twice in the header",
+                hint=f"rename one of them, or name the columns with --column-names A,B,... "
+                f"--skip-rows {self.options.skip_rows + 1}",
             )
         if self.header is None:
             self.header = names
@@ -373,24 +438,15 @@ class CsvReader(Reader):
                 f"{spec.name}: header {names} differs from the first input's {self.header}",
                 hint="give inputs with the same columns",
             )
-        for name in self.options.column_types:
-            if name not in names:
-                raise SchemaError(
-                    f"--column-type {name}=...: no column '{name}' in {spec.name}",
-                    hint=f"columns are {', '.join(names)}",
-                )
+        self.column_types = ColumnTypes(self.options.column_types).resolve(names, spec.name)
         from ..arrowconv import numpy_dtype
 
         fields = []
         retry = {}
         numeric: dict = {}  # dtype by Arrow type: a wide table's thousands of columns have a few
         for name, t in zip(names, aschema.types, strict=True):
-            if name in self.options.column_types:
-                want = self.options.column_types[name]
-                if want == "string":
-                    fields.append(Field(name, STRING, "|u1"))
-                else:
-                    fields.append(Field(name, FIXED, np.dtype(want if want != "bool" else "?").str))
+            if name in self.column_types:
+                fields.append(typed_field(name, self.column_types[name]))
                 continue
             dt = numeric.get(t)
             if dt is None and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
@@ -497,23 +553,40 @@ class CsvReader(Reader):
         for f in self.schema:
             arr = rb.column(f.name)
             if arr.null_count:
-                if pa.types.is_integer(arr.type) and f.name not in self.options.column_types:
+                if pa.types.is_integer(arr.type) and f.name not in self.column_types:
                     self.widened[f.name] = "float64"
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
-                if not pa.types.is_floating(arr.type):
-                    if row0 is None:
-                        idx = self.header.index(f.name)
-                        row, line = self._locate(spec, lambda r, idx=idx: len(r) > idx and r[idx] == "")
-                        where = f"row {row} (line {line})"
-                    else:
-                        where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
-                    raise InputError(
-                        f"{spec.name}, {where}, column '{f.name}': empty value in a {f.describe()} column",
-                        hint=f"fill it, or pass --column-type {f.name}=float64 to read empty values as NaN",
-                    )
+                if not pa.types.is_floating(arr.type) and not (f.logical is not None and f.logical.temporal):
+                    raise self._missing(spec, f, arr, row0)  # (a missing timestamp or date is NaT)
             cols[f.name] = column_from_arrow(arr, f)
         return Batch(cols, rb.num_rows)
+
+    def _missing(self, spec: InputSpec, f: Field, arr, row0: int | None) -> InputError:
+        """The error of a missing value (an empty field or one of ``--na-values``) in a column that
+        has no missing value (a fixed int or bool type), naming its row, line and value."""
+        idx = self.header.index(f.name)
+        missing = {"", *self.options.na_values}
+        found: list[str] = []
+
+        def bad(r: list[str]) -> bool:
+            if len(r) > idx and r[idx] in missing:
+                found.append(r[idx])
+                return True
+            return False
+
+        row, line = self._locate(spec, bad)
+        if row is not None:
+            where = f"row {row} (line {line})"
+        elif row0 is not None:
+            where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
+        else:
+            where = "a row"
+        what = f"missing value '{found[0]}'" if found and found[0] else "empty value"
+        return InputError(
+            f"{spec.name}, {where}, column '{f.name}': {what} in a {f.describe()} column",
+            hint=f"fill it, or pass --column-type {f.name}=float64 to read missing values as NaN",
+        )
 
     def _raise(self, spec: InputSpec, e: Exception, row_hint: int) -> None:
         """Turn an Arrow error into a one-line InputError (widening instead where we may)."""
@@ -523,10 +596,10 @@ class CsvReader(Reader):
         m = _CONV_RE.search(msg)
         if m and self.header is not None:
             col = self.header[int(m.group(1))]
-            value = m.group(3)
+            value = m.group(4)
             if m.group(2) == "string" or "UTF8" in msg:
                 raise self._bad_utf8(spec, self.header, col) from None
-            if col not in self.options.column_types:
+            if col not in self.column_types:
                 cur = self.widened.get(col) or (str(self.schema[col].np_dtype) if col in self.schema.names else "null")
                 if cur.startswith("int") or cur.startswith("uint") or cur == "null":
                     new = "float64" if _looks_float(value) else "string"
@@ -535,23 +608,47 @@ class CsvReader(Reader):
                 self.widened[col] = new
                 self.schema = self._probe()
                 raise SchemaChanged(self.widened) from None
-            want = self.options.column_types[col]
+            want = self.column_types[col]
             idx = int(m.group(1))
             row, line = self._locate(spec, lambda r: len(r) > idx and r[idx] == value)
             where = f"row {row} (line {line})" if row else "a row"
+            hint = "fix the value or choose another --column-type"
+            if want.startswith("timestamp") and "zone offset" in msg:
+                zone = "has a zone offset" if m.group(3) is None else "has no zone offset"
+                raise InputError(
+                    f"{spec.name}, {where}, column '{col}': '{value}' {zone}, the type {want} "
+                    f"{'has none' if m.group(3) is None else 'needs one'}",
+                    hint=f"read it as --column-type '{col}=timestamp[us, UTC]'"
+                    if m.group(3) is None
+                    else f"read it as --column-type {col}=timestamp (no time zone)",
+                ) from None
+            if want != "string" and value.upper() in _MISSING_MARKS and value not in self.options.na_values:
+                marks = ",".join(dict.fromkeys([*self.options.na_values, value]))
+                hint = f"fix the value, choose another --column-type, or pass --na-values {marks} if it marks a missing value"
             raise InputError(
-                f"{spec.name}, {where}, column '{col}': '{value}' is not a valid {want}",
-                hint="fix the value or choose another --column-type",
+                f"{spec.name}, {where}, column '{col}': '{value}' is not a valid {want}", hint=hint
             ) from None
         m = _COLS_RE.search(msg)
         if m:
             ncols = len(self.header or [])
-            row, line = self._locate(spec, lambda r: len(r) != ncols)
+            seen: list[list[str]] = []
+
+            def bad(r: list[str]) -> bool:
+                seen.append(r)
+                return len(r) != ncols
+
+            row, line = self._locate(spec, bad)
             where = f"row {row} (line {line})" if row else "a row"
-            raise InputError(
-                f"{spec.name}, {where}: expected {m.group(1)} fields, found {m.group(2)}",
-                hint="fix the row (is a quote unbalanced or a delimiter missing?)",
-            ) from None
+            hint = "fix the row (is a quote unbalanced or a delimiter missing?)"
+            if row == 1 and self.options.header:
+                # the first row after the header: is the "header" a line before the data?
+                then = " --no-header" if all(is_number(v) for v in seen[-1]) else ""
+                hint = (
+                    f"if the header line is a line before the data instead (scikit-learn's CSVs begin with one), "
+                    f"pass --skip-rows {self.options.skip_rows + 1}{then}; else {hint}"
+                )
+            expected = f"{m.group(1)} fields," + (" as the header has," if row == 1 and self.options.header else "")
+            raise InputError(f"{spec.name}, {where}: expected {expected} found {m.group(2)}", hint=hint) from None
         if "UTF8" in msg or "utf8" in msg.lower():
             m = re.search(r"In CSV column #(\d+)", msg)
             if m and self.header is not None and int(m.group(1)) < len(self.header):

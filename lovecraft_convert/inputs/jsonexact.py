@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UTF8_HINT, invalid_utf8
+from ..schema import Logical
 from .jsontypes import (
     EXACT,
     INT64_MAX,
@@ -310,6 +311,12 @@ class ExactParser:
         assert want is not None
         if kind.startswith("["):
             raise LineError(line, col.name, f"a list where --column-type says {want}", "fix the value")
+        if Logical.parse(want) is not None:  # text: ISO 8601 for a timestamp or date (null: NaT), a category
+            if kind in "NS":
+                return
+            raise LineError(
+                line, col.name, f"{json_text(_plain(value))} is not a valid {want} (a string is)", "fix the value"
+            )
         if kind == "N":
             if want == "string" or want.startswith("float"):
                 return

@@ -23,6 +23,7 @@ widening, and raises :class:`~.base.SchemaChanged` with all of them, so a job st
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterator
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..errors import InputError, OptionsError, SchemaError
 from ..schema import Batch, Schema
+from ..selection import TypeLookup
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .jsonexact import ExactParser, LineError, Parsed
 from .jsontypes import (
@@ -64,6 +66,7 @@ class _LongLine(Exception):
 
 class JsonlReader(Reader):
     takes_column_types = True
+    takes_logical_types = True
     late_columns = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -89,7 +92,7 @@ class JsonlReader(Reader):
     def _probe(self) -> None:
         """Types from the first records of the first inputs (the exact parser)."""
         sel = set(self.selected) if self.selected is not None else None
-        fixed = dict(self.options.column_types)
+        fixed = self.fixed_types = TypeLookup(self.options.column_types)
         self.parser = ExactParser(self.cols, self.mode, sel, self.options.errors, fixed)
         self.parser.keys = {}
         budget = PROBE_BYTES
@@ -128,6 +131,13 @@ class JsonlReader(Reader):
         self.parser.refresh()
         self.probe_keys = [c.name for c in self.cols.values() if c.path is not None] + list(self.parser.keys or {})
         self.parser.keys = None
+        for sel, _t in fixed.patterns:  # a pattern names keys of the first records
+            if not any(fnmatch.fnmatchcase(k, sel) for k in self.probe_keys):
+                listed = ", ".join(self.probe_keys[:50]) if self.probe_keys else "none"
+                raise SchemaError(
+                    f"--column-type {sel}=...: no key matches '{sel}' in {', '.join(s.name for s in self.specs)}",
+                    hint=f"keys in the first records are {listed}",
+                )
         self._records = records  # records the probe read: a key met later was missing in them
         if probed_all and not records:
             raise InputError(
@@ -167,7 +177,7 @@ class JsonlReader(Reader):
                 if self.selected is not None:
                     continue
                 col = self.cols[name] = Col(name, path or tuple(name.split(".")), late=True)
-                col.fixed = self.options.column_types.get(name)
+                col.fixed = self.fixed_types.get(name)
             elif col.path is None:
                 col.path = path or tuple(name.split("."))
             if col.fixed is not None:

@@ -23,6 +23,8 @@ def inspect(
     column_types: dict[str, str] | None = None,
     skip_rows: int = 0,
     comment: str | None = None,
+    na_values: list[str] | None = None,
+    column_names: list[str] | None = None,
     columns: list[str] | None = None,
     errors: str = "strict",
     max_expansion: float = 1000.0,
@@ -38,7 +40,7 @@ def inspect(
     ``plot``: write a PNG of the length histograms with the suggested boundaries and their padding
     efficiency, and of the numeric columns' value histograms (needs matplotlib).
     The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ``skip_rows``,
-    ``comment``, ...).
+    ``comment``, ``na_values``, ``column_names``, ...).
     """
     from ..formats import get, names
 
@@ -77,6 +79,8 @@ def inspect(
         column_types=dict(column_types or {}),
         skip_rows=skip_rows,
         comment=comment,
+        na_values=None if na_values is None else list(na_values),
+        column_names=list(column_names) if column_names else None,
         columns=list(columns) if columns else None,
         errors=errors,
         max_expansion=max_expansion,

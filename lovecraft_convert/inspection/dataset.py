@@ -39,6 +39,8 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
         "complete": m.get("complete"),
         "rows": m.get("rows"),
         "schema": m.get("schema"),
+        "notes": [n for src in m.get("sources") or [] if isinstance(src, dict) for n in src.get("notes") or []]
+        + list(m.get("notes") or []),
         "num_shards": len(shards),
         "shards": shards,
         "buckets": m.get("buckets"),

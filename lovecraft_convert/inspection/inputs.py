@@ -217,6 +217,7 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
                 "format": s.format,
                 "compression": s.compression,
                 "size": s.size,
+                **{k: v for k, v in (s.notes or {}).items() if k in ("delimiter", "notes")},
             }
             for s in reader.specs
         ],  # fmt: skip

@@ -46,6 +46,7 @@ def format_text(r: dict[str, Any]) -> str:
             if k in i
         )
         out.append(f"{i['name']}: {i['format']}, {comp}, {size}{more}")
+        out.extend(f"note: {n}" for n in i.get("notes") or [])
     if r["rows_exact"]:
         out.append(f"rows: {number(r['rows'])}")
     else:
@@ -140,8 +141,15 @@ def _format_dataset(r: dict[str, Any]) -> str:
         if st.get("length_max") is not None:
             bits.append(f"length {number(st.get('length_min'))}..{number(st.get('length_max'))}")
         desc = f.get("kind") if f.get("kind") != "fixed" else _dtype_name(f.get("dtype"))
+        lg = f.get("logical")
+        if isinstance(lg, dict) and lg.get("type"):  # what the stored values stand for
+            unit = (
+                f"[{lg['unit']}{', ' + lg['tz'] if lg.get('tz') else ''}]" if lg.get("unit") not in (None, "D") else ""
+            )
+            desc = f"{lg['type']}{unit} (stored as {desc})"
         shape = f" {tuple(f.get('shape'))}" if f.get("shape") else ""
         out.append(f"  {f.get('name')}: {desc}{shape}  {'; '.join(bits)}".rstrip())
+    out.extend(f"note: {n}" for n in r.get("notes") or [])
     out.append(f"shards: {r['num_shards']}")
     for s in r["shards"][:8]:
         out.append(f"  {s['index']}: {number(s['rows'])} rows, {format_size(s['bytes'])}: {', '.join(s['files'])}")

@@ -444,5 +444,6 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
         float16=float16,
         sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
         **tokens_extra(out_plan),
+        **out_plan.extra(),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

@@ -6,6 +6,7 @@ count both, per column, and either refuse (naming the column and the row) or cli
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -236,6 +237,28 @@ class Downcast:
             elif dtype and floating and f.np_dtype.itemsize > np.dtype(dtype).itemsize:
                 targets[f.name] = dtype
         return cls(schema, targets, on_overflow) if targets else None
+
+    @staticmethod
+    def left_alone(schema: Schema, dtype: str | None, per_column: dict[str, str]) -> str | None:
+        """A note naming the integer columns ``--dtype`` leaves as they are (it narrows floating
+        columns: an integer's exactness is its point, unless the user says otherwise), and the way
+        to narrow them too; None when there are none."""
+        if not dtype:
+            return None
+        names = [
+            f.name
+            for f in schema
+            if f.kind in (FIXED, SEQUENCE) and f.np_dtype.kind in "iu" and f.name not in per_column
+        ]
+        if not names:
+            return None
+        shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+        prefix = os.path.commonprefix(names)
+        sel = f"'{prefix}*'" if len(names) > 1 and prefix else names[0]
+        return (
+            f"--dtype {dtype} narrows floating columns; integer columns are kept as they are: {shown} "
+            f"(to narrow them too: --column-type {sel}={dtype})"
+        )
 
     def _where(self, row: int, name: str) -> tuple[str, str, int | None, int]:
         """Where a (0-based, within this transform's stream) row is, for an error: (source, column,

@@ -276,7 +276,7 @@ CASES: dict[str, Case] = {
     "csv --skip-rows past the end": Case(_file("sk.csv", b"meta\na,b\n"), "hdf5", "Error: {d}/sk.csv: --skip-rows 5 skips past the end of the input (it has 2 lines); check --skip-rows", input_opts=["--skip-rows", "5"]),
     "csv only comments": Case(_file("oc.csv", b'# "a\n# b\n'), "parquet", "Error: {d}/oc.csv: empty input (no header, no rows); check the file", input_opts=["--comment", "#"]),
     "csv stray quote inside a field is a literal": Case(_file("inch.csv", b'a,size\n1,5"\n2,7\n'), "parquet", None, input_opts=["--column-type", "size=string"], check=_check_inch),
-    "csv duplicate column name": Case(_file("dup.csv", b"a,b,a\n1,2,3\n"), "parquet", "Error: {d}/dup.csv: column name 'a' appears twice in the header; rename one of them"),
+    "csv duplicate column name": Case(_file("dup.csv", b"a,b,a\n1,2,3\n"), "parquet", "Error: {d}/dup.csv: column name 'a' appears twice in the header; rename one of them, or name the columns with --column-names A,B,... --skip-rows 1"),
     "csv header only": Case(_file("h.csv", b"a,b,c\n"), "tfrecord", "Error: {d}/h.csv: no data rows (header only); check the file"),
     "csv header only with a bom": Case(_file("hb.csv", b"\xef\xbb\xbfa,b\n"), "parquet", "Error: {d}/hb.csv: no data rows (header only); check the file"),
     "csv empty": Case(_file("e.csv", b""), "memmap", "Error: {d}/e.csv: empty input (no header, no rows); check the file"),
