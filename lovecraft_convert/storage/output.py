@@ -21,7 +21,14 @@ An object store has no directory rename and no lock, so the manifest object is t
    local state from them and continues the same run id (only the spill frames of phase 1 are
    local: parts whose frames are missing are read again). ``--overwrite`` deletes the dead run's
    objects and unfinished uploads, and anything else is refused naming the unfinished run.
-   ``_resume/`` is deleted after the commit.
+   ``_resume/`` is deleted after the commit. A run killed after its commit but before that leaves
+   ``_partial.json`` naming the committed run: it is taken for what it is (never for a dead run
+   whose objects may be deleted), and ``--resume`` removes it with the ``_resume/`` state.
+
+Before anything, an output that is, holds or lies inside an input is refused (:mod:`.overlap`), and
+so is a prefix holding objects that are neither a dataset's nor a dead run's (they would be deleted
+as strays after the commit). Local scratch (``LOVECRAFT_SCRATCH``) is locked per run and what dead
+runs left there is removed as a run starts (:mod:`.scratch`).
 
 What a reader that ignores the manifest could see: a glob over ``<out>/**/*.parquet`` during a run
 sees the new run's objects appear one by one under ``run-<id>/`` (complete objects only: an object

@@ -27,13 +27,19 @@ def check_local(output: str, inputs: list[str]) -> None:
     real_out = os.path.realpath(out)
     out_chain = _identities(real_out)  # the output (when it exists) and every existing directory above it
     out_id = _identity(real_out)
+    # directory -> the identities of it and of every directory above it (many inputs share them)
+    above: dict[str, set[tuple[int, int]]] = {}
     for p in inputs:
         if p == "-" or is_remote(p):
             continue
         src = os.path.abspath(p)
         real_src = os.path.realpath(src)
         src_id = _identity(real_src)
-        inside_out = _within(real_src, real_out) or (out_id is not None and out_id in _identities(real_src))
+        parent = os.path.dirname(real_src)
+        if parent not in above:
+            above[parent] = _identities(parent)
+        chain = above[parent] | ({src_id} if src_id is not None else set())
+        inside_out = _within(real_src, real_out) or (out_id is not None and out_id in chain)
         if inside_out:
             raise OutputError(f"{out}: the output would replace the input {src}{_seen_as(out, real_out)}", hint=REPLACE)
         if os.path.isdir(real_src) and (_within(real_out, real_src) or (src_id is not None and src_id in out_chain)):
