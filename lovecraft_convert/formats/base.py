@@ -430,8 +430,36 @@ def py_str(s: str) -> str:
 
 
 def py_ident(name: str) -> str:
-    """A Python identifier made from a column name (for generated code)."""
-    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    if not s or s[0].isdigit():
+    """A Python identifier made from a column name (for generated code): characters an identifier
+    cannot hold become ``_``; a keyword gets a trailing ``_``."""
+    import keyword
+
+    s = "".join(c if ("_" + c).isidentifier() else "_" for c in name)
+    if not s.isidentifier():
         s = "_" + s
-    return s
+    return s + "_" if keyword.iskeyword(s) or keyword.issoftkeyword(s) else s
+
+
+class Idents:
+    """Distinct identifiers for the variables of generated code: two columns never share one
+    (``a.b`` and ``a_b``, or ``ﬁle`` and ``file``, which Python reads as one name), and none
+    shadows a name the code itself uses (``reserved``: ``np``, a file handle)."""
+
+    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
+        self.used = {self._key(r) for r in reserved}
+
+    @staticmethod
+    def _key(ident: str) -> str:
+        import unicodedata
+
+        return unicodedata.normalize("NFKC", ident)  # how Python compares identifiers
+
+    def take(self, name: str, suffixes: tuple[str, ...] = ("",)) -> str:
+        """A base identifier made from ``name`` such that base + each suffix is still free; all
+        of those are taken."""
+        base = py_ident(name)
+        cand, k = base, 2
+        while any(self._key(cand + sfx) in self.used for sfx in suffixes):
+            cand, k = f"{base}_{k}", k + 1
+        self.used.update(self._key(cand + sfx) for sfx in suffixes)
+        return cand

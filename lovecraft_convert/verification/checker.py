@@ -83,13 +83,11 @@ def _verify_remote(uri: str, against: list[str] | None, budget: int, progress: b
     judged there like a directory (sizes, digests, decoding), problems naming the objects' URIs;
     objects under the prefix that the manifest does not name are reported as strays."""
     import shutil
-    import tempfile
 
     from ..storage import dataset as remote
-    from ..storage.output import scratch_root
+    from ..storage import scratch
 
-    os.makedirs(scratch_root(), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="verify-", dir=scratch_root())
+    tmp, lock = scratch.new_dir("verify-")  # locked: a sweep (see storage/scratch.py) leaves it alone
     started = time.time()
     try:
         remote.copy_for_verify(uri, tmp)
@@ -108,6 +106,7 @@ def _verify_remote(uri: str, against: list[str] | None, budget: int, progress: b
                 v.add(rel, "stray", why)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        scratch.release(tmp, lock)
     v.report.seconds = time.time() - started
     return v.report
 
