@@ -43,7 +43,7 @@ class TfrecordFormat(OutputFormat):
         return {"feature_spec": unit_extra["tfrecord"]["feature_spec"]}
 
     def storage_dtype(self, field, manifest=None):
-        from .decode import storage_dtype
+        from .example import storage_dtype
 
         return storage_dtype(field)
 

@@ -1,0 +1,328 @@
+"""Decoding many ``tf.train.Example`` records as whole columns with NumPy: every column kind (text,
+bytes, float64 kept as bytes, float32, int64, fixed shapes and sequences), no Python per record.
+
+The records of a dataset we wrote have a layout we know: ``Example{features=1: Features{feature=1:
+map<string, Feature>}}``, one map entry per column in the order of the first record, each holding
+``key`` then ``value``, a Feature of one list, numbers packed, a bytes list of exactly one value.
+Only the lengths vary (text, sequences, integers of more or fewer varint bytes). So each level of
+nesting is read for all records at once: a varint per record is one gather (two to five for the
+rare long ones), every constant byte (tags, the column's name) is compared for all records in one
+operation, and every length is checked against where its message ends. A record that differs in
+anything makes :func:`decode_columns` answer None, and the caller decodes the records one by one
+with the general parser (which names the record and what is wrong).
+
+What makes a yes exact: every position only moves forward; each nested message must end exactly
+where its parent says; the last entry must end where the record does. A record that passes was
+read within its own bytes, field by field, as a protobuf parser reads it. Every key is compared
+(selected columns or not), so a repeated key, which protobuf resolves to its last value, is never
+taken for the first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...schema import BINARY, FIXED, STRING, Batch, Schema, VarColumn
+from .example import storage_dtype, varint
+
+_TAGS = {"bytes": 0x0A, "f64": 0x0A, "float": 0x12, "int64": 0x1A}
+_LENGTH_BYTES = 5  # a length varint of more bytes would be over 2^35: no record is that long
+_SMALL_GATHER = 64  # values per row up to which fixed-size values are gathered with an index array
+
+
+class _Layout(Exception):
+    """The records do not follow the expected layout (the caller decodes them one by one)."""
+
+
+def _varint_at(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[i]  # IndexError past the end
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("bad varint")
+
+
+def _entry_names(rec: bytes) -> list[str] | None:
+    """The keys of a record's feature-map entries, in order, or None when it is not laid out as ours
+    (one ``features`` field holding only entries, each starting with its key)."""
+    read_varint = _varint_at
+    try:
+        if not rec or rec[0] != 0x0A:
+            return None
+        n, i = read_varint(rec, 1)
+        if i + n != len(rec):
+            return None
+        names = []
+        while i < len(rec):
+            if rec[i] != 0x0A:
+                return None
+            n, i = read_varint(rec, i + 1)
+            end = i + n
+            if end > len(rec) or i >= end or rec[i] != 0x0A:
+                return None
+            k, j = read_varint(rec, i + 1)
+            if j + k > end:
+                return None
+            names.append(rec[j : j + k].decode("utf-8"))
+            i = end
+        return names if len(set(names)) == len(names) else None
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+class _Reader:
+    """One read position per record, in a copy of the records' bytes (padded, so that eight bytes can
+    be read at any position): a byte or an 8-byte word per record is one gather. Gathers are
+    clipped to the copy (a damaged length reads garbage, never out of bounds; the end checks then
+    fail)."""
+
+    def __init__(self, buf: np.ndarray, lo: int, hi: int) -> None:
+        self.buf = np.zeros(hi - lo + 16, dtype=np.uint8)
+        self.buf[: hi - lo] = buf[lo:hi]
+        self.words = np.ndarray((hi - lo + 9,), dtype="<u8", buffer=self.buf, strides=(1,))
+
+    def at(self, pos: np.ndarray) -> np.ndarray:
+        return np.take(self.buf, pos, mode="clip")
+
+    def word(self, pos: np.ndarray) -> np.ndarray:
+        """The eight bytes at each position, as a little-endian uint64 (indexing, not ``take``,
+        which would copy the overlapping view first)."""
+        return self.words[np.minimum(pos, len(self.words) - 1)]
+
+    def expect(self, pos: np.ndarray, byte: int) -> None:
+        if not (self.at(pos) == byte).all():
+            raise _Layout
+
+    def expect_bytes(self, pos: np.ndarray, const: bytes) -> None:
+        for i in range(0, len(const), 8):
+            piece = const[i : i + 8]
+            mask = np.uint64((1 << (8 * len(piece))) - 1)
+            want = np.uint64(int.from_bytes(piece, "little"))
+            if not ((self.word(pos + i) & mask) == want).all():
+                raise _Layout
+
+    def length(self, pos: np.ndarray, first: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The varint at each position (a length: at most five bytes) and the position after it
+        (``first``: its first byte, when read already)."""
+        b = self.at(pos) if first is None else first
+        more = b >= 0x80
+        if not more.any():
+            return b.astype(np.int64), pos + 1
+        value = (b & 0x7F).astype(np.int64)
+        width = np.ones(len(pos), dtype=np.int64)
+        for j in range(1, _LENGTH_BYTES):
+            b = self.at(pos + j)
+            value |= np.where(more, (b & 0x7F).astype(np.int64) << (7 * j), 0)
+            width += more
+            more &= b >= 0x80
+            if not more.any():
+                return value, pos + width
+        raise _Layout
+
+
+def _check(ok: np.ndarray | bool) -> None:
+    if not np.all(ok):
+        raise _Layout
+
+
+def _gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The bytes ``buf[starts[i]:starts[i] + lens[i]]`` of every row, back to back (uint8): one
+    Arrow ``take`` (the rows are the odd elements of a binary array over the whole buffer)."""
+    n = len(starts)
+    total = int(lens.sum()) if n else 0
+    if total == 0:
+        return np.zeros(0, dtype=np.uint8)
+    import pyarrow as pa
+
+    bounds = np.empty(2 * n + 1, dtype=np.int64)
+    bounds[0] = 0
+    bounds[1::2] = starts
+    bounds[2::2] = starts + lens
+    if bounds[-1] < len(buf):  # a last element to the end of the buffer: the offsets then cover it
+        bounds = np.append(bounds, len(buf))
+    arr = pa.Array.from_buffers(
+        pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(np.ascontiguousarray(buf))]
+    )
+    rows = arr.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64)))
+    offs, data = rows.buffers()[1:]
+    return np.frombuffer(data, dtype=np.uint8, count=total, offset=int(np.frombuffer(offs, np.int64, 1)[0]))
+
+
+def _fixed_bytes(buf: np.ndarray, starts: np.ndarray, nbytes: int) -> np.ndarray:
+    """``nbytes`` bytes at each start, as a 2-D uint8 array (rows, nbytes)."""
+    if nbytes <= _SMALL_GATHER:
+        return np.take(buf, starts[:, None] + np.arange(nbytes))
+    return _gather(buf, starts, np.full(len(starts), nbytes, dtype=np.int64)).reshape(len(starts), nbytes)
+
+
+def _scalar_varints(r: _Reader, at: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """One varint per row, exactly ``width`` bytes long (1 to 10) at ``at``, as int64."""
+    if len(width) and (width.min() < 1 or width.max() > 10):
+        raise _Layout
+    b = r.at(at)
+    if (width == 1).all():
+        _check(b < 0x80)
+        return b.astype(np.int64)
+    acc = np.zeros(len(at), dtype=np.uint64)
+    for j in range(int(width.max())):
+        b = r.at(at + j) if j else b
+        live = width > j
+        _check((b[live] >= 0x80) == (width[live] > j + 1))  # continuation exactly until the last byte
+        acc |= np.where(live, (b & 0x7F).astype(np.uint64) << np.uint64(7 * j), np.uint64(0))
+    return acc.view(np.int64)
+
+
+def _packed_varints(values: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Packed varints (rows of ``size`` bytes, back to back) -> (int64 values, count per row)."""
+    n = len(size)
+    if not len(values):
+        return np.zeros(0, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    is_end = values < 0x80
+    row_end = np.cumsum(size)
+    _check(is_end[row_end[size > 0] - 1])  # every row's last varint ends inside the row
+    ends_at = np.flatnonzero(is_end)
+    first = np.concatenate(([0], ends_at[:-1] + 1))
+    width = ends_at - first + 1
+    _check(width.max() <= 10)
+    shift = (7 * (np.arange(len(values), dtype=np.int64) - np.repeat(first, width))).astype(np.uint64)
+    parts = (values & 0x7F).astype(np.uint64) << shift
+    vals = np.bitwise_or.reduceat(parts, first)
+    counts = np.bincount(np.searchsorted(row_end, ends_at, side="right"), minlength=n).astype(np.int64)
+    return vals.view(np.int64), counts
+
+
+def decode_columns(
+    buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, schema: Schema, kinds: dict[str, str], strict: bool
+) -> Batch | None:
+    """Records ``buf[starts[i]:starts[i] + lens[i]]`` (uint8 buffer, in increasing order) as the
+    schema's columns, values as :func:`.example.storage_dtype` says; None when any record is not
+    laid out as ours, or lacks a column (``strict``: or holds another)."""
+    n = len(starts)
+    if n == 0:
+        return None
+    first = bytes(buf[int(starts[0]) : int(starts[0] + lens[0])])
+    names = _entry_names(first)
+    wanted = set(schema.names)
+    if names is None or not wanted <= set(names) or (strict and len(names) != len(wanted)):
+        return None
+    lo, hi = int(starts[0]), int(starts[-1] + lens[-1])
+    try:
+        r = _Reader(buf, lo, hi)
+        return _decode(r, starts - lo, starts + lens - lo, names, schema, kinds)
+    except _Layout:
+        return None
+
+
+_LOW = np.uint64(0xFF)
+_FAST = np.uint64(0x80_0080_0080)  # continuation bits of bytes 0, 2 and 4 of a word
+
+
+def _decode(r: _Reader, starts, ends, names: list[str], schema: Schema, kinds: dict[str, str]) -> Batch:
+    n = len(starts)
+    r.expect(starts, 0x0A)
+    body, p = r.length(starts + 1)
+    _check(p + body == ends)
+    wanted = set(schema.names)
+    spans = {}
+    for name in names:
+        # entry: 0x0A len | key: 0x0A len name | value: 0x12 len Feature, and nothing else
+        w = r.word(p)
+        _check((w & _LOW) == 0x0A)
+        b = ((w >> np.uint64(8)) & _LOW).astype(np.int64)
+        size, q = (b, p + 2) if (b < 0x80).all() else r.length(p + 1)
+        end = q + size
+        key = name.encode()
+        head = b"\x0a" + varint(len(key)) + key + b"\x12"
+        r.expect_bytes(q, head)
+        q += len(head)
+        # the Feature's length, its list's tag and length, the packed field's tag and length:
+        # one word when the three lengths take a byte each (short values), else byte by byte
+        v = r.word(q)
+        if not (v & _FAST).any():
+            feat = (v & _LOW).astype(np.int64)
+            _check(q + 1 + feat == end)
+            if name not in wanted:  # another column: its Feature is not read
+                p = end
+                continue
+            kind = kinds[name]
+            _check(((v >> np.uint64(8)) & _LOW) == _TAGS[kind])
+            lst = ((v >> np.uint64(16)) & _LOW).astype(np.int64)
+            _check(q + 3 + lst == end)
+            has = lst > 0
+            nbytes = ((v >> np.uint64(32)) & _LOW).astype(np.int64)
+            if has.all():
+                _check(((v >> np.uint64(24)) & _LOW) == 0x0A)
+                at = q + 5
+            else:
+                _check(kind not in ("bytes", "f64"))
+                _check((((v >> np.uint64(24)) & _LOW) == 0x0A) | ~has)
+                nbytes = np.where(has, nbytes, 0)
+                at = np.where(has, q + 5, end)
+        else:
+            feat, q = r.length(q)
+            _check(q + feat == end)
+            if name not in wanted:
+                p = end
+                continue
+            kind = kinds[name]
+            nbytes, at = _list_payload(r, q, end, kind)
+        _check(at + nbytes == end)
+        spans[name] = (at, nbytes)
+        p = end
+    _check(p == ends)
+    return Batch({f.name: _column(r, f, kinds[f.name], *spans[f.name]) for f in schema}, n)
+
+
+def _list_payload(r: _Reader, q: np.ndarray, end: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """A Feature (from its list's tag at ``q``, ending at ``end``) of one list holding one packed
+    field or one bytes value: each row's payload size and where it starts."""
+    n = len(q)
+    r.expect(q, _TAGS[kind])
+    lst, q = r.length(q + 1)
+    _check(q + lst == end)
+    has = lst > 0
+    if kind in ("bytes", "f64"):
+        _check(has)
+    if has.all():
+        r.expect(q, 0x0A)
+        return r.length(q + 1)
+    nbytes, at = np.zeros(n, dtype=np.int64), end.copy()
+    if has.any():  # some empty number lists (sequences): read where there is a list
+        r.expect(q[has], 0x0A)
+        nbytes[has], at[has] = r.length(q[has] + 1)
+    return nbytes, at
+
+
+def _column(r: _Reader, f, kind: str, at: np.ndarray, nbytes: np.ndarray):
+    """One column's values from where each row's payload is (``at``, ``nbytes`` bytes)."""
+    buf = r.buf
+    n = len(at)
+    dt = storage_dtype(f)
+    if kind == "bytes":
+        _check(f.kind in (STRING, BINARY))
+        offs = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(nbytes, out=offs[1:])
+        return VarColumn(_gather(buf, at, nbytes), offs)
+    if kind in ("float", "f64"):
+        width = 4 if kind == "float" else 8
+        little = "<f4" if kind == "float" else "<f8"
+        if f.kind == FIXED:
+            _check(nbytes == width * f.row_size)
+            raw = _fixed_bytes(buf, at, width * f.row_size)
+            return raw.view(little).astype(dt, copy=False).reshape((n, *f.shape))
+        _check(nbytes % width == 0)
+        values = _gather(buf, at, nbytes).view(little).astype(dt, copy=False)
+        return VarColumn(values, np.concatenate([[0], np.cumsum(nbytes // width)]).astype(np.int64))
+    if f.kind == FIXED and f.row_size == 1:
+        return _scalar_varints(r, at, nbytes).astype(dt, copy=False).reshape((n, *f.shape))
+    values, counts = _packed_varints(_gather(buf, at, nbytes), nbytes)
+    values = values.astype(dt, copy=False)
+    if f.kind == FIXED:
+        _check(counts == f.row_size)
+        return values.reshape((n, *f.shape))
+    return VarColumn(values, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
