@@ -27,7 +27,7 @@ import numpy as np
 
 from ..engine.pipeline import prefetch
 from ..schema import Batch, VarColumn
-from .common import Group, Permutation
+from .common import Group, Permutation, text_as_objects
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dataset import Dataset
@@ -117,7 +117,7 @@ class RangeCursor(Cursor):
         while lo < hi:
             if not self.lo <= lo < self.hi:
                 self.lo, self.hi = lo, min(self.g.rows, max(hi, lo + self.chunk))
-                self.buf = read_range(self.ds, self.g, self.lo, self.hi)
+                self.buf = text_as_objects(read_range(self.ds, self.g, self.lo, self.hi), self.g.schema)
             b = min(hi, self.hi)
             pieces.append(self.buf.slice(lo - self.lo, b - self.lo))
             lo = b
@@ -149,7 +149,8 @@ class StreamCursor(Cursor):
         for p in g.parts[k:]:
             a = max(0, at - p.start)
             if a < p.rows:
-                yield from self.ds.reader(g, p).chunks(a, p.rows, self.chunk, None)
+                for b in self.ds.reader(g, p).chunks(a, p.rows, self.chunk, None):
+                    yield text_as_objects(b, g.schema)
 
     def rows(self, lo: int, hi: int) -> Batch:
         if self.it is None or lo < self.lo or lo > self.hi + 4 * self.chunk:
@@ -260,7 +261,7 @@ class BlockCursor(Cursor):
             where = np.full(hi - lo, -1, dtype=np.int64)
             where[need] = np.arange(len(need), dtype=np.int64)
         batch = pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
-        return Window(w, lo, hi, perm, batch, where)
+        return Window(w, lo, hi, perm, text_as_objects(batch, self.g.schema), where)
 
     def _read(self, j: int, rows: np.ndarray | None) -> Batch:
         p = self.g.parts[int(self.layout.part[j])]

@@ -76,23 +76,28 @@ def _entry_names(rec: bytes) -> list[str] | None:
 
 
 class _Reader:
-    """One read position per record, in a copy of the records' bytes (padded, so that eight bytes can
-    be read at any position): a byte or an 8-byte word per record is one gather. Gathers are
-    clipped to the copy (a damaged length reads garbage, never out of bounds; the end checks then
-    fail)."""
+    """One read position per record: a byte or an 8-byte word per record is one gather. Words are
+    read through an overlapping view (one per byte position), so the buffer must have eight bytes
+    after any position read: the records' own buffer when it has them after the last record (a
+    span's buffer usually holds the next record's start), else a padded copy of the records' bytes
+    (``base``: what positions lose). A damaged length sends a position out of bounds: IndexError,
+    which the caller takes as "not our layout"."""
 
     def __init__(self, buf: np.ndarray, lo: int, hi: int) -> None:
-        self.buf = np.zeros(hi - lo + 16, dtype=np.uint8)
-        self.buf[: hi - lo] = buf[lo:hi]
-        self.words = np.ndarray((hi - lo + 9,), dtype="<u8", buffer=self.buf, strides=(1,))
+        if hi + 8 <= len(buf):
+            self.buf, self.base = buf, 0
+        else:
+            self.buf, self.base = np.zeros(hi - lo + 16, dtype=np.uint8), lo
+            self.buf[: hi - lo] = buf[lo:hi]
+        self.words = np.ndarray((len(self.buf) - 7,), dtype="<u8", buffer=self.buf, strides=(1,))
 
     def at(self, pos: np.ndarray) -> np.ndarray:
-        return np.take(self.buf, pos, mode="clip")
+        return np.take(self.buf, pos)
 
     def word(self, pos: np.ndarray) -> np.ndarray:
         """The eight bytes at each position, as a little-endian uint64 (indexing, not ``take``,
         which would copy the overlapping view first)."""
-        return self.words[np.minimum(pos, len(self.words) - 1)]
+        return self.words[pos]
 
     def expect(self, pos: np.ndarray, byte: int) -> None:
         if not (self.at(pos) == byte).all():
@@ -153,24 +158,35 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray
     return np.frombuffer(data, dtype=np.uint8, count=total, offset=int(np.frombuffer(offs, np.int64, 1)[0]))
 
 
-def _fixed_bytes(buf: np.ndarray, starts: np.ndarray, nbytes: int) -> np.ndarray:
-    """``nbytes`` bytes at each start, as a 2-D uint8 array (rows, nbytes)."""
+def _fixed_bytes(r: _Reader, starts: np.ndarray, nbytes: int) -> np.ndarray:
+    """``nbytes`` bytes at each start, as a 2-D uint8 array (rows, nbytes): a word per row for up
+    to eight, an index array for a few words, Arrow for more."""
+    n = len(starts)
+    if nbytes <= 8:
+        return r.word(starts).view(np.uint8).reshape(n, 8)[:, :nbytes]
     if nbytes <= _SMALL_GATHER:
-        return np.take(buf, starts[:, None] + np.arange(nbytes))
-    return _gather(buf, starts, np.full(len(starts), nbytes, dtype=np.int64)).reshape(len(starts), nbytes)
+        return np.take(r.buf, starts[:, None] + np.arange(nbytes))
+    return _gather(r.buf, starts, np.full(n, nbytes, dtype=np.int64)).reshape(n, nbytes)
 
 
-def _scalar_varints(r: _Reader, at: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """One varint per row, exactly ``width`` bytes long (1 to 10) at ``at``, as int64."""
+def _scalar_varints(r: _Reader, at: np.ndarray, width: np.ndarray, v: np.ndarray | None) -> np.ndarray:
+    """One varint per row, exactly ``width`` bytes long (1 to 10) at ``at``, as int64 (``v``: the
+    word that holds the first three, as bytes 5 to 7, when read already)."""
     if len(width) and (width.min() < 1 or width.max() > 10):
         raise _Layout
-    b = r.at(at)
+
+    def byte(j: int) -> np.ndarray:
+        if v is not None and j < 3:
+            return ((v >> np.uint64(40 + 8 * j)) & _LOW).astype(np.uint8)
+        return r.at(at + j)
+
+    b = byte(0)
     if (width == 1).all():
         _check(b < 0x80)
         return b.astype(np.int64)
     acc = np.zeros(len(at), dtype=np.uint64)
     for j in range(int(width.max())):
-        b = r.at(at + j) if j else b
+        b = byte(j) if j else b
         live = width > j
         _check((b[live] >= 0x80) == (width[live] > j + 1))  # continuation exactly until the last byte
         acc |= np.where(live, (b & 0x7F).astype(np.uint64) << np.uint64(7 * j), np.uint64(0))
@@ -213,13 +229,13 @@ def decode_columns(
     lo, hi = int(starts[0]), int(starts[-1] + lens[-1])
     try:
         r = _Reader(buf, lo, hi)
-        return _decode(r, starts - lo, starts + lens - lo, names, schema, kinds)
-    except _Layout:
+        return _decode(r, starts - r.base, starts + lens - r.base, names, schema, kinds)
+    except (_Layout, IndexError):
         return None
 
 
 _LOW = np.uint64(0xFF)
-_FAST = np.uint64(0x80_0080_0080)  # continuation bits of bytes 0, 2 and 4 of a word
+_LOW5 = np.uint64((1 << 40) - 1)
 
 
 def _decode(r: _Reader, starts, ends, names: list[str], schema: Schema, kinds: dict[str, str]) -> Batch:
@@ -230,57 +246,57 @@ def _decode(r: _Reader, starts, ends, names: list[str], schema: Schema, kinds: d
     wanted = set(schema.names)
     spans = {}
     for name in names:
-        # entry: 0x0A len | key: 0x0A len name | value: 0x12 len Feature, and nothing else
-        w = r.word(p)
-        _check((w & _LOW) == 0x0A)
-        b = ((w >> np.uint64(8)) & _LOW).astype(np.int64)
-        size, q = (b, p + 2) if (b < 0x80).all() else r.length(p + 1)
-        end = q + size
+        # entry: 0x0A size | key: 0x0A len name | value: 0x12 len Feature, and nothing else
         key = name.encode()
         head = b"\x0a" + varint(len(key)) + key + b"\x12"
-        r.expect_bytes(q, head)
-        q += len(head)
-        # the Feature's length, its list's tag and length, the packed field's tag and length:
-        # one word when the three lengths take a byte each (short values), else byte by byte
-        v = r.word(q)
-        if not (v & _FAST).any():
-            feat = (v & _LOW).astype(np.int64)
-            _check(q + 1 + feat == end)
-            if name not in wanted:  # another column: its Feature is not read
-                p = end
-                continue
-            kind = kinds[name]
-            _check(((v >> np.uint64(8)) & _LOW) == _TAGS[kind])
-            lst = ((v >> np.uint64(16)) & _LOW).astype(np.int64)
-            _check(q + 3 + lst == end)
-            has = lst > 0
-            nbytes = ((v >> np.uint64(32)) & _LOW).astype(np.int64)
-            if has.all():
-                _check(((v >> np.uint64(24)) & _LOW) == 0x0A)
-                at = q + 5
-            else:
-                _check(kind not in ("bytes", "f64"))
-                _check((((v >> np.uint64(24)) & _LOW) == 0x0A) | ~has)
-                nbytes = np.where(has, nbytes, 0)
-                at = np.where(has, q + 5, end)
+        w = r.word(p)
+        size = (w >> np.uint64(8)) & _LOW
+        if (size < 0x80).all():  # a one-byte size: the word holds the entry's tag and the head's start
+            m = min(6, len(head))
+            mask = np.uint64(0xFF | (((1 << (8 * m)) - 1) << 16))
+            _check((w & mask) == np.uint64(0x0A | (int.from_bytes(head[:m], "little") << 16)))
+            if len(head) > m:
+                r.expect_bytes(p + 2 + m, head[m:])
+            q = p + (2 + len(head))
+            end = p + 2 + size.astype(np.int64)
         else:
-            feat, q = r.length(q)
-            _check(q + feat == end)
-            if name not in wanted:
-                p = end
-                continue
-            kind = kinds[name]
-            nbytes, at = _list_payload(r, q, end, kind)
-        _check(at + nbytes == end)
-        spans[name] = (at, nbytes)
+            _check((w & _LOW) == 0x0A)
+            size, q = r.length(p + 1)
+            r.expect_bytes(q, head)
+            end = q + size
+            q = q + len(head)
         p = end
+        # The Feature: its size, its list's tag and size, the packed field's (or bytes value's) tag
+        # and size. When they take a byte each (values under ~120 bytes), they are the first five
+        # bytes of a word, and all follow from where the entry ends: one comparison checks them.
+        v = r.word(q)
+        e = end - q - 1  # the Feature's size, if it takes one byte
+        if name not in wanted:  # another column: its Feature is not read, only its size checked
+            if not ((v & _LOW).astype(np.int64) == e).all():
+                feat, q = r.length(q)
+                _check(q + feat == end)
+            continue
+        kind = kinds[name]
+        small = ((e - 4).astype(np.uint64) <= np.uint64(123)).all()
+        if small:
+            eu = e.astype(np.uint64)
+            want = eu | ((eu - np.uint64(2)) << np.uint64(16)) | ((eu - np.uint64(4)) << np.uint64(32))
+            small = ((v & _LOW5) == (want | np.uint64((_TAGS[kind] << 8) | (0x0A << 24)))).all()
+        if small:
+            spans[name] = (q + 5, e - 4, v)
+            continue
+        feat, q = r.length(q)
+        _check(q + feat == end)
+        at, nbytes = _list_payload(r, q, end, kind)
+        _check(at + nbytes == end)
+        spans[name] = (at, nbytes, None)
     _check(p == ends)
     return Batch({f.name: _column(r, f, kinds[f.name], *spans[f.name]) for f in schema}, n)
 
 
 def _list_payload(r: _Reader, q: np.ndarray, end: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """A Feature (from its list's tag at ``q``, ending at ``end``) of one list holding one packed
-    field or one bytes value: each row's payload size and where it starts."""
+    field or one bytes value: where each row's payload starts, and its size."""
     n = len(q)
     r.expect(q, _TAGS[kind])
     lst, q = r.length(q + 1)
@@ -290,16 +306,18 @@ def _list_payload(r: _Reader, q: np.ndarray, end: np.ndarray, kind: str) -> tupl
         _check(has)
     if has.all():
         r.expect(q, 0x0A)
-        return r.length(q + 1)
+        nbytes, at = r.length(q + 1)
+        return at, nbytes
     nbytes, at = np.zeros(n, dtype=np.int64), end.copy()
     if has.any():  # some empty number lists (sequences): read where there is a list
         r.expect(q[has], 0x0A)
         nbytes[has], at[has] = r.length(q[has] + 1)
-    return nbytes, at
+    return at, nbytes
 
 
-def _column(r: _Reader, f, kind: str, at: np.ndarray, nbytes: np.ndarray):
-    """One column's values from where each row's payload is (``at``, ``nbytes`` bytes)."""
+def _column(r: _Reader, f, kind: str, at: np.ndarray, nbytes: np.ndarray, v: np.ndarray | None):
+    """One column's values from where each row's payload is (``at``, ``nbytes`` bytes; ``v``: the
+    word read before it, whose bytes 5 to 7 are its first three)."""
     buf = r.buf
     n = len(at)
     dt = storage_dtype(f)
@@ -313,13 +331,16 @@ def _column(r: _Reader, f, kind: str, at: np.ndarray, nbytes: np.ndarray):
         little = "<f4" if kind == "float" else "<f8"
         if f.kind == FIXED:
             _check(nbytes == width * f.row_size)
-            raw = _fixed_bytes(buf, at, width * f.row_size)
+            if f.row_size == 1:  # one word per row
+                w = r.word(at) if width == 8 else (r.word(at) & np.uint64(0xFFFFFFFF)).astype("<u4")
+                return w.view(little).astype(dt, copy=False).reshape((n, *f.shape))
+            raw = np.ascontiguousarray(_fixed_bytes(r, at, width * f.row_size))
             return raw.view(little).astype(dt, copy=False).reshape((n, *f.shape))
         _check(nbytes % width == 0)
         values = _gather(buf, at, nbytes).view(little).astype(dt, copy=False)
         return VarColumn(values, np.concatenate([[0], np.cumsum(nbytes // width)]).astype(np.int64))
     if f.kind == FIXED and f.row_size == 1:
-        return _scalar_varints(r, at, nbytes).astype(dt, copy=False).reshape((n, *f.shape))
+        return _scalar_varints(r, at, nbytes, v).astype(dt, copy=False).reshape((n, *f.shape))
     values, counts = _packed_varints(_gather(buf, at, nbytes), nbytes)
     values = values.astype(dt, copy=False)
     if f.kind == FIXED:

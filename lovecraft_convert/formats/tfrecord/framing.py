@@ -282,27 +282,30 @@ def record_count(path: str, compression: str | None = None) -> int:
     return sum(len(recs) for _, recs in runs.runs(0, 1 << 62))
 
 
-_HEAD = struct.Struct("<QI")
+_LENGTH = struct.Struct("<Q")
 
 
 def _walk(buf: bytes, pos: int, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The records that lie whole in ``buf`` from ``pos`` on (at least the first, which the caller
     has checked; at most ``limit``): where each starts, its length and its stored length CRC. The
-    one loop a variable-length stream costs per record; everything else is vectorised."""
-    heads, lens, words = [], [], []
+    one loop a variable-length stream costs per record (a length read and an append); everything
+    else is vectorised."""
+    heads: list[int] = []
+    append = heads.append
+    unpack = _LENGTH.unpack_from
     end = len(buf)
-    unpack = _HEAD.unpack_from
-    while limit > 0 and end - pos >= 12:
-        L, w = unpack(buf, pos)
-        nxt = pos + L + 16
+    last = end - 12  # a header must fit
+    while limit > 0 and pos <= last:
+        nxt = pos + unpack(buf, pos)[0] + 16
         if nxt > end:
             break
-        heads.append(pos)
-        lens.append(L)
-        words.append(w)
+        append(pos)
         pos = nxt
         limit -= 1
-    return np.array(heads, np.int64), np.array(lens, np.int64), np.array(words, np.uint32)
+    starts = np.array(heads, dtype=np.int64)
+    tail = np.append(starts[1:], pos) if len(starts) else starts
+    head = np.frombuffer(buf, dtype=np.uint8)[starts[:, None] + np.arange(8, 12)]
+    return starts, tail - starts - 16, head.view("<u4").ravel()
 
 
 class Records:
