@@ -369,8 +369,10 @@ class OutputFormat:
             )
         return mine[0]
 
-    def tf_dataset(self, ds, plan, input_context) -> tuple[Any, int] | None:
-        """A native tf.data pipeline and its batch count, or None to use the generic one."""
+    def tf_dataset(self, ds, plan, input_context, start: tuple[int, int] = (0, 0)) -> tuple[Any, int] | None:
+        """A native tf.data pipeline of ``plan``'s batches from ``start = (epoch, position)`` (each
+        further pass the next epoch) and the batch count of its first pass, or None to use the
+        generic one. Called for datasets that are not bucketed."""
         return None
 
     # -- verify -------------------------------------------------------------------------------

@@ -354,6 +354,22 @@ class Records:
         out.matrix = None if self.matrix is None else self.matrix[a:b]
         return out
 
+    def objects(self) -> np.ndarray:
+        """The records as an object array of ``bytes``, made by Arrow (the records are the odd
+        elements of a binary array over the buffer)."""
+        import pyarrow as pa
+
+        n = len(self)
+        if not n:
+            return np.empty(0, dtype=object)
+        bounds = np.empty(2 * n + 2, dtype=np.int64)
+        bounds[0] = 0
+        bounds[1:-1:2] = self.starts
+        bounds[2:-1:2] = self.starts + self.lens
+        bounds[-1] = len(self.buf)
+        arr = pa.Array.from_buffers(pa.large_binary(), 2 * n + 1, [None, pa.py_buffer(bounds), pa.py_buffer(self.buf)])
+        return arr.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64))).to_numpy(zero_copy_only=False)
+
     def payloads(self) -> list[bytes]:
         mv = memoryview(self.buf)
         return [bytes(mv[a : a + n]) for a, n in zip(self.starts.tolist(), self.lens.tolist(), strict=True)]

@@ -26,6 +26,8 @@ from .blocks import block_records_for, decode_blocks, scan_index
 from .decode import decode_fixed, decode_records, decode_span, kinds_of
 from .framing import RecordRuns, Records
 
+RECORD = "record"  # the column of a records reader's batches
+
 
 class TfrecordReader(PartReader):
     """One ``.tfrecord`` / ``.tfrecord.gz`` file of ``tf.train.Example`` records."""
@@ -39,8 +41,10 @@ class TfrecordReader(PartReader):
         strict: bool = False,
         *,
         blocks: dict | None = None,
+        raw: bool = False,
     ) -> None:
         super().__init__(rows, schema)
+        self.raw = raw  # records undecoded: one column RECORD of serialized Examples (bytes objects)
         self.path = path
         self.gzip = (compression or "").upper() == "GZIP" or path.endswith(".gz")
         self.kinds = kinds_of(schema)
@@ -51,6 +55,12 @@ class TfrecordReader(PartReader):
         self._offsets: np.ndarray | None = None
         self._indexed = False
         self._layouts: dict = {}
+
+    def records_reader(self) -> TfrecordReader:
+        """A reader of the same file whose batches are the records themselves, undecoded (both CRCs
+        checked): one column :data:`RECORD` of ``bytes`` (what ``tf.io.parse_example`` takes)."""
+        compression = "GZIP" if self.gzip else None
+        return TfrecordReader(self.rows, self.schema, self.path, compression, blocks=self._blocks, raw=True)
 
     # -- blocks -------------------------------------------------------------------------------
 
@@ -106,12 +116,16 @@ class TfrecordReader(PartReader):
             pieces.append(self._records(recs))
             at += n
         if not pieces:
+            if self.raw:
+                return Batch({RECORD: np.empty(0, dtype=object)}, 0)
             return decode_records([], self.schema, where=self.path, first=first + 1, strict=self.strict)
         return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
 
     def _records(self, recs: Records) -> Batch:
         """Decoded records: a run of one length through the fixed-layout decoder when the columns are
         all fixed-shape numbers, anything else as whole columns (or one by one)."""
+        if self.raw:
+            return Batch({RECORD: recs.objects()}, len(recs))
         if recs.matrix is not None and self.all_fixed:
             batch = decode_fixed(recs.matrix, self.schema, self.kinds, self._layouts, self.path)
             if batch is not None:
