@@ -90,50 +90,70 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
 
 def parse_example(data: bytes) -> dict[str, tuple[str, list]]:
     """``{name: ("float"|"int64"|"bytes", values)}``; InputError on a malformed message."""
+    return {k: (kind or "bytes", v) for k, (kind, v) in _parse(data).items()}
+
+
+def _parse(data: bytes) -> dict[str, tuple[str | None, list]]:
+    """:func:`parse_example`, with None as the kind of a Feature that holds no list. Strict where
+    protobuf would merge or pick (as TensorFlow's own parser is): one ``features`` field, each map
+    entry one key then at most one value, each key once, each Feature at most one list, no unknown
+    fields; so that a record is either refused or read as TensorFlow reads it."""
     try:
-        out: dict[str, tuple[str, list]] = {}
-        for fno, _, features in _fields(data):
-            if fno != 1:
-                continue
-            for eno, _, entry in _fields(features):
-                if eno != 1:
-                    continue
-                key, value = "", b""
-                for k, _, v in _fields(entry):
-                    if k == 1:
-                        key = v.decode("utf-8")
-                    elif k == 2:
-                        value = v
-                out[key] = _feature(value)
+        out: dict[str, tuple[str | None, list]] = {}
+        for seen, (fno, wire, features) in enumerate(_fields(data)):
+            _want(fno, wire, 1)
+            if seen:
+                raise ValueError("features given twice")
+            for eno, wire, entry in _fields(features):
+                _want(eno, wire, 1)
+                parts = list(_fields(entry))
+                if [(k, w) for k, w, _ in parts] not in ([(1, 2)], [(1, 2), (2, 2)]):
+                    raise ValueError("a feature entry that is not one key and one value")
+                key = parts[0][2].decode("utf-8")
+                if key in out:
+                    raise ValueError(f"feature '{key}' given twice")
+                out[key] = _feature(parts[1][2] if len(parts) > 1 else b"")
         return out
     except (ValueError, UnicodeDecodeError, struct.error) as e:
         raise InputError(f"malformed tf.train.Example ({e})", hint="the record is corrupt") from None
 
 
-def _feature(buf: bytes) -> tuple[str, list]:
-    for kind_no, _, lst in _fields(buf):
-        kind = {1: "bytes", 2: "float", 3: "int64"}.get(kind_no)
-        if kind is None:
-            continue
-        values: list = []
-        for _, wire, v in _fields(lst):
-            if kind == "bytes":
-                values.append(bytes(v))
-            elif kind == "float":
-                if wire == 2:
-                    values.extend(np.frombuffer(v, dtype="<f4").tolist())
-                else:
-                    values.append(struct.unpack("<f", v)[0])
+def _want(field: int, wire: int, number: int, allowed: tuple[int, ...] = (2,)) -> None:
+    if field != number or wire not in allowed:
+        raise ValueError(f"unexpected field {field} (wire type {wire})")
+
+
+def _feature(buf: bytes) -> tuple[str | None, list]:
+    fields = list(_fields(buf))
+    if not fields:
+        return None, []
+    if len(fields) > 1 or fields[0][0] not in (1, 2, 3) or fields[0][1] != 2:
+        raise ValueError("a Feature that is not one list")
+    kind_no, _, lst = fields[0]
+    kind = {1: "bytes", 2: "float", 3: "int64"}[kind_no]
+    values: list = []
+    for no, wire, v in _fields(lst):
+        if kind == "bytes":
+            _want(no, wire, 1)
+            values.append(bytes(v))
+        elif kind == "float":
+            _want(no, wire, 1, (2, 5))
+            if wire == 2:
+                if len(v) % 4:
+                    raise ValueError("packed floats of a length not a multiple of 4")
+                values.extend(np.frombuffer(v, dtype="<f4").tolist())
             else:
-                if wire == 2:
-                    j = 0
-                    while j < len(v):
-                        x, j = _read_varint(v, j)
-                        values.append(x - (1 << 64) if x >= 1 << 63 else x)
-                else:
-                    values.append(v - (1 << 64) if v >= 1 << 63 else v)
-        return kind, values
-    return "bytes", []
+                values.append(struct.unpack("<f", v)[0])
+        else:
+            _want(no, wire, 1, (2, 0))
+            if wire == 2:
+                j = 0
+                while j < len(v):
+                    x, j = _read_varint(v, j)
+                    values.append(x - (1 << 64) if x >= 1 << 63 else x)
+            else:
+                values.append(v - (1 << 64) if v >= 1 << 63 else v)
+    return kind, values
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,7 +340,7 @@ def _one_by_one(records: list[bytes], ids: np.ndarray, schema: Schema, kinds: di
     per: dict[str, list] = {f.name: [] for f in schema}
     for index, data in zip(ids.tolist(), records, strict=True):
         try:
-            ex = parse_example(bytes(data))
+            ex = _parse(bytes(data))
         except InputError as e:
             raise DatasetError(f"record {index}: {e.one_line()}", where=where) from None
         for f in schema:
@@ -328,7 +348,7 @@ def _one_by_one(records: list[bytes], ids: np.ndarray, schema: Schema, kinds: di
             if got is None:
                 raise DatasetError(f"record {index} has no feature '{f.name}'", where=where, kind="schema")
             kind, vals = got
-            if kind != list_kind(kinds[f.name]) and vals:
+            if kind is not None and kind != list_kind(kinds[f.name]):
                 raise DatasetError(
                     f"record {index}: feature '{f.name}' is a {kind} list, expected {list_kind(kinds[f.name])}",
                     where=where,
