@@ -47,6 +47,7 @@ fuzz: $(FULL)
 bench: $(FULL)
 	$(PY) bench/lovecraft_bench.py
 	$(PY) bench/loader_bench.py
+	$(PY) bench/mixed_loader_bench.py
 	$(PY) bench/resume_bench.py
 	$(PY) bench/peer_loaders_bench.py
 
