@@ -261,7 +261,9 @@ class BlockCursor(Cursor):
             where = np.full(hi - lo, -1, dtype=np.int64)
             where[need] = np.arange(len(need), dtype=np.int64)
         batch = pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
-        return Window(w, lo, hi, perm, text_as_objects(batch, self.g.schema), where)
+        # text stays as bytes and offsets here (its objects would take several times the bytes the
+        # window is sized by); each batch's are made as it goes out
+        return Window(w, lo, hi, perm, batch, where)
 
     def _read(self, j: int, rows: np.ndarray | None) -> Batch:
         p = self.g.parts[int(self.layout.part[j])]
