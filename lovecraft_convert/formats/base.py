@@ -188,6 +188,12 @@ class PartReader:
             return self.read(a, b)
         return self.take(np.asarray(rows, dtype=np.int64) + a)
 
+    def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
+        """Several blocks (``(k, rows)`` pairs as :meth:`read_block` takes them), in that order, as
+        one batch (a format may decode them together)."""
+        pieces = [self.read_block(k, rows) for k, rows in blocks]
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+
     def read(self, start: int, stop: int) -> Batch:
         raise NotImplementedError
 

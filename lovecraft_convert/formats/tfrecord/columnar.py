@@ -7,7 +7,10 @@ map<string, Feature>}}``, one map entry per column in the order of the first rec
 Only the lengths vary (text, sequences, integers of more or fewer varint bytes). So each level of
 nesting is read for all records at once: a varint per record is one gather (two to five for the
 rare long ones), every constant byte (tags, the column's name) is compared for all records in one
-operation, and every length is checked against where its message ends. A record that differs in
+operation, and every length is checked against where its message ends. Most of an entry is read
+eight bytes at a time: one word holds its tag, its size and the start of its key; another, for
+values under ~120 bytes, the Feature's size, its list's tag and size and the packed field's tag
+and size, all of which follow from where the entry ends, so one comparison checks them. A record that differs in
 anything makes :func:`decode_columns` answer None, and the caller decodes the records one by one
 with the general parser (which names the record and what is wrong).
 
@@ -27,7 +30,7 @@ from .example import storage_dtype, varint
 
 _TAGS = {"bytes": 0x0A, "f64": 0x0A, "float": 0x12, "int64": 0x1A}
 _LENGTH_BYTES = 5  # a length varint of more bytes would be over 2^35: no record is that long
-_SMALL_GATHER = 64  # values per row up to which fixed-size values are gathered with an index array
+_SMALL_GATHER = 64  # bytes per row up to which fixed-size values are gathered with an index array
 
 
 class _Layout(Exception):
@@ -111,10 +114,9 @@ class _Reader:
             if not ((self.word(pos + i) & mask) == want).all():
                 raise _Layout
 
-    def length(self, pos: np.ndarray, first: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The varint at each position (a length: at most five bytes) and the position after it
-        (``first``: its first byte, when read already)."""
-        b = self.at(pos) if first is None else first
+    def length(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The varint at each position (a length: at most five bytes) and the position after it."""
+        b = self.at(pos)
         more = b >= 0x80
         if not more.any():
             return b.astype(np.int64), pos + 1

@@ -334,6 +334,25 @@ class Records:
         out.first = first
         return out
 
+    @classmethod
+    def concat(cls, parts: list[Records]) -> Records:
+        """The records of ``parts`` in one buffer (each part's bytes from its first record to its
+        last copied once), so that they are decoded together."""
+        parts = [r for r in parts if len(r)] or parts[:1]
+        if len(parts) == 1:
+            return parts[0]
+        regions, starts, base = [], [], 0
+        for r in parts:
+            a, b = int(r.starts[0]), int(r.starts[-1] + r.lens[-1])
+            regions.append(r.buf[a:b])
+            starts.append(r.starts - a + base)
+            base += b - a
+        lens = np.concatenate([r.lens for r in parts])
+        out = cls(np.concatenate(regions), np.concatenate(starts), lens)
+        out.ids = np.concatenate([r.indices() for r in parts])
+        out.first = int(out.ids[0])
+        return out
+
     def indices(self) -> np.ndarray:
         """The file's 0-based index of every record."""
         return self.ids if self.ids is not None else np.arange(self.first, self.first + len(self), dtype=np.int64)
