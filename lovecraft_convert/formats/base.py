@@ -188,6 +188,12 @@ class PartReader:
             return self.read(a, b)
         return self.take(np.asarray(rows, dtype=np.int64) + a)
 
+    def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
+        """Several blocks (``(k, rows)`` pairs as :meth:`read_block` takes them), in that order, as
+        one batch (a format may decode them together)."""
+        pieces = [self.read_block(k, rows) for k, rows in blocks]
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+
     def read(self, start: int, stop: int) -> Batch:
         raise NotImplementedError
 
@@ -369,8 +375,10 @@ class OutputFormat:
             )
         return mine[0]
 
-    def tf_dataset(self, ds, plan, input_context) -> tuple[Any, int] | None:
-        """A native tf.data pipeline and its batch count, or None to use the generic one."""
+    def tf_dataset(self, ds, plan, input_context, start: tuple[int, int] = (0, 0)) -> tuple[Any, int] | None:
+        """A native tf.data pipeline of ``plan``'s batches from ``start = (epoch, position)`` (each
+        further pass the next epoch) and the batch count of its first pass, or None to use the
+        generic one. Called for datasets that are not bucketed."""
         return None
 
     # -- verify -------------------------------------------------------------------------------

@@ -1,14 +1,15 @@
 """tf.data and Keras loaders. TensorFlow and Keras are imported here and nowhere else.
 
-* TFRecord datasets read in order go through ``tf.data.TFRecordDataset`` (shards interleaved, the
-  manifest's feature spec for ``tf.io.parse_example`` on whole batches, prefetch). The file list is
-  the pipeline's source, so tf.distribute's file-level auto-sharding (``AutoShardPolicy.FILE``/
-  ``AUTO``) splits the shards between workers.
-* Everything else (other formats, shuffled TFRecord, bucketed datasets, mixtures, and any pipeline
-  started from a saved ``state``) goes through ``Dataset.from_generator`` over the loader's own
-  order (:meth:`Plan.steps`) with an exact ``output_signature`` (dtypes and row shapes from the
-  schema; the batch dimension is static with ``drop_remainder=True``), so that a state means the
-  same batches here as in ``batches()`` and PyTorch. Each pass over the dataset (each Keras epoch)
+* TFRecord datasets are parsed by ``tf.io.parse_example`` (the manifest's feature spec, whole
+  batches): read in order, through ``tf.data.TFRecordDataset`` (shards in order; the file list
+  is the pipeline's source, so tf.distribute's file-level auto-sharding, ``AutoShardPolicy.FILE``/
+  ``AUTO``, splits the shards between workers); shuffled or from a saved ``state``, from batches
+  of serialized records in the loader's own order (see :mod:`..formats.tfrecord.tfdata`).
+* Everything else (other formats, bucketed datasets, mixtures) goes through
+  ``Dataset.from_generator`` over the loader's own order (:meth:`Plan.steps`) with an exact
+  ``output_signature`` (dtypes and row shapes from the schema; the batch dimension is static with
+  ``drop_remainder=True``), so that a state means the same batches here as in ``batches()`` and
+  PyTorch. Each pass over the dataset (each Keras epoch)
   is a new epoch of the loader: a new order when shuffling, the same for the same seed.
 * Under ``strategy.distribute_datasets_from_function``, pass ``input_context=``: each input
   pipeline then reads only its share (whole shards for TFRecord when there are enough of them).
@@ -133,8 +134,8 @@ def to_tf_dataset(
     fields = output_fields(plan, ds)
     xs, ys = _pick(list(fields), x, y)
     native = None
-    if not mixture and not ds.bucketed and not plan.mode and start == (0, 0):
-        native = ds.descriptor.tf_dataset(ds, plan, input_context)
+    if not mixture and not ds.bucketed:
+        native = ds.descriptor.tf_dataset(ds, plan, input_context, start)
     if native is not None:
         d, batches = native
     else:
