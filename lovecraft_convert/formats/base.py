@@ -61,6 +61,9 @@ class WriteOptions:
     row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
     expected_rows: int | None = None  # known up front (files can be preallocated), or None
     memory: int = 64 << 20  # what the writer may hold: per-column costs are sized from it / columns
+    # the dataset's files hold fixed 1-d columns whose widths differ from unit to unit (a padded
+    # bucket each): a format whose readers unify its files' schemas writes them as lists (Parquet)
+    widths_vary: bool = False
 
 
 class Writer:
