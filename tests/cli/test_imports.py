@@ -51,3 +51,20 @@ def test_conversions_do_not_import_pandas(tmp_path):
         "assert 'pandas' not in sys.modules, 'pandas imported'\n"
     )
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+
+
+def test_dir_lists_the_lazy_api():
+    """``dir(lovecraft_convert)`` (and so editors and ``help()``) lists ``open_dataset`` and every
+    name of ``__all__``, each of which resolves; listing them imports nothing heavy."""
+    code = (
+        "import sys, lovecraft_convert as lc;"
+        "names = dir(lc);"
+        "missing = [n for n in lc.__all__ if n not in names];"
+        "heavy = [m for m in ('h5py', 'pyarrow', 'numpy') if m in sys.modules];"
+        "print(missing, heavy, 'open_dataset' in names)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] [] True"
+    import lovecraft_convert as lc
+
+    assert all(getattr(lc, n) is not None for n in lc.__all__)
