@@ -42,12 +42,14 @@ def open_reader(
     threads: bool = True,
     columns: list[str] | None = None,
     lenient: bool = False,
+    text_column: str | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
     ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
     those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
-    instead of refusing them (``inspect``)."""
+    instead of refusing them (``inspect``); ``text_column``: the one of ``columns`` a tokenizer
+    reads (an input without it says so)."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = resolve_inputs(list(inputs), input_format)
@@ -74,6 +76,7 @@ def open_reader(
         threads=threads,
         columns=list(columns) if columns else None,
         lenient=lenient,
+        text_column=text_column,
     )
     reader = cls(specs, ropts)
     reader.format = kind

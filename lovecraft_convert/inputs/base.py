@@ -38,6 +38,7 @@ class ReadOptions:
     threads: bool = True  # False in shard workers: one process, one core
     piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)
     columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow, JSON Lines)
+    text_column: str | None = None  # one of ``columns``: the text a tokenizer reads (named so when missing)
     lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
 
 

@@ -83,6 +83,8 @@ class JsonlReader(Reader):
         self._is_nl = np.empty(0, dtype=bool)
         self._probe()
         self._settle()
+        if options.text_column is not None and options.text_column in self.pending:
+            self._check_pending()  # the text to tokenize is not in the first records: is it anywhere?
 
     # -- columns ------------------------------------------------------------------------------
 
@@ -542,6 +544,11 @@ class JsonlReader(Reader):
                 raise SchemaError(
                     f"--column-type {name}=...: no key '{name}' in {self.source_of(name)}",
                     hint=f"keys in the first records are {listed}",
+                )
+            if name == self.options.text_column:
+                raise SchemaError(
+                    f"{self.source_of(name)}: no column '{name}' to tokenize",
+                    hint=f"columns in the first records are {listed}; pass --column NAME",
                 )
             raise OptionsError(
                 f"--columns: no column '{name}' in {self.source_of(name)}",

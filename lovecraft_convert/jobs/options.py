@@ -150,8 +150,17 @@ class ConvertOptions:
             raise OptionsError(f"--skip-rows {self.skip_rows!r}: give a number of lines, 0 or more")
 
     def read_kwargs(self) -> dict[str, Any]:
-        """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give."""
-        return {k: getattr(self, k) for k in READ_KEYS}
+        """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give.
+
+        Tokenizing, the text column (``--column``, else ``text``) is read besides the ``--columns``
+        kept: ``--columns id --column body`` reads ``id`` and ``body`` and writes ``id`` and the
+        tokens of ``body``."""
+        kw = {k: getattr(self, k) for k in READ_KEYS}
+        if self.tokenizer is not None and self.columns:
+            text = self.column or "text"
+            kw["columns"] = list(dict.fromkeys([*self.columns, text]))
+            kw["text_column"] = text
+        return kw
 
 
 @dataclass
