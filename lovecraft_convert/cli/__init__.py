@@ -52,10 +52,12 @@ def cli() -> None:
     """Stream datasets larger than RAM into training-ready files.
 
     \b
-    Inputs: text (one record per line), CSV, NPY; plain or .gz/.bz2/.xz/.zst;
-    Parquet, Arrow IPC/Feather, Hugging Face save_to_disk directories, lovecraft datasets.
-    Outputs: memmap (.npy), hdf5, parquet, tfrecord; every output is a directory
-    with the data files and a _manifest.json that records what was written.
+    Inputs: text (one record per line), CSV, JSON Lines, JSON arrays, NPY;
+    plain or .gz/.bz2/.xz/.zst; NPZ, HDF5, Parquet, Arrow IPC/Feather,
+    Hugging Face save_to_disk directories, lovecraft datasets.
+    Outputs: memmap (.npy), hdf5, parquet, tfrecord, megatron (.bin/.idx token
+    files); every output is a directory with the data files and a _manifest.json
+    that records what was written.
     """
 
 

@@ -1,4 +1,5 @@
-"""Inputs: one module per input kind (text, CSV, JSON Lines, NPY), each a :class:`~.base.Reader` of bounded
+"""Inputs: one module per input kind (text, CSV, JSON Lines, JSON arrays, NPY, NPZ, HDF5, Parquet, Arrow,
+Hugging Face and lovecraft datasets), each a :class:`~.base.Reader` of bounded
 batches that can also split itself into parts for parallel workers.
 
 :func:`open_reader` resolves what the user named (paths, globs, ``-``), detects compression and

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import get as get_format
-from ..util import format_size, number
+from ..util import counted, format_size, number
 
 BAR = 40
 
@@ -39,10 +39,12 @@ def format_text(r: dict[str, Any]) -> str:
     out = []
     for i in r["inputs"]:
         comp = i["compression"] or "not compressed"
+        if not i["compression"] and i.get("compression_inside"):  # compressed inside the file's format
+            comp = f"{i['compression_inside']}-compressed inside"
         size = format_size(i["size"]) if i["size"] is not None else "size unknown"
         more = "".join(
-            f", {number(i[k])} {k.replace('_', ' ')}"
-            for k in ("row_groups", "record_batches", "files", "shards")
+            f", {counted(i[k], k.replace('_', ' ')[:-1])}"
+            for k in ("row_groups", "record_batches", "files", "shards", "arrays", "datasets")
             if k in i
         )
         out.append(f"{i['name']}: {i['format']}, {comp}, {size}{more}")

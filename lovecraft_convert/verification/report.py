@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..util import format_size
+from ..util import counted, format_size
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Report:
         what = "hashes, decoding, statistics" + (", source" if self.against else "")
         if self.ok:
             return (
-                f"ok: {self.path}: {self.format}, {self.rows:,} rows, {self.files} files, "
+                f"ok: {self.path}: {self.format}, {counted(self.rows, 'row')}, {counted(self.files, 'file')}, "
                 f"{format_size(self.bytes)} verified ({what}) in {self.seconds:.1f}s"
             )
         n = len(self.problems)

@@ -68,3 +68,27 @@ def test_dir_lists_the_lazy_api():
     import lovecraft_convert as lc
 
     assert all(getattr(lc, n) is not None for n in lc.__all__)
+
+
+# how `lovecraft --help` names each input kind (a new kind must be added here, and so to the help)
+HELP_NAMES = {
+    "text": "text (one record per line)", "csv": "CSV", "jsonl": "JSON Lines", "json": "JSON arrays", "npy": "NPY",
+    "npz": "NPZ", "hdf5": "HDF5", "parquet": "Parquet", "arrow": "Arrow IPC", "hf": "Hugging Face save_to_disk",
+    "dataset": "lovecraft datasets",
+}  # fmt: skip
+
+
+def test_help_names_every_input_kind_and_output_format():
+    from lovecraft_convert.formats import names as formats
+    from lovecraft_convert.inputs import names as kinds
+
+    out = subprocess.run(
+        [sys.executable, "-m", "lovecraft_convert", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    text = " ".join(out.split())
+    assert set(kinds()) == set(HELP_NAMES)
+    for kind in kinds():
+        assert HELP_NAMES[kind] in text, kind
+    outputs = text[text.index("Outputs:") :]
+    for fmt in formats():
+        assert fmt in outputs, fmt

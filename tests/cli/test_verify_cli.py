@@ -30,7 +30,7 @@ def test_intact_exits_0(dataset):
     out, _ = dataset
     r = lovecraft("verify", out)
     assert r.exit_code == 0
-    assert r.stdout.startswith(f"ok: {out}: parquet, 3,000 rows, 1 files, ")
+    assert r.stdout.startswith(f"ok: {out}: parquet, 3,000 rows, 1 file, ")
     assert "verified (hashes, decoding, statistics)" in r.stdout
     r = lovecraft("verify", out, "-q")
     assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
