@@ -403,6 +403,15 @@ class OutputFormat:
         """Problems of a file of :meth:`extra_files` (its size and hash are checked by verify)."""
         return []
 
+    def stray_reason(self, name: str) -> str | None:
+        """Why a file the manifest does not list (``name``: its path in the dataset) would change
+        what this format's readers read: ``verify`` reports it as a problem; None: only a warning
+        (a README, ``.DS_Store``). By default, a file of the format's own extensions, which a glob
+        of the dataset's files would take."""
+        if name.endswith(self.extensions):
+            return f"a {self.extensions[0]} file: a glob of the dataset's files would take it"
+        return None
+
     # -- inspect ------------------------------------------------------------------------------
 
     def load_snippets(self, path: str, manifest: dict) -> dict[str, str]:

@@ -68,6 +68,7 @@ class Reader:
     takes_csv_syntax = False  # --skip-rows and --comment apply (CSV)
     late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
+    columnar = False  # named columns, each read apart (Parquet, Arrow, HDF5): a job may read one alone
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         self.specs = specs

@@ -71,6 +71,7 @@ class SourceFile:
 
 class ColumnarReader(Reader):
     takes_column_types = True
+    columnar = True
     title = "Arrow"
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:

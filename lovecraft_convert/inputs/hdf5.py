@@ -34,6 +34,7 @@ def _open(h5py, path: str):
 
 class Hdf5Reader(Reader):
     random_rows = True
+    columnar = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         super().__init__(specs, options)

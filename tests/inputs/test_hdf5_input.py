@@ -134,3 +134,17 @@ def test_not_hdf5(tmp_path):
     r = lovecraft("convert", src, "-o", str(tmp_path / "out"), "--to", "parquet")
     assert r.exit_code == 1
     assert r.stderr.startswith(f"Error: {src}: not a readable HDF5 file (") and r.stderr.endswith("; check the file\n")
+
+
+def test_bucket_takes_a_variable_length_dataset(tmp_path):
+    src = str(tmp_path / "seqs.h5")
+    seqs = [np.arange(i % 25 + 1, dtype=np.int32) for i in range(400)]
+    with h5py.File(src, "w") as f:
+        f.create_dataset("ids", data=np.array(seqs, dtype=object), dtype=h5py.vlen_dtype(np.int32))
+        f["label"] = np.arange(400)
+    out = str(tmp_path / "b")
+    r = lovecraft("bucket", src, "-o", out, "--to", "parquet", "--num-buckets", "3", "--column", "ids", "-q")
+    assert r.exit_code == 0, r.stderr
+    t = pq.read_table(out)
+    got = sorted(tuple(x[:n]) for x, n in zip(t.column("ids").to_pylist(), t.column("length").to_pylist(), strict=True))
+    assert got == sorted(tuple(s.tolist()) for s in seqs)

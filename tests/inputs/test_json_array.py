@@ -165,3 +165,17 @@ def test_direct_errors_of_the_converter():
     with pytest.raises(InputError) as e:
         _lines(b"   ", [3])
     assert str(e.value) == "t.json: not a JSON array (no '['); pass --input-format jsonl or csv"
+
+
+def test_bucket_takes_the_text_of_a_json_array(tmp_path):
+    docs = [{"id": i, "text": "w" * (1 + i % 40)} for i in range(300)]
+    src = write(tmp_path / "docs.json", json.dumps(docs, indent=1).encode())
+    out = str(tmp_path / "b")
+    r = lovecraft("bucket", src, "-o", out, "--to", "parquet", "--num-buckets", "3", "-q")
+    assert r.exit_code == 0, r.stderr
+    t = pq.read_table(out)
+    got = sorted(
+        bytes(x[:n]).decode()
+        for x, n in zip(t.column("tokens").to_pylist(), t.column("length").to_pylist(), strict=True)
+    )
+    assert got == sorted(d["text"] for d in docs)
