@@ -74,6 +74,20 @@ def test_array_lines_give_each_element(elements, indent, sizes, ascii_only):
     assert _lines(data, sizes) == elements
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    elements=st.lists(
+        st.dictionaries(st.text('\\"[]{},: a\n', max_size=3), st.text('\\"[]{},: a\n\t', max_size=12), max_size=3),
+        max_size=5,
+    ),
+    sizes=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+)
+def test_escapes_and_brackets_inside_strings_split_anywhere(elements, sizes):
+    """Runs of backslashes, escaped quotes and brackets in keys and values, cut between any two bytes."""
+    data = json.dumps(elements).encode()
+    assert _lines(data, sizes) == elements
+
+
 def test_cars_json_converts_as_json_load_reads_it(tmp_path):
     src = write(tmp_path / "cars.json", json.dumps(CARS * 50, indent=2).encode())
     out = str(tmp_path / "out")
@@ -179,3 +193,12 @@ def test_bucket_takes_the_text_of_a_json_array(tmp_path):
         for x, n in zip(t.column("tokens").to_pylist(), t.column("length").to_pylist(), strict=True)
     )
     assert got == sorted(d["text"] for d in docs)
+
+
+def test_long_arrays_of_numbers():
+    """Many elements without a quote or bracket in one chunk (counted at once, not one by one)."""
+    values = [i * 0.5 for i in range(5000)] + [True, None, -7]
+    assert _lines(json.dumps(values).encode(), [1 << 20]) == values
+    with pytest.raises(InputError) as e:
+        _lines(b"[1, 2," + b" 3," * 100 + b" ,4]", [1 << 20])
+    assert str(e.value) == "t.json, element 103: empty (a comma with no value before it); remove the stray comma"
