@@ -61,6 +61,9 @@ class WriteOptions:
     row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
     expected_rows: int | None = None  # known up front (files can be preallocated), or None
     memory: int = 64 << 20  # what the writer may hold: per-column costs are sized from it / columns
+    # the dataset's files hold fixed 1-d columns whose widths differ from unit to unit (a padded
+    # bucket each): a format whose readers unify its files' schemas writes them as lists (Parquet)
+    widths_vary: bool = False
 
 
 class Writer:
@@ -407,6 +410,15 @@ class OutputFormat:
     def check_extra(self, ctx: CheckContext, path: str) -> list[FileProblem]:
         """Problems of a file of :meth:`extra_files` (its size and hash are checked by verify)."""
         return []
+
+    def stray_reason(self, name: str) -> str | None:
+        """Why a file the manifest does not list (``name``: its path in the dataset) would change
+        what this format's readers read: ``verify`` reports it as a problem; None: only a warning
+        (a README, ``.DS_Store``). By default, a file of the format's own extensions, which a glob
+        of the dataset's files would take."""
+        if name.endswith(self.extensions):
+            return f"a {self.extensions[0]} file: a glob of the dataset's files would take it"
+        return None
 
     # -- inspect ------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DatasetError
-from ..schema import BINARY, STRING, STRING_LIST, Batch, Field, Schema, VarColumn
+from ..schema import BINARY, SEQUENCE, STRING, STRING_LIST, Batch, Field, Schema, VarColumn
 
 DENSE_PERMUTATION_MAX = 1 << 25  # rows; above, a keyed bijection replaces the stored permutation
 
@@ -133,6 +133,42 @@ def convert_column(name: str, kind: str, target: np.dtype, col, pad_value, lengt
         return {name: to_object_rows(col, kind)}
     padded, lens = pad_rows(col, target, length, pad_value)
     return {name: padded, f"{name}_length": lens}
+
+
+INDEX_DTYPE = np.dtype(np.int64)
+# integer dtypes PyTorch takes as they are: int64 (indices, targets) and uint8 (pixels, raw bytes;
+# a valid cross-entropy target). Every other integer dtype is refused by nn.Embedding or
+# F.cross_entropy (int8/16/32, uint16/32/64), so a framework gets it as int64.
+FRAMEWORK_INTS = (np.dtype(np.int64), np.dtype(np.uint8))
+
+
+def int64_columns(ds) -> frozenset[str]:
+    """The columns of ``ds`` (a dataset or a mixture) that ``to_torch``/``to_tf_dataset`` hand over
+    as int64 unless told to keep the stored dtypes (``keep_dtype=True``): token ids, whatever their
+    stored dtype (integer sequences, and a packed dataset's token rows), and every other integer
+    column of a dtype the frameworks' index and target arguments refuse (all but int64 and uint8).
+    Storage stays compact: the widening is per batch, at the framework's door."""
+    members = getattr(ds, "members", None)
+    first = members[0] if members else ds
+    packed = "packing" in first.manifest
+    out = set()
+    for f in first.schema:
+        dt = f.np_dtype
+        if dt.kind not in "iu" or dt == INDEX_DTYPE:
+            continue
+        if f.kind == SEQUENCE or packed or dt not in FRAMEWORK_INTS:
+            out.add(f.name)
+    return frozenset(out)
+
+
+def widen(batch: dict, names: frozenset[str]) -> dict:
+    """``batch`` with the integer columns ``names`` as int64 (a copy of those columns only)."""
+    if not names:
+        return batch
+    return {
+        k: v.astype(INDEX_DTYPE) if k in names and isinstance(v, np.ndarray) and v.dtype != INDEX_DTYPE else v
+        for k, v in batch.items()
+    }
 
 
 def target_dtype(f: Field, float32: bool) -> np.dtype:

@@ -126,6 +126,12 @@ class Verifier:
         shown = file if source else child_path(self.shown, file)
         self.report.problems.append(Problem(file, kind, message, shown))
 
+    def warn(self, file: str, kind: str, message: str) -> None:
+        """Something worth saying that is not wrong (the dataset verifies)."""
+        from ..storage import child_path
+
+        self.report.warnings.append(Problem(file, kind, message, child_path(self.shown, file)))
+
     def close(self) -> None:
         if self.files is not None:
             self.files.close()
@@ -152,14 +158,17 @@ class Verifier:
         data_files = [p for p in st.info if p not in st.extra]
         self.report.files = len(data_files)
         self.report.bytes = sum(int(st.info[p]["bytes"]) for p in data_files if is_count(st.info[p].get("bytes")))
-        self.files = Files(self.root, st.info, self.add)
+        self.files = Files(self.root, st.info, self.add, self.warn, st.fmt.stray_reason)
         self.files.strays(set(st.info))
         self.ctx = CheckContext(self.root, m, st.info, self.budget, self.step_rows)
         comparer = None
-        if against and m.get("command") == "bucket":  # the source's sequences, not its rows
-            from .bucketsource import BucketComparer, refuse_packed
+        if against and m.get("command") == "bucket" and m.get("packing"):  # the source's tokens, packed
+            from .packedsource import PackedComparer
 
-            refuse_packed(self.root, m)
+            comparer = PackedComparer(self, against, m, self.schema)
+        elif against and m.get("command") == "bucket":  # the source's sequences, not its rows
+            from .bucketsource import BucketComparer
+
             comparer = BucketComparer(self, against, m, self.schema)
         elif against:
             from .source import SourceComparer

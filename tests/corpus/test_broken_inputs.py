@@ -332,7 +332,8 @@ CASES: dict[str, Case] = {
     "jsonl types widened after 3 MB": Case(_file("late.jsonl", _jsonl_late_widening()), "hdf5", None, check=_check_jsonl_late),
     "jsonl empty": Case(_file("e.jsonl", b""), "parquet", "Error: {d}/e.jsonl: empty input (no records); check the file"),
     "jsonl only empty objects": Case(_file("eo.jsonl", b"{}\n{}\n"), "tfrecord", "Error: {d}/eo.jsonl: no record has a key (every line is {{}}); there is nothing to convert"),
-    "jsonl one JSON document over many lines": Case(_file("doc.jsonl", b'[\n  {"a": 1}\n]\n'), "parquet", "Error: {d}/doc.jsonl, line 1: not valid JSON (Expecting value at character 2); this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')"),
+    "jsonl one JSON array over many lines": Case(_file("doc.jsonl", b'[\n  {"a": 1}\n]\n'), "parquet", "Error: {d}/doc.jsonl, line 1: not valid JSON (Expecting value at character 2); this looks like a JSON array, not JSON Lines: pass --input-format json (or name the file .json)"),
+    "jsonl one JSON object over many lines": Case(_file("obj.jsonl", b'{\n  "a": 1\n}\n'), "parquet", "Error: {d}/obj.jsonl, line 1: not valid JSON (Expecting property name enclosed in double quotes at character 2); this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')"),
     "jsonl 3 MB line, --max-memory 16MiB": Case(_file("huge.jsonl", b'{"a": "x"}\n{"a": "' + b"y" * (3 << 20) + b'"}\n'), "parquet", "Error: {d}/huge.jsonl, line 2: a line longer than 1048576 bytes; raise --max-memory (a line must fit in 1/32 of it)", output_opts=["--max-memory", "16MiB"], inspect=False),
     "jsonl.gz truncated": Case(_file("t.jsonl.gz", JGZ[: len(JGZ) // 2]), "hdf5", f"Error: {{d}}/t.jsonl.gz: truncated gzip stream after {len(JGZ) // 2} compressed bytes {EOS}; {REDOWNLOAD}"),
     # ---- npy ----

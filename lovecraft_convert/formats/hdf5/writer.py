@@ -12,6 +12,7 @@ checksummed and written by a thread of ours (direct.py), the same chunks a cache
 from __future__ import annotations
 
 import errno
+import json
 import os
 from functools import partial
 
@@ -173,7 +174,7 @@ class Hdf5Writer(Writer):
             self.chunk_bytes = chunk_target(len(schema), 5 * options.memory // 2)
         cache = 2 * self.chunk_bytes if cached else 0
         self.f = create_file(h5py, self.path, cache, slots=521 if len(schema) < 64 else 17)
-        self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
+        self.f.attrs["lovecraft_schema"] = json.dumps(schema.to_list())  # JSON, as in Parquet files
         self.dsets = {}
         self.row_shapes: dict[str, tuple] = {}  # each dataset's shape after its first axis
         self.direct: dict[str, DirectColumn] = {}

@@ -66,8 +66,14 @@ class MemmapFormat(OutputFormat):
                     )
                 else:
                     lines.append(f'{var} = np.load({py_str(os.path.join(path, paths[0]))}, mmap_mode="r")')
-            if f.get("kind") != "fixed":
+            if f.get("kind") != "fixed" and any((x.get("role") or "data") == "values" for x in mine):
                 lines.append(f"# row i of '{f['name']}': {v}_values[{v}_offsets[i]:{v}_offsets[i + 1]]")
+            elif f.get("kind") != "fixed":  # a padded bucket's sequences: dense files
+                pad = (manifest.get("bucketing") or {}).get("pad_id", 0)
+                lines.append(
+                    f"# each bucket's '{f['name']}' is [rows, its max_length], padded with {pad} after each row's "
+                    "length (the 'length' column)"
+                )
         return {"numpy": "\n".join(lines)}
 
 

@@ -155,7 +155,8 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray
     arr = pa.Array.from_buffers(
         pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(np.ascontiguousarray(buf))]
     )
-    rows = arr.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64)))
+    idx = np.arange(1, 2 * n, 2, dtype=np.int64)  # as a buffer: pa.array of a NumPy array imports pandas
+    rows = arr.take(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(idx)]))
     offs, data = rows.buffers()[1:]
     return np.frombuffer(data, dtype=np.uint8, count=total, offset=int(np.frombuffer(offs, np.int64, 1)[0]))
 
