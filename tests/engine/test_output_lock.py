@@ -103,7 +103,7 @@ def test_a_lock_taken_on_a_removed_lock_file_is_not_kept(tmp_path, monkeypatch):
 
 
 SUMMARY = {
-    "convert": (["--to", "parquet"], "wrote 300 rows to {out} (parquet, 1 files, "),
+    "convert": (["--to", "parquet"], "wrote 300 rows to {out} (parquet, 1 file, "),
     "shard": (
         ["--to", "parquet", "--num-shards", "2", "--workers", "1"],
         "wrote 300 rows to {out} (parquet, 2 files, ",
