@@ -359,3 +359,43 @@ def test_the_calls_are_found_in_h5pys_library():
     assert h5py.version.version_tuple[:2] in native.TESTED_H5PY, (
         f"h5py {h5py.version.version}: run this file with it and add it to native.TESTED_H5PY"
     )
+
+
+@pytest.mark.parametrize("shape", ["narrow", "wide"])
+def test_the_switch_off_makes_the_same_file(shape, tmp_path, monkeypatch):
+    """h5py's public calls alone (``LOVECRAFT_HDF5_NATIVE=0``: no library calls, and no lock of
+    h5py's taken by the writer, each h5py call taking its own) make the same file, byte for byte,
+    for a narrow table of mixed columns (written from the writer's thread, text through the chunk
+    cache) and a wide one whose groups' datasets are made in the caller's thread (two dtypes and a
+    text column); the values are the source's."""
+    import csv
+
+    import lovecraft_convert as lc
+    from lovecraft_convert.formats.hdf5 import native
+
+    rng = np.random.default_rng(9)
+    rows, nf, ni = (30_001, 3, 2) if shape == "narrow" else (9_003, 24, 18)
+    floats, ints = rng.normal(size=(rows, nf)), rng.integers(-(2**40), 2**40, size=(rows, ni))
+    src = tmp_path / "t.csv"
+    with open(src, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([f"f{i}" for i in range(nf)] + [f"i{i}" for i in range(ni)] + ["name"])
+        for r in range(rows):
+            w.writerow([repr(float(x)) for x in floats[r]] + [int(x) for x in ints[r]] + [f"n{r % 7}"])
+    made = []
+    real_create = native.Bound.create_closed
+    monkeypatch.setattr(native.Bound, "create_closed", lambda self, *a: made.append(a[0]) or real_create(self, *a))
+    outs = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv("LOVECRAFT_HDF5_NATIVE", switch)
+        lc.convert(str(src), str(tmp_path / switch), to="hdf5", max_memory="16MiB", progress=False)
+        outs[switch] = (tmp_path / switch / "data.h5").read_bytes()
+        if native.library() is not None:
+            assert native.refused() == (None if switch == "1" else "LOVECRAFT_HDF5_NATIVE=0")
+            # the wide table's groups: every dataset after the first of each made by the calls
+            assert len(made) == (0 if shape == "narrow" else nf + ni - 2)
+    assert outs["1"] == outs["0"]
+    with h5py.File(tmp_path / "0" / "data.h5", "r") as f:
+        assert all(np.array_equal(f[f"f{i}"][:], floats[:, i]) for i in range(nf))
+        assert all(np.array_equal(f[f"i{i}"][:], ints[:, i]) for i in range(ni))
+        assert f["name"].asstr()[:].tolist() == [f"n{r % 7}" for r in range(rows)]
