@@ -19,7 +19,8 @@ public calls are made otherwise (the writer's other path, tested as well):
   h5py's calls), opened without loading anything (``RTLD_NOLOAD``): ``dlsym`` on that handle
   searches the module and its own dependencies, so it finds the libhdf5 h5py was linked with, never
   whichever copy another package (PyTables, netCDF4) mapped first. ``dladdr`` confirms they all
-  live in one library file, and the lookup through another h5py module (``h5py.h5d``) agrees;
+  live in one library file (h5py's libhdf5, or the module itself where HDF5 is linked in), and the
+  lookup through another h5py module (``h5py.h5d``) agrees;
 - no library in the global scope (one loaded ``RTLD_GLOBAL`` or preloaded) defines any of them:
   such a copy would take over the calls h5py's modules and h5py's libhdf5 itself make into HDF5
   (symbol interposition), so the calls found here would no longer be the ones holding h5py's file;
@@ -224,8 +225,8 @@ def _library() -> tuple[Library | None, str | None]:
     if dladdr is None:
         return None, "no dladdr"
     files = {_file_of(dladdr, fn) for fn in fns.values()}
-    if len(files) != 1 or None in files or files & {os.path.realpath(m) for m in modules}:
-        return None, f"the functions are not in one library of h5py's: {sorted(map(str, files))}"
+    if len(files) != 1 or None in files:
+        return None, f"the functions are not in one library: {sorted(map(str, files))}"
     for name, fn in fns.items():
         fn.argtypes, fn.restype = _SIGNATURES[name]
     return Library(fns, files.pop()), None
