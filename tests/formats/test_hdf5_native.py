@@ -264,6 +264,7 @@ def test_pytables_in_the_same_process(case, csv_dir, tmp_path, reference):
     before it, the user's PyTables file open holding arrays c0..c39 with the names being written:
     the calls are made (PyTables' library cannot take them: it is not in the global scope) and
     reach h5py's file only; the output is the one made alone, byte for byte."""
+    pytest.importorskip("tables")
     out = _run(case, csv_dir, tmp_path)
     _native_used(out)
     assert out["other_same"] and out["other_digest_same"]
@@ -275,6 +276,7 @@ def test_functions_found_in_pytables_library_are_refused(csv_dir, tmp_path, refe
     /proc/self/maps: refused before anything is written (that build is thread-safe, its error
     printing silenced per thread, so a failed call could print), without a word on stderr. h5py's
     calls write the file."""
+    pytest.importorskip("tables")
     out = _run("tables-resolved", csv_dir, tmp_path)
     assert "thread-safe" in out["refused"]
     assert out["used"] == {"chunks": 0, "created": 0, "bound": 0}
