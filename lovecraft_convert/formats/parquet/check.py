@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from ...arrowconv import arrow_schema, batch_from_arrow
 from ...schema import Batch, Schema
 from ..base import CheckContext, FileProblem, Unit, short
+from .reader import schema_difference
 
 
 def check_unit(
@@ -29,9 +30,9 @@ def check_unit(
         want = arrow_schema(schema)
         if got.names != want.names:
             raise FileProblem(p, f"holds columns {got.names}, the schema says {want.names}", "schema")
-        for a, b in zip(got, want, strict=True):
-            if a.type != b.type:
-                raise FileProblem(p, f"column '{a.name}' is {a.type}, the schema says {b.type}", "schema")
+        why = schema_difference(got, schema)
+        if why is not None:
+            raise FileProblem(p, why, "schema")
         if md.num_rows != rows:
             raise FileProblem(p, f"holds {md.num_rows} rows, the manifest says {rows}", "rows")
         limit = max(1 << 30, 4 * ctx.budget)

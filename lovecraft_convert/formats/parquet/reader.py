@@ -13,6 +13,21 @@ from ...schema import Batch, Schema
 from ..base import CORRUPT, PartReader
 
 
+def schema_difference(got, schema: Schema) -> str | None:
+    """How a Parquet file's Arrow schema ``got`` differs from the columns ``schema`` (or some of
+    them) as lovecraft writes them, or None: a column it does not hold, or holds with another type."""
+    from ...arrowconv import arrow_schema
+
+    want = arrow_schema(schema)
+    for field in want:
+        i = got.get_field_index(field.name)
+        if i < 0:
+            return f"holds no column '{field.name}' (it holds {', '.join(got.names)}); the schema lists it"
+        if not got.field(i).type.equals(field.type):
+            return f"column '{field.name}' is {got.field(i).type}, the schema says {field.type}"
+    return None
+
+
 class ParquetReader(PartReader):
     """``pyarrow.parquet.ParquetFile.iter_batches`` in large batches, converted without copying.
     A part may be several files (a wide table's writer starts a new file to bound its footer):
@@ -40,6 +55,11 @@ class ParquetReader(PartReader):
                     raise DatasetError(
                         f"{path}: holds {pf.metadata.num_rows} rows, the manifest says {want}",
                         hint="the dataset is damaged; re-create it",
+                    )
+                why = schema_difference(pf.schema_arrow, self.schema)
+                if why is not None:
+                    raise DatasetError(
+                        f"{path}: {why}", hint="the manifest was edited or damaged; re-create the dataset"
                     )
                 md = pf.metadata
                 for g in range(md.num_row_groups):
