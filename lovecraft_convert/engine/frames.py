@@ -189,9 +189,7 @@ def write_grouped(f, lengths_sorted: np.ndarray, values: np.ndarray) -> list[int
     counts = np.diff(np.append(first, len(lengths_sorted)))
     code = CODES.index(values.dtype.str)
     raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
-    ends = np.cumsum(uniq.astype(np.int64) * counts) * values.dtype.itemsize
-    starts = ends - uniq.astype(np.int64) * counts * values.dtype.itemsize
-    crcs = np.array([crc32c.crc32c(raw[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)], "<u4")
+    crcs = np.array(_segment_crcs(raw, uniq.astype(np.int64) * counts * values.dtype.itemsize), "<u4")
     index = [
         np.array([len(lengths_sorted), len(uniq), values.size, code], dtype=np.int64).data,
         uniq.astype(np.int64).data,
@@ -205,6 +203,13 @@ def write_grouped(f, lengths_sorted: np.ndarray, values: np.ndarray) -> list[int
     f.write(_digest(crc))
     f.write(raw.data)
     return [offset, len(lengths_sorted)]
+
+
+def _segment_crcs(raw: np.ndarray, nbytes: np.ndarray) -> list[int]:
+    """The CRC32C of each of the consecutive segments of ``raw`` (bytes) that are ``nbytes`` long."""
+    mv = memoryview(raw)
+    ends = np.cumsum(nbytes).tolist()
+    return [crc32c.crc32c(mv[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
 
 class Grouped:
@@ -273,13 +278,11 @@ def read_grouped(f, offset: int, lo: int, hi: int, dtype: np.dtype) -> Grouped:
     vals = np.fromfile(f, dtype=src, count=n)
     if len(vals) != n:
         raise damaged(name, offset, "is cut short")
-    raw = vals.view(np.uint8)
-    pos = 0
-    for i in range(i0, i1):
-        k = int(sizes[i]) * src.itemsize
-        if crc32c.crc32c(raw[pos : pos + k]) != int(crcs[i]):
-            raise damaged(name, offset, f"is damaged (the values of length {int(uniq[i])} differ from their CRC32C)")
-        pos += k
+    got = _segment_crcs(vals.view(np.uint8), sizes[i0:i1] * src.itemsize)
+    bad = np.flatnonzero(np.array(got, dtype=np.uint32) != crcs[i0:i1])
+    if len(bad):
+        length = int(uniq[i0 + int(bad[0])])
+        raise damaged(name, offset, f"is damaged (the values of length {length} differ from their CRC32C)")
     if src != dtype:
         vals = vals.astype(dtype)
     return Grouped(uniq[i0:i1], counts[i0:i1], vals)

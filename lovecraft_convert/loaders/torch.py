@@ -36,10 +36,8 @@ from itertools import chain
 import numpy as np
 
 from ..errors import DatasetError
-from .rows import collate
+from .rows import collate as collate  # the collate_fn to give a DataLoader: public here
 from .state import STATE_TAG, check_reader, check_state, make_state, plan_options
-
-__all__ = ["collate", "to_torch"]
 
 ROW_READ_BATCH = 1024  # rows read at a time by an iterable dataset that yields rows
 
