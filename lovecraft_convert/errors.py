@@ -10,9 +10,91 @@ An error says what it is about in attributes, never only in its text: ``where`` 
 (with its line, row or column) when it was given apart from the message, ``detail`` the message
 without it, and ``kind`` a short word for the kind of problem (``decode``, ``rows``, ``schema``...),
 which ``verify`` reports per problem.
+
+A message names options as the caller spelled them: ``pass --on-overflow clip`` on the command
+line, ``pass on_overflow='clip'`` from Python. Messages are written with the CLI's flags; when an
+error is shown (:meth:`LovecraftError.one_line`, ``str()``) its text is rendered for the surface in
+use (:func:`surface`: the CLI sets ``"cli"``, the library's default is ``"python"``): every
+``--flag`` outside backquotes becomes the keyword argument's name (``--column-type`` is
+``column_types``), and an option marked with :func:`flag` (or :func:`spelled`) takes the spelling
+given for each surface, value included. Rendering at show time, not at raise time, makes an error
+raised in a worker process read right in the process that shows it.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+from collections.abc import Iterator
+from typing import Any
+
+SURFACES = ("python", "cli")
+_SURFACE: contextvars.ContextVar[str] = contextvars.ContextVar("lovecraft_surface", default="python")
+_MARK = re.compile("\x1e([^\x1e\x1f]*)\x1f([^\x1e]*)\x1e")
+_NO_VALUE: Any = object()
+
+
+@contextlib.contextmanager
+def surface(name: str) -> Iterator[None]:
+    """Errors shown inside the block name options as ``name`` spells them (``"cli"``: flags,
+    ``"python"``: keyword arguments)."""
+    if name not in SURFACES:
+        raise ValueError(f"unknown surface {name!r}")
+    token = _SURFACE.set(name)
+    try:
+        yield
+    finally:
+        _SURFACE.reset(token)
+
+
+def spelled(cli: str, python: str) -> str:
+    """Text that reads ``cli`` on the command line and ``python`` from Python (rendered by
+    :func:`render` when the error is shown)."""
+    return f"\x1e{cli}\x1f{python}\x1e"
+
+
+def flag(name: str, value: Any = _NO_VALUE) -> str:
+    """An option (a keyword argument's name, ``on_overflow``) with an optional value, as the caller
+    spells it: ``--on-overflow clip`` or ``on_overflow='clip'``."""
+    cli = "--" + name.replace("_", "-")
+    if value is _NO_VALUE:
+        return spelled(cli, name)
+    return spelled(f"{cli} {value}", f"{name}={value!r}")
+
+
+# flags whose keyword argument is not the flag's name, underscored
+KEYWORDS = {"column-type": "column_types", "no-header": "header=False", "quiet": "progress=False"}
+_FLAG = re.compile(r"(?<![\w'\"-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+
+
+def _keyword(m: re.Match) -> str:
+    return KEYWORDS.get(m.group(1), m.group(1).replace("-", "_"))
+
+
+def _python(text: str) -> str:
+    """``--flag``s outside backquotes (a command line to run stays as it is) as keyword names."""
+    parts = text.split("`")
+    parts[::2] = [_FLAG.sub(_keyword, p) for p in parts[::2]]
+    return "`".join(parts)
+
+
+def render(text: str) -> str:
+    """``text`` (written for the command line, options marked by :func:`flag`) spelled for the
+    surface in use."""
+    cli = _SURFACE.get() == "cli"
+    if cli and "\x1e" not in text:
+        return text
+    out: list[str] = []
+    at = 0
+    for m in _MARK.finditer(text):
+        plain = text[at : m.start()]
+        out.append(plain if cli else _python(plain))
+        out.append(m.group(1) if cli else m.group(2))
+        at = m.end()
+    rest = text[at:]
+    out.append(rest if cli else _python(rest))
+    return "".join(out)
 
 
 class LovecraftError(Exception):
@@ -28,7 +110,10 @@ class LovecraftError(Exception):
         self.hint = hint
         if kind is not None:
             self.kind = kind
-        super().__init__(self.one_line())
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.one_line()
 
     def __reduce__(self):
         # raised in worker processes and re-raised in the driver: rebuilt from its attributes
@@ -36,15 +121,16 @@ class LovecraftError(Exception):
         return _rebuild, (type(self), dict(self.__dict__), self.args)
 
     def one_line(self) -> str:
+        """The message and its hint on one line, options spelled for the surface in use."""
         text = self.message
         if self.hint:
             text = f"{text}; {self.hint}"
-        return " ".join(text.split())
+        return " ".join(render(text).split())
 
     def without_where(self) -> str:
         """The message and hint without the file it names (for reports that name the file apart)."""
         text = f"{self.detail}; {self.hint}" if self.hint else self.detail
-        return " ".join(text.split())
+        return " ".join(render(text).split())
 
 
 class OptionsError(LovecraftError):
@@ -97,7 +183,7 @@ class OverflowErrorF16(SchemaError):
         super().__init__(
             f"value {value!r} overflows {target} (max {limit})",
             where=where,
-            hint="scale the data, keep a wider type, or pass --on-overflow clip",
+            hint=f"scale the data, keep a wider type, or pass {flag('on_overflow', 'clip')}",
         )
 
     def at_row(self, row: int) -> OverflowErrorF16:
@@ -166,7 +252,7 @@ def location(path: str, *, line: int | None = None, row: int | None = None, colu
     return ", ".join(parts)
 
 
-UTF8_HINT = "fix the file or pass --errors replace"
+UTF8_HINT = f"fix the file or pass {flag('errors', 'replace')}"
 
 
 def invalid_utf8(e: UnicodeDecodeError, byte: int | None = None, of: str = " of the line") -> str:

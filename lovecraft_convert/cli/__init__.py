@@ -21,16 +21,17 @@ class _Group(click.Group):
         return list(self.commands)  # in the order of a workflow (inspect, convert, shard, bucket, verify)
 
     def invoke(self, ctx: click.Context):
-        from ..errors import LovecraftError
+        from ..errors import LovecraftError, surface
 
-        try:
-            return super().invoke(ctx)
-        except LovecraftError as e:  # OptionsError exits 2, as a bad flag does
-            click.echo(f"Error: {e.one_line()}", err=True)
-            sys.exit(e.exit_code)
-        except KeyboardInterrupt:
-            click.echo("Error: interrupted", err=True)
-            sys.exit(130)
+        with surface("cli"):  # hints name flags (--on-overflow clip), not keyword arguments
+            try:
+                return super().invoke(ctx)
+            except LovecraftError as e:  # OptionsError exits 2, as a bad flag does
+                click.echo(f"Error: {e.one_line()}", err=True)
+                sys.exit(e.exit_code)
+            except KeyboardInterrupt:
+                click.echo("Error: interrupted", err=True)
+                sys.exit(130)
 
 
 def _ignore_interrupts() -> None:

@@ -118,7 +118,7 @@ def bucket(**params) -> None:  # fmt: skip
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])
-    if not params["quiet"] and not params["as_json"] and not manifest.get("nothing_to_do") and "bucketing" in manifest:
+    if not params["quiet"] and not params["as_json"] and not manifest.nothing_to_do and "bucketing" in manifest:
         from ..util import number
 
         b = manifest["bucketing"]

@@ -14,9 +14,9 @@ def inputs_block() -> str:
     from ..inputs import kinds
 
     rows = []
-    for kind in kinds.names():
+    for kind in kinds.builtin_names() + tuple(k.name for k in kinds.plugins()):
         seen = kinds.recognised_by(kind)
-        rows.append((kind, kinds.HELP.get(kind, "") + (f" [{' '.join(seen)}]" if seen else "")))
+        rows.append((kind, kinds.help_line(kind) + (f" [{' '.join(seen)}]" if seen else "")))
     return "\n".join(
         [
             "\b",

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import click
 
 from ..manifest import HASHES
+
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from ..result import Manifest
 
 COLUMN_TYPES = (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -49,9 +53,9 @@ class RegistryChoice(click.ParamType):
             from ..formats import builtin_names
 
             return "[" + "|".join(builtin_names()) + "|...]"
-        from ..inputs.kinds import names
+        from ..inputs.kinds import builtin_names as kinds
 
-        return "[" + "|".join(names()) + "]"
+        return "[" + "|".join(kinds()) + "|...]"
 
     def convert(self, value, param, ctx):
         if self.kind == "output":
@@ -217,7 +221,7 @@ def parse_delimiter(d: str | None) -> str | None:
     return d
 
 
-def summary(manifest: dict, output: str) -> dict:
+def summary(manifest: Mapping, output: str) -> dict:
     return {
         "output": output,
         "format": manifest["output_format"],
@@ -231,18 +235,18 @@ def summary(manifest: dict, output: str) -> dict:
     }
 
 
-def notes_of(manifest: dict) -> list[str]:
+def notes_of(manifest: Mapping) -> list[str]:
     """What the run noticed and did not refuse (a delimiter it detected, a header that may be data, columns
     --dtype left as they were): the sources' notes, then the job's."""
     notes = [n for s in manifest.get("sources") or [] if isinstance(s, dict) for n in s.get("notes") or []]
     return notes + list(manifest.get("notes") or [])
 
 
-def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> None:
+def print_summary(manifest: Manifest, output: str, as_json: bool, quiet: bool) -> None:
     s = summary(manifest, output)
-    if manifest.get("nothing_to_do"):
+    if manifest.nothing_to_do:
         s["nothing_to_do"] = True
-    if not manifest.get("nothing_to_do"):
+    if not manifest.nothing_to_do:
         for note in s["notes"]:  # even with --quiet (it silences progress): these are about the data
             click.echo(f"note: {note}", err=True)
     if as_json:
@@ -250,7 +254,7 @@ def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> No
         return
     if quiet:
         return
-    if manifest.get("nothing_to_do"):
+    if manifest.nothing_to_do:
         click.echo(f"{output}: already complete, made by the same command and inputs; nothing to do", err=True)
         return
     from ..util import counted, format_size

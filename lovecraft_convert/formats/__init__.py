@@ -92,15 +92,23 @@ def for_dataset(name: object, where: str) -> OutputFormat:
     return fmt
 
 
-def plugins() -> list[OutputFormat]:
-    """The formats registered at run time (handed to worker processes, which register them too)."""
-    return [f for n, f in _loaded.items() if n not in _BUILTIN]
+def plugins() -> list:
+    """The formats and input kinds registered at run time (handed to worker processes, which
+    register them too: :func:`load_plugins`)."""
+    from ..inputs.kinds import plugins as input_kinds
+
+    return [f for n, f in _loaded.items() if n not in _BUILTIN] + input_kinds()
 
 
-def load_plugins(formats: list[OutputFormat]) -> None:
-    """Register the formats of :func:`plugins` (in a worker process)."""
-    for f in formats:
-        _loaded.setdefault(f.name, f)
+def load_plugins(items: list) -> None:
+    """Register the formats and input kinds of :func:`plugins` (in a worker process)."""
+    from ..inputs.kinds import InputKind
+    from ..inputs.kinds import load_plugins as load_kinds
+
+    load_kinds([x for x in items if isinstance(x, InputKind)])
+    for f in items:
+        if not isinstance(f, InputKind):
+            _loaded.setdefault(f.name, f)
 
 
 def _find(name: str) -> OutputFormat | None:

@@ -10,10 +10,13 @@ budget.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+import itertools
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionsError, SchemaError
-from .kinds import names
+from .kinds import InputKind, names, register, unregister
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from .base import Reader
@@ -25,12 +28,17 @@ DEFAULT_NA_VALUES = ("NA", "N/A", "NULL", "null")
 
 __all__ = [
     "DEFAULT_NA_VALUES",
+    "InputKind",
     "InputSpec",
     "Part",
     "ReadOptions",
     "Reader",
     "names",
+    "open_data",
     "open_reader",
+    "paths_or_data",
+    "register",
+    "unregister",
     "reader_class",
     "resolve_inputs",
 ]
@@ -52,12 +60,38 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def reader_class(kind: str) -> type[Reader]:
-    from .kinds import READERS
+def paths_or_data(inputs: Any) -> tuple[list[str] | None, Any]:
+    """``(paths, None)`` when ``inputs`` names inputs (a path, a list of them, ``-``), ``(None,
+    data)`` when it is data held in memory (:mod:`.memory`): an Arrow stream (anything with
+    ``__arrow_c_stream__``), a dict of arrays, a list of them, or an iterable of them (a generator
+    is told apart by its first item, which is put back)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)], None
+    if hasattr(inputs, "__arrow_c_stream__") or isinstance(inputs, Mapping):
+        return None, inputs
+    if isinstance(inputs, (list, tuple)):
+        if inputs and isinstance(inputs[0], Mapping):
+            return None, inputs
+        return [os.fspath(p) if isinstance(p, os.PathLike) else p for p in inputs], None
+    it = iter(inputs)
+    first = next(it, None)
+    if first is None or not isinstance(first, Mapping):
+        return [
+            os.fspath(p) if isinstance(p, os.PathLike) else p for p in itertools.chain([first], it) if p is not None
+        ], None
+    return None, itertools.chain([first], it)
 
-    if kind not in READERS:
+
+def reader_class(kind: str) -> type[Reader]:
+    """The reader class of input kind ``kind`` (built in or registered: :mod:`.kinds`)."""
+    from .kinds import reader_of
+
+    found = reader_of(kind)
+    if found is None:
         raise OptionsError(f"unknown input format '{kind}'", hint=f"use one of {', '.join(names())}")
-    module, _, cls = READERS[kind].partition(":")
+    if not isinstance(found, str):
+        return found
+    module, _, cls = found.partition(":")
     return getattr(importlib.import_module(module), cls)
 
 
@@ -88,7 +122,6 @@ def open_reader(
     reads (an input without it says so). ``na_values`` (CSV): the strings read as missing in columns
     of numbers and booleans besides an empty field (None: :data:`DEFAULT_NA_VALUES`);
     ``column_names`` (CSV): the names of the columns of a file without a header."""
-    from .base import ReadOptions
     from .sources import resolve_inputs
 
     if input_format is not None and input_format not in names():
@@ -98,8 +131,51 @@ def open_reader(
     if len(kinds) > 1:
         raise SchemaError(f"inputs mix formats ({', '.join(sorted(kinds))})", hint="convert them separately")
     kind = specs[0].format
-    column_types = dict(column_types or {})
     cls = reader_class(kind)
+    ropts = _read_options(
+        cls, budget, errors=errors, header=header, delimiter=delimiter, column_types=column_types,
+        skip_rows=skip_rows, comment=comment, max_expansion=max_expansion, threads=threads, columns=columns,
+        lenient=lenient, na_values=na_values, column_names=column_names, text_column=text_column,
+    )  # fmt: skip
+    reader = cls(specs, ropts)
+    reader.format = kind
+    return reader
+
+
+def open_data(data: Any, *, budget: int, input_format: str | None = None, **options: Any) -> Reader:
+    """The reader of data held in memory (:mod:`.memory`: an Arrow stream, dicts of arrays); the
+    keywords are :func:`open_reader`'s (``input_format`` must be None: the data says its kind)."""
+    from .memory import MemoryReader
+
+    if input_format is not None:
+        raise OptionsError("--input-format names the kind of input files", hint="drop it for in-memory data")
+    options.pop("header", None)
+    return MemoryReader(data, _read_options(MemoryReader, budget, **options))
+
+
+def _read_options(
+    cls: type[Reader],
+    budget: int,
+    *,
+    errors: str = "strict",
+    header: bool = True,
+    delimiter: str | None = None,
+    column_types: dict[str, str] | None = None,
+    skip_rows: int = 0,
+    comment: str | None = None,
+    max_expansion: float = 1000.0,
+    threads: bool = True,
+    columns: list[str] | None = None,
+    lenient: bool = False,
+    na_values: list[str] | None = None,
+    column_names: list[str] | None = None,
+    text_column: str | None = None,
+):
+    """The reader options of :func:`open_reader`'s keywords, refused where reader ``cls`` does
+    not take them."""
+    from .base import ReadOptions
+
+    column_types = dict(column_types or {})
     if column_types and not cls.takes_column_types:
         raise OptionsError("--column-type applies to CSV, JSON Lines, Parquet, Arrow and Hugging Face inputs only")
     if not cls.takes_csv_syntax:
@@ -111,7 +187,7 @@ def open_reader(
         ):
             if given:
                 raise OptionsError(f"{flag} applies to CSV inputs only")
-    ropts = ReadOptions(
+    return ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
         header=header,
@@ -128,6 +204,3 @@ def open_reader(
         lenient=lenient,
         text_column=text_column,
     )
-    reader = cls(specs, ropts)
-    reader.format = kind
-    return reader

@@ -1,12 +1,21 @@
-"""The input kinds: names, the module and class of each reader, and how each is recognised.
+"""The input kinds: names, the module and class of each reader, and how each is recognised, and
+the registry that adds kinds at run time.
 
 One table maps file extensions to kinds (checked first, before any compression extension), one
 maps leading bytes of the content to kinds (for files whose name says nothing), one maps the file
-that marks a directory to its kind. Adding an input kind is one module under ``inputs/`` and a
-line in each table that applies.
+that marks a directory to its kind. Adding a built-in input kind is one module under ``inputs/``
+and a line in each table that applies.
+
+Other kinds come as an :class:`InputKind` passed to :func:`register` (from any importable module:
+worker processes get the registered kinds, pickled by reference to their reader class, and register
+them too) or through the ``lovecraft_convert.inputs`` entry-point group of an installed package, as
+output formats do. Nothing here imports a reader: ``lovecraft --help`` reads these tables.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 READERS = {
     "text": "lovecraft_convert.inputs.text:TextReader",
@@ -56,12 +65,132 @@ HELP = {
 }
 
 
-def names() -> tuple[str, ...]:
+ENTRY_POINTS = "lovecraft_convert.inputs"
+
+
+@dataclass(frozen=True)
+class InputKind:
+    """An input kind added at run time: its name (``--input-format``), its reader (a subclass of
+    :class:`~lovecraft_convert.inputs.base.Reader`, or ``"module:Class"``), and how it is recognised
+    without ``--input-format``: file extensions (``.ltsv``), leading bytes of the content, files
+    that mark a directory of this kind; ``help`` is its line in ``lovecraft --help``."""
+
+    name: str
+    reader: Any
+    extensions: tuple[str, ...] = ()
+    magics: tuple[bytes, ...] = ()
+    markers: tuple[str, ...] = ()
+    help: str = ""
+
+
+_registered: dict[str, InputKind] = {}
+_entry_points_seen = False
+
+
+def register(kind: InputKind) -> InputKind:
+    """Make ``kind`` available by its name and recognised by its extensions, leading bytes and
+    marker files, for every command (convert, shard, bucket, inspect, verify ``--against``). Its
+    reader class must be importable by worker processes (defined in a module, not in ``__main__``).
+    Built-in kinds and their extensions cannot be taken over."""
+    if not kind.name or not isinstance(kind.name, str):
+        raise ValueError("an input kind needs a name")
+    if kind.name in READERS:
+        raise ValueError(f"{kind.name} is a built-in input kind")
+    taken = [e for e in kind.extensions if e.lower() in EXTENSIONS]
+    if taken:
+        raise ValueError(f"{taken[0]} is the extension of the built-in kind {EXTENSIONS[taken[0].lower()]}")
+    _registered[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Forget a kind added with :func:`register` (built-in kinds cannot be removed)."""
+    if name in READERS:
+        raise ValueError(f"{name} is a built-in input kind")
+    _registered.pop(name, None)
+
+
+def plugins() -> list[InputKind]:
+    """The kinds registered at run time (handed to worker processes, which register them too)."""
+    return list(_registered.values())
+
+
+def load_plugins(kinds: list[InputKind]) -> None:
+    """Register the kinds of :func:`plugins` (in a worker process)."""
+    for k in kinds:
+        _registered.setdefault(k.name, k)
+
+
+def builtin_names() -> tuple[str, ...]:
+    """The built-in kinds (no entry-point scan: for the CLI's help)."""
     return tuple(READERS)
+
+
+def names() -> tuple[str, ...]:
+    """Every kind's name: the built-in ones first, then registered ones in order."""
+    _entry_points()
+    return tuple(READERS) + tuple(_registered)
+
+
+def reader_of(kind: str) -> Any:
+    """The reader class of ``kind`` (or its ``"module:Class"``), None for an unknown kind."""
+    if kind in READERS:
+        return READERS[kind]
+    _entry_points()
+    k = _registered.get(kind)
+    return None if k is None else k.reader
+
+
+def help_line(kind: str) -> str:
+    return HELP.get(kind) or (_registered[kind].help if kind in _registered else "")
+
+
+def by_extension(ext: str) -> str | None:
+    """The kind a file extension (``.csv``, lower case) says, if any."""
+    if ext in EXTENSIONS:
+        return EXTENSIONS[ext]
+    _entry_points()
+    return next((k.name for k in _registered.values() if ext in (e.lower() for e in k.extensions)), None)
+
+
+def by_content(head: bytes) -> str | None:
+    """The kind the first bytes of a (decompressed) file say, if any: binary magics, then text ones
+    (after a BOM and white space), then the registered kinds' magics."""
+    for magic, kind in MAGICS:
+        if head.startswith(magic):
+            return kind
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    for magic, kind in TEXT_MAGICS:
+        if text.startswith(magic):
+            return kind
+    _entry_points()
+    return next((k.name for k in _registered.values() if any(head.startswith(m) for m in k.magics)), None)
+
+
+def markers() -> list[tuple[str, str]]:
+    """(file, kind) pairs: a directory holding the file is an input of the kind."""
+    _entry_points()
+    return DIRECTORIES + [(m, k.name) for k in _registered.values() for m in k.markers]
 
 
 def recognised_by(kind: str) -> list[str]:
     """How ``kind`` is recognised without --input-format: its extensions and marker files."""
     out = [ext for ext, k in EXTENSIONS.items() if k == kind]
+    if kind in _registered:
+        out += list(_registered[kind].extensions)
     out += [f"dir/{marker}" for marker, k in DIRECTORIES if k == kind]
+    out += [f"dir/{marker}" for marker in (_registered[kind].markers if kind in _registered else ())]
     return out
+
+
+def _entry_points() -> None:
+    """Kinds of installed packages (entry-point group ``lovecraft_convert.inputs``), once."""
+    global _entry_points_seen
+    if _entry_points_seen:
+        return
+    _entry_points_seen = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINTS):
+        if ep.name not in _registered and ep.name not in READERS:
+            register(ep.load())

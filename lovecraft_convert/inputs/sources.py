@@ -53,7 +53,7 @@ class InputSpec:
     def describe(self) -> dict:
         d = {
             "name": self.name,
-            "path": None if self.is_stdin else _absolute(self.path),
+            "path": None if self.is_stdin or not self.path else _absolute(self.path),  # "": data in memory
             "size": self.size,
             "mtime": self.mtime,
             "format": self.format,
@@ -145,10 +145,10 @@ def _check_file(p: str) -> InputSpec:
 
 
 def directory_kind(path: str) -> str | None:
-    """The input kind of a directory, from the files that mark it (:data:`.kinds.DIRECTORIES`)."""
-    from .kinds import DIRECTORIES
+    """The input kind of a directory, from the files that mark it (:func:`.kinds.markers`)."""
+    from .kinds import markers
 
-    for marker, kind in DIRECTORIES:
+    for marker, kind in markers():
         if os.path.isfile(os.path.join(path, marker)):
             return kind
     return None
@@ -191,21 +191,17 @@ def detect_compression(spec: InputSpec) -> str | None:
 def detect_format(spec: InputSpec) -> str:
     """The input kind of ``spec``: from its extension (before any compression extension), else from
     the first bytes of its (decompressed) content."""
-    from .kinds import EXTENSIONS, MAGICS, TEXT_MAGICS, names
+    from .kinds import by_content, by_extension, names
 
-    ext = spec.base_ext
-    if ext in EXTENSIONS:
-        return EXTENSIONS[ext]
+    kind = by_extension(spec.base_ext)
+    if kind is not None:
+        return kind
     if not spec.is_stdin:
         with open_stream(spec) as f:
             head = f.read(4096)
-        for magic, kind in MAGICS:
-            if head.startswith(magic):
-                return kind
-        text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
-        for magic, kind in TEXT_MAGICS:
-            if text.startswith(magic):
-                return kind
+        kind = by_content(head)
+        if kind is not None:
+            return kind
     raise InputError(
         f"{spec.name}: cannot tell the input format from its name or content",
         hint=f"pass --input-format {', '.join(names()[:-1])} or {names()[-1]}",

@@ -14,28 +14,39 @@ from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
 from ..engine.interrupts import Signals
 from ..engine.pipeline import Prefetch, Progress, coalesce, write_step
-from ..errors import InputError, Interrupted, OptionsError
+from ..errors import InputError, Interrupted, OptionsError, spelled
 from ..formats import get as get_format
 from ..formats.base import FileRecord, WriteOptions
-from ..inputs import Reader, open_reader
+from ..inputs import Reader, open_data, open_reader, paths_or_data
 from ..schema import Batch, Schema
 from ..stats import BatchStats
 from .options import ConvertOptions, takes_options
 
 
 @takes_options(ConvertOptions)
-def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
     """Convert ``inputs`` into the dataset directory ``output``; returns the manifest written.
 
+    ``inputs``: paths, globs or URIs (a list, or one), ``-`` for stdin; or data held in memory, read
+    once in its order: a ``pyarrow.RecordBatchReader`` or anything exporting an Arrow stream
+    (``__arrow_c_stream__``: a pyarrow Table, a polars or pandas DataFrame), a dict of arrays, or an
+    iterable of dicts of arrays (NumPy arrays with rows on axis 0, or lists; each dict a batch).
     Keyword arguments are the fields of :class:`ConvertOptions` (the CLI's flags).
     """
     from ..inputs.base import SchemaChanged
 
-    o, inputs = ConvertOptions.parse(inputs, kwargs)
-    budget = o.budget()
-    reader = open_reader(inputs, budget=budget, **o.read_kwargs())
+    paths, data = paths_or_data(inputs)
+    if data is not None:
+        o = ConvertOptions(**kwargs)
+        o.validate()
+        budget = o.budget()
+        reader = open_data(data, budget=budget, **o.read_kwargs())
+    else:
+        o, inputs = ConvertOptions.parse(paths, kwargs)
+        budget = o.budget()
+        reader = open_reader(inputs, budget=budget, **o.read_kwargs())
     fmt = get_format(o.to)
-    protect = [s.path for s in reader.specs if not s.is_stdin]
+    protect = [s.path for s in reader.specs if not s.is_stdin and s.path]
     started = time.time()
     with Signals(), output_dir(output, overwrite=o.overwrite, protect=protect, budget=budget) as out:
         try:
@@ -189,7 +200,8 @@ def check_memory(schema: Schema, fmt, budget: int, source: str) -> None:
         raise OptionsError(
             f"{source}: {len(schema)} columns need at least {mib} MiB to be written as {fmt.name} "
             f"({per >> 10} KiB per column), more than --max-memory {budget >> 20}MiB",
-            hint=f"raise --max-memory to {mib}MiB or more, or stack numeric columns with --stack-columns",
+            hint=f"raise {spelled(f'--max-memory to {mib}MiB', f'max_memory to {mib}MiB')} or more, "
+            "or stack numeric columns with --stack-columns",
         )
 
 

@@ -5,12 +5,14 @@ their validation: the one place that decides whether options fit together. A mis
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from ..engine.journal import VOLATILE_OPTIONS
-from ..errors import OptionsError
+from ..errors import OptionsError, flag, spelled
 from ..formats import DEFAULT as DEFAULT_FORMAT
 from ..manifest import DEFAULT_HASH, HASHES
 from ..util import parse_size
@@ -55,13 +57,20 @@ class ConvertOptions:
     progress: bool | None = None  # None: on when stderr is a terminal
 
     @classmethod
-    def parse(cls, inputs: list[str] | str, kwargs: dict[str, Any]):
+    def parse(cls, inputs: Any, kwargs: dict[str, Any]):
         """The options of ``kwargs``, validated, and ``inputs`` as a list (checked against them)."""
+        from ..inputs import paths_or_data
+
         o = cls(**kwargs)
         o.validate()
-        inputs = [inputs] if isinstance(inputs, str) else list(inputs)
-        o.check_inputs(inputs)
-        return o, inputs
+        paths, data = paths_or_data(inputs)
+        if paths is None:
+            raise OptionsError(
+                "this job reads its inputs in parts, in parallel; data held in memory is read once, in order",
+                hint="convert it first (lovecraft_convert.convert), then give the dataset directory it wrote",
+            )
+        o.check_inputs(paths)
+        return o, paths
 
     def check_inputs(self, inputs: list[str]) -> None:
         """Refuse inputs these options cannot take."""
@@ -85,7 +94,8 @@ class ConvertOptions:
             )
         if self.dtype is not None and self.dtype not in FLOAT_TARGETS:
             raise OptionsError(
-                f"--dtype {self.dtype}: only float16 or float32 downcasting is offered", hint="use --dtype float16"
+                f"--dtype {self.dtype}: only float16 or float32 downcasting is offered",
+                hint=f"use {flag('dtype', 'float16')}",
             )
         if self.on_overflow not in ("error", "clip"):
             raise OptionsError(f"--on-overflow {self.on_overflow}: use error or clip")
@@ -106,7 +116,10 @@ class ConvertOptions:
         except ValueError as e:
             raise OptionsError(f"--max-memory: {e}") from None
         if budget < MIN_MEMORY:
-            raise OptionsError(f"--max-memory {self.max_memory} is too small", hint="give at least 16MiB")
+            raise OptionsError(
+                f"--max-memory {self.max_memory} is too small",
+                hint=f"give at least {spelled('16MiB', 'max_memory=' + repr('16MiB'))}",
+            )
         self.max_memory = budget  # bytes from here on: what the manifest and the fingerprint record
         if self.max_expansion < 0:
             raise OptionsError(f"--max-expansion {self.max_expansion}: give a ratio (0: no limit)")
@@ -114,10 +127,10 @@ class ConvertOptions:
     def validate_tokens(self) -> None:
         """--column, --eos and --bos go with --tokenizer; the markers are looked up when it is loaded."""
         if self.tokenizer is None:
-            for flag, v in (("--column", self.column), ("--eos", self.eos), ("--bos", self.bos)):
+            for opt, v in (("--column", self.column), ("--eos", self.eos), ("--bos", self.bos)):
                 if v is not None:
                     raise OptionsError(
-                        f"{flag} goes with --tokenizer", hint="add --tokenizer bytes|chars|tokenizer.json"
+                        f"{opt} goes with --tokenizer", hint="add --tokenizer bytes|chars|tokenizer.json"
                     )
         elif not isinstance(self.tokenizer, str) or not self.tokenizer:
             raise OptionsError(f"--tokenizer {self.tokenizer!r}: give bytes, chars or the path of a tokenizer.json")
@@ -139,13 +152,13 @@ class ConvertOptions:
 
     def validate_inputs(self) -> None:
         """The CSV syntax options (inspect takes them too)."""
-        for flag, c in (("--delimiter", self.delimiter), ("--comment", self.comment)):
+        for name, c in (("--delimiter", self.delimiter), ("--comment", self.comment)):
             if c is None:
                 continue
             if not isinstance(c, str) or len(c) != 1 or not c.isascii():
-                raise OptionsError(f"{flag} {c!r}: give one ASCII character")
+                raise OptionsError(f"{name} {c!r}: give one ASCII character")
             if c in '"\r\n':
-                raise OptionsError(f"{flag} {c!r} cannot be a quote or a line end", hint="choose another character")
+                raise OptionsError(f"{name} {c!r} cannot be a quote or a line end", hint="choose another character")
         if self.comment is not None and self.comment == self.delimiter:
             raise OptionsError(f"--comment {self.comment!r} is the delimiter too", hint="choose another character")
         if not isinstance(self.skip_rows, int) or isinstance(self.skip_rows, bool) or self.skip_rows < 0:
@@ -299,8 +312,8 @@ class BucketOptions(ShardOptions):
         if self.max_length is not None and self.max_length < 1:
             raise OptionsError("--max-length must be at least 1")
         if (self.truncate or self.drop_longer) and self.max_length is None and self.boundaries is None:
-            flag = "--truncate" if self.truncate else "--drop-longer"
-            raise OptionsError(f"{flag} needs --max-length L (or --boundaries: the last one is the limit)")
+            opt = "--truncate" if self.truncate else "--drop-longer"
+            raise OptionsError(f"{opt} needs --max-length L (or --boundaries: the last one is the limit)")
         if self.max_length is not None and not (self.truncate or self.drop_longer):
             raise OptionsError(
                 f"--max-length {self.max_length}: say what happens to longer sequences",
@@ -333,8 +346,8 @@ class BucketOptions(ShardOptions):
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 1:
             raise OptionsError(f"--seq-len {self.seq_len!r}: give the tokens of every row, 1 or more")
         given = [
-            flag
-            for flag, v in (
+            opt
+            for opt, v in (
                 ("--num-buckets", self.num_buckets is not None),
                 ("--boundaries", self.boundaries is not None),
                 ("--max-length", self.max_length is not None),
@@ -357,21 +370,34 @@ class BucketOptions(ShardOptions):
 
 
 def takes_options(cls: type[ConvertOptions]):
-    """Give a job function the explicit signature of its options: ``(inputs, output, *, <every
-    field of cls>, argv=None)``, so that ``help()``, editors and ``inspect.signature`` show every
-    keyword with its default (the dataclass stays the one place they are defined)."""
+    """Make a job function public: give it the explicit signature of its options (``(inputs,
+    output, *, <every field of cls>, argv=None)``, so that ``help()``, editors and
+    ``inspect.signature`` show every keyword with its default, the dataclass staying the one place
+    they are defined), and return the manifest dict it commits as a typed, frozen
+    :class:`~lovecraft_convert.result.Manifest`."""
 
     def wrap(fn):
+        @functools.wraps(fn)
+        def job(inputs, output, *, argv=None, **kwargs):
+            from ..result import Manifest
+
+            return Manifest.of(fn(inputs, output, argv=argv, **kwargs), os.fspath(output))
+
         P = inspect.Parameter
         params = [
-            P("inputs", P.POSITIONAL_OR_KEYWORD, annotation="list[str] | str"),
+            P("inputs", P.POSITIONAL_OR_KEYWORD, annotation=INPUTS_ANNOTATION.get(fn.__name__, "list[str] | str")),
             P("output", P.POSITIONAL_OR_KEYWORD, annotation="str"),
         ]
         for f in fields(cls):
             default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
             params.append(P(f.name, P.KEYWORD_ONLY, default=default, annotation=f.type))
         params.append(P("argv", P.KEYWORD_ONLY, default=None, annotation="list[str] | None"))
-        fn.__signature__ = inspect.Signature(params, return_annotation="dict[str, Any]")
-        return fn
+        job.__signature__ = inspect.Signature(params, return_annotation="Manifest")
+        job.__annotations__ = {**fn.__annotations__, "return": "Manifest"}
+        return job
 
     return wrap
+
+
+# convert also reads data held in memory (pyarrow streams, anything with __arrow_c_stream__, dicts of arrays)
+INPUTS_ANNOTATION = {"convert": "list[str] | str | pyarrow.RecordBatchReader | ArrowStreamExportable | Iterable[dict]"}

@@ -61,8 +61,8 @@ def test_a_worker_killed_mid_unit_is_one_line(ordered):
             ex.map_ordered(_die, calls) if ordered else list(ex.map(_die, calls))
         assert e.value.one_line() == (
             "a worker process died while running a unit (killed by the system, most often for memory); "
-            "lower --max-memory or --workers and run it again"
-        )
+            "lower max_memory or workers and run it again"
+        )  # a Python caller's spelling (the CLI's: --max-memory, --workers)
     finally:
         ex.close(kill=True)
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lovecraft_convert.errors import InputError
+from lovecraft_convert.errors import InputError, surface
 from lovecraft_convert.inputs.jsonarray import ArrayLines
 from tests.conftest import lovecraft, write
 
@@ -178,7 +178,9 @@ def test_json_lines_asked_for_an_array_says_what_it_is(tmp_path):
 def test_direct_errors_of_the_converter():
     with pytest.raises(InputError) as e:
         _lines(b"   ", [3])
-    assert str(e.value) == "t.json: not a JSON array (no '['); pass --input-format jsonl or csv"
+    assert str(e.value) == "t.json: not a JSON array (no '['); pass input_format jsonl or csv"  # a Python caller's
+    with surface("cli"):
+        assert str(e.value) == "t.json: not a JSON array (no '['); pass --input-format jsonl or csv"
 
 
 def test_bucket_takes_the_text_of_a_json_array(tmp_path):

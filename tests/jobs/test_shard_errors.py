@@ -24,7 +24,7 @@ def test_float16_overflow_in_a_later_part_names_the_global_row(tmp_path, workers
     assert info.value.part >= 2  # raised by the unit of a later part, which knew only its own rows
     assert info.value.one_line() == (
         f"{src}, row 45001, column 'x': value 70000.0 overflows float16 (max 65504.0); "
-        "scale the data, keep a wider type, or pass --on-overflow clip"
-    )
+        "scale the data, keep a wider type, or pass on_overflow='clip'"
+    )  # raised in a worker, spelled for the Python caller that shows it
     assert not os.path.exists(out)
     assert leftovers(tmp_path) == []

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+import lovecraft_convert as lc
 from lovecraft_convert.formats import builtin_names
 
 from ..conftest import SUBPROCESS_ENV, lovecraft
@@ -61,15 +62,15 @@ def test_two_runs_racing_one_commits_the_other_fails_cleanly(s3, bucket, tmp_pat
         t.start()
     for t in threads:
         t.join(120)
-    won = [r for r in results if isinstance(r, dict)]
+    won = [r for r in results if isinstance(r, lc.Manifest)]
     lost = [r for r in results if isinstance(r, OutputError)]
     assert len(won) == 1 and len(lost) == 1, results
     assert lost[0].one_line() == (
         f"s3://{bucket}/out: another run committed this output first (its _manifest.json appeared while this "
-        "run wrote); nothing of this run was kept; pass --overwrite to replace it, or choose another path"
+        "run wrote); nothing of this run was kept; pass overwrite to replace it, or choose another path"
     )
     m = json.loads(get(s3, bucket, "out/_manifest.json"))
-    assert m == json.loads(json.dumps(won[0], default=str))
+    assert m == json.loads(json.dumps(won[0].to_dict(), default=str))
     run_id = m["files"][0]["path"].split("/")[0]
     assert sorted(objects(s3, bucket, "out/")) == sorted(
         ["out/_manifest.json"] + [f"out/{f['path']}" for f in m["files"]]

@@ -150,7 +150,7 @@ def test_parts_grow_after_their_count_and_stop_at_the_limit(s3, bucket, monkeypa
         w.close()
     assert e.value.one_line() == (
         f"s3://{bucket}/too-big: an object larger than {2 * 5 * mib + 6 * mib} bytes cannot be written in S3's "
-        "10,000 parts of this size; raise --max-memory (parts are sized from it)"
+        "10,000 parts of this size; raise max_memory (parts are sized from it)"
     )
     assert "too-big" not in objects(s3, bucket)
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
