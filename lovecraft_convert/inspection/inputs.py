@@ -21,7 +21,7 @@ from ..engine.pipeline import prefetch, select
 from ..errors import InputError, LovecraftError
 from ..formats import get as get_format
 from ..formats import names as format_names
-from ..formats.base import WriteOptions
+from ..formats.writing import WriteOptions
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
 from ..jobs.convert import select_columns

@@ -16,7 +16,7 @@ from ..engine.interrupts import Signals
 from ..engine.pipeline import Prefetch, Progress, coalesce, write_step
 from ..errors import InputError, Interrupted, OptionsError, spelled
 from ..formats import get as get_format
-from ..formats.base import FileRecord, WriteOptions
+from ..formats.writing import FileRecord, WriteOptions
 from ..inputs import Reader, open_data, open_reader, paths_or_data
 from ..schema import Batch, Schema
 from ..stats import BatchStats

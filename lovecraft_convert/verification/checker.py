@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import manifest as mf
 from ..errors import DatasetError, LovecraftError
-from ..formats.base import CheckContext, FileProblem, Unit
+from ..formats.checking import CheckContext, FileProblem, Unit
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, row_nbytes
 from ..stats import ColumnStats
 from ..util import parse_size

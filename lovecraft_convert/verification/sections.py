@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.base import Unit
+from ..formats.checking import Unit
 from ..schema import FIXED, SEQUENCE, Batch, Schema, VarColumn
 
 BUILTIN_VOCAB = {"bytes": 256}

@@ -11,7 +11,8 @@ from typing import Any
 from .. import manifest as mf
 from ..errors import DatasetError
 from ..formats import for_dataset
-from ..formats.base import OutputFormat, Unit
+from ..formats.base import OutputFormat
+from ..formats.checking import Unit
 from ..schema import Schema
 
 MANIFEST = mf.MANIFEST_NAME

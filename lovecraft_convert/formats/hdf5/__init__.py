@@ -1,9 +1,17 @@
 """HDF5: one ``.h5`` file per unit, one dataset per column, ~1 MiB chunks with fletcher32; a
-bucketed dataset also gets ``buckets.h5``, a group per bucket linking its files (:mod:`.index`)."""
+bucketed dataset also gets ``buckets.h5``, a group per bucket linking its files (:mod:`.index`).
+
+Layout (the four parts, :mod:`lovecraft_convert.formats.protocols`): writes: :mod:`.writer`
+(``Hdf5Writer``; :mod:`.direct` and :mod:`.native` write whole chunks through the library, with
+:mod:`.fletcher` checksums; :mod:`.links` and :mod:`.index` the bucket index); reads:
+:mod:`.reader` (a chunk cache per opened dataset, random access); checks: :mod:`.check` (every
+chunk read with its fletcher32, and the index file); describes: this module (h5py snippets).
+"""
 
 from __future__ import annotations
 
-from ..base import Idents, OutputFormat, py_str
+from ..base import OutputFormat
+from ..describing import Idents, py_str
 
 
 class Hdf5Format(OutputFormat):
@@ -48,7 +56,7 @@ class Hdf5Format(OutputFormat):
 
     def check_extra(self, ctx, path):
         if not ctx.manifest.get("buckets"):
-            from ..base import FileProblem
+            from ..checking import FileProblem
 
             return [FileProblem(path, "an index of buckets in a dataset without buckets", "manifest")]
         from .index import check

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 
 from ...schema import BINARY, FIXED, STRING, Batch, Field, Schema, VarColumn
-from ..base import CheckContext, FileProblem, Unit, short
+from ..checking import CheckContext, FileProblem, Unit, short
 from .links import STRAY, survey
 
 MAX_CHUNK_BYTES = 64 << 20  # an HDF5 chunk larger than this is refused (we write ~1 MiB chunks)

@@ -263,7 +263,7 @@ class DirectGroup:
     def __init__(
         self, fid, names: list[str], dtype: np.dtype, rows_per_chunk: int, io: Hdf5Thread, extent: int, native=None
     ) -> None:
-        from ..base import ColumnBlock
+        from ..writing import ColumnBlock
 
         assert not io.threaded
         self.io = io

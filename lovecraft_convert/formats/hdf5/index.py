@@ -7,7 +7,8 @@ import os
 
 from ...engine.writer import hash_fsynced
 from ...manifest import DEFAULT_HASH, MANIFEST_NAME
-from ..base import FileProblem, FileRecord, short
+from ..checking import FileProblem, short
+from ..writing import FileRecord
 from .writer import create_file
 
 INDEX_NAME = "buckets.h5"

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import DatasetError
 from ...schema import BINARY, FIXED, STRING, Batch, Field, Schema
-from ..base import CORRUPT, PartReader
+from ..reading import CORRUPT, PartReader
 
 _OPEN_H5: weakref.WeakSet = weakref.WeakSet()
 _H5_LOCK = threading.Lock()

@@ -21,7 +21,7 @@ import numpy as np
 from ...engine.writer import hash_fsynced
 from ...errors import SchemaError
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
-from ..base import FileRecord, WriteOptions, Writer
+from ..writing import FileRecord, WriteOptions, Writer
 from .direct import DirectColumn, DirectGroup, Hdf5Thread, text_attributes
 
 CHUNK_BYTES = 1 << 20  # the chunk size of a narrow table

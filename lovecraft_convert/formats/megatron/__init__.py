@@ -8,6 +8,11 @@ unit: ``data.bin``/``data.idx`` for convert, ``part-00000-of-00004.bin``/``.idx`
 
 A Megatron dataset holds one column: token ids (a ``sequence`` column of one of Megatron's dtypes),
 one document per sequence. Text becomes token ids with ``--tokenizer``.
+
+Layout (the four parts, :mod:`lovecraft_convert.formats.protocols`): writes: :mod:`.writer`
+(``MegatronWriter``: ``.bin`` as tokens arrive, ``.idx`` at close; :mod:`.idx` is the index
+format); reads: :mod:`.reader` (the index mapped, random access); checks: :mod:`.check` (the
+index against its ``.bin``); describes: this module and :mod:`.rawfile` (any Megatron files).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from __future__ import annotations
 import os
 
 from ...manifest import DTYPE, POSITIVE, Obj
-from ..base import OutputFormat, py_str
+from ..base import OutputFormat
+from ..describing import py_str
 
 
 class MegatronFormat(OutputFormat):

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...schema import Batch, Schema, VarColumn
-from ..base import CheckContext, FileProblem, Unit
+from ..checking import CheckContext, FileProblem, Unit
 from .idx import PIECE, IndexProblem, index_bytes, read_index
 
 

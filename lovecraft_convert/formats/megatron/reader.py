@@ -7,7 +7,7 @@ import numpy as np
 
 from ...errors import DatasetError
 from ...schema import Batch, Schema, VarColumn
-from ..base import CORRUPT, PartReader
+from ..reading import CORRUPT, PartReader
 from .idx import open_index
 
 

@@ -16,7 +16,7 @@ from ...engine.writer import HashingWriter
 from ...errors import SchemaError
 from ...schema import Batch, Schema, VarColumn
 from ...storage.stream import open_stream
-from ..base import FileRecord, WriteOptions, Writer
+from ..writing import FileRecord, WriteOptions, Writer
 from .idx import PIECE, code_of, header, index_bytes, pieces
 
 INT32_MAX = (1 << 31) - 1

@@ -1,12 +1,20 @@
 """memmap: NumPy ``.npy`` files that ``np.load(path, mmap_mode="r")`` maps, one per fixed-shape
 column (``<col>.values.npy`` + ``<col>.offsets.npy`` for variable-length ones) and unit; ``<col>``
-the column's name, or its escape where that could not be a file name or could collide (names.py)."""
+the column's name, or its escape where that could not be a file name or could collide (names.py).
+
+Layout (the four parts, :mod:`lovecraft_convert.formats.protocols`): writes: :mod:`.writer`
+(``MemmapWriter``: preallocated ``.npy`` files, a ``[columns, rows]`` block for wide tables);
+reads: :mod:`.reader` (``np.load(mmap_mode="r")``, random access); checks: :mod:`.check` (headers
+against the schema, every value decoded); describes: this module (``np.load`` snippets);
+:mod:`.names` makes a column's file name.
+"""
 
 from __future__ import annotations
 
 import os
 
-from ..base import Idents, OutputFormat, py_str
+from ..base import OutputFormat
+from ..describing import Idents, py_str
 
 
 class MemmapFormat(OutputFormat):

@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import InputError
 from ...inputs.npy import read_header
 from ...schema import FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
-from ..base import CheckContext, FileProblem, Unit
+from ..checking import CheckContext, FileProblem, Unit
 
 ROLES = ("data", "values", "offsets")
 

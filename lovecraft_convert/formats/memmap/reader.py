@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import DatasetError
 from ...schema import SEQUENCE, Batch, Schema, VarColumn
-from ..base import PartReader
+from ..reading import PartReader
 
 
 class MemmapReader(PartReader):

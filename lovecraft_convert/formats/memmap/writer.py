@@ -20,7 +20,7 @@ import numpy as np
 from ...engine.interrupts import join
 from ...engine.writer import FileSystemSync, HashingWriter, finish_and_fsync, hash_open
 from ...schema import FIXED, Batch, Schema, VarColumn
-from ..base import ColumnBlock, FileRecord, WriteOptions, Writer
+from ..writing import ColumnBlock, FileRecord, WriteOptions, Writer
 from .names import SCHEME, column_bases
 
 HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known

@@ -1,12 +1,20 @@
 """Parquet: one file per unit (several for a table so wide that one file's footer would outgrow the
 memory budget), zstd by default, page checksums, large row groups; read by pyarrow,
-pandas, polars, duckdb and Spark without us (the manifest's ``_`` name keeps it out of their way)."""
+pandas, polars, duckdb and Spark without us (the manifest's ``_`` name keeps it out of their way).
+
+Layout (the four parts, :mod:`lovecraft_convert.formats.protocols`): writes: :mod:`.writer`
+(``ParquetWriter``: page checksums, row groups sized from the budget); reads: :mod:`.reader` (by
+row group, the unit of a block shuffle); checks: :mod:`.check` (every page read with its
+checksum, the schema against the manifest's); describes: this module (pyarrow, pandas, polars,
+duckdb snippets).
+"""
 
 from __future__ import annotations
 
 import os
 
-from ..base import OutputFormat, py_str
+from ..base import OutputFormat
+from ..describing import py_str
 
 
 class ParquetFormat(OutputFormat):

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from ...arrowconv import arrow_schema, batch_from_arrow, holds_nulls
 from ...errors import SchemaError
 from ...schema import Batch, Schema
-from ..base import CheckContext, FileProblem, Unit, short
+from ..checking import CheckContext, FileProblem, Unit, short
 from .reader import schema_difference
 
 

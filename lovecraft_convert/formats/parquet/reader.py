@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import DatasetError
 from ...schema import Batch, Schema
-from ..base import CORRUPT, PartReader
+from ..reading import CORRUPT, PartReader
 
 
 def schema_difference(got, schema: Schema) -> str | None:

@@ -20,7 +20,7 @@ import os
 from ...engine.writer import HashingWriter, named
 from ...schema import WIDE_COLUMNS, Batch, Schema
 from ...storage.stream import move_streamed, open_stream
-from ..base import FileRecord, WriteOptions, Writer
+from ..writing import FileRecord, WriteOptions, Writer
 
 # bytes per column chunk that pyarrow's writer holds until the footer (~0.8 KiB), and as much again
 # while it writes the footer from them (measured: 17 MiB at the close of 5 row groups x 2,000 columns)
@@ -72,7 +72,7 @@ class ParquetWriter(Writer):
         dt = self.to_arrow.dtype
         rows = 4 * options.row_group_bytes // (len(schema) * dt.itemsize) if dt is not None else 0
         if len(schema) >= WIDE_COLUMNS and rows >= 16:  # else a row group per batch
-            from ..base import ColumnBlock
+            from ..writing import ColumnBlock
 
             self.block = ColumnBlock(len(schema), rows, dt, self._flush)
         self.done: list[FileRecord] = []  # the files finished (a wide table's first ones)

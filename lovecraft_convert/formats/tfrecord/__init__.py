@@ -2,6 +2,12 @@
 
 Encoded by us (:mod:`.example`, :mod:`.framing`), so writing never needs TensorFlow; read back by
 tf.data with the manifest's feature spec (:mod:`.tfdata`) or by our NumPy decoder (:mod:`.reader`).
+
+Layout (the four parts, :mod:`lovecraft_convert.formats.protocols`): writes: :mod:`.writer`
+(``TfrecordWriter``; :mod:`.example` encodes rows, :mod:`.framing` and :mod:`.crcspan` frame them,
+:mod:`.blocks` indexes them); reads: :mod:`.reader` and :mod:`.decode` / :mod:`.columnar` (NumPy),
+:mod:`.tfdata` (tf.data); checks: :mod:`.check` (every record's CRCs, then its Example); describes:
+this module and :mod:`.rawfile` (any TFRecord file, not only ours).
 """
 
 from __future__ import annotations
@@ -9,7 +15,8 @@ from __future__ import annotations
 import os
 
 from ...manifest import BOOL, COUNT, POSITIVE, STR, ListOf, MapOf, Null, Obj, OneOf, Pair
-from ..base import OutputFormat, py_str
+from ..base import OutputFormat
+from ..describing import py_str
 
 FEATURE = Obj(
     {"type": OneOf("FixedLenFeature", "VarLenFeature"), "dtype": OneOf("float32", "int64", "string")},

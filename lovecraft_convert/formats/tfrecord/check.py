@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import DatasetError, LovecraftError
 from ...schema import FIXED, Batch, Schema
-from ..base import CheckContext, FileProblem, Unit, short
+from ..checking import CheckContext, FileProblem, Unit, short
 from .blocks import decode_blocks, scan_index
 from .decode import decode_records
 from .framing import iter_records

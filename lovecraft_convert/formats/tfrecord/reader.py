@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...schema import FIXED, Batch, Schema, row_nbytes
-from ..base import PartReader
+from ..reading import PartReader
 from .blocks import block_records_for, decode_blocks, scan_index
 from .decode import decode_fixed, decode_records, decode_span, kinds_of
 from .framing import RecordRuns, Records

@@ -14,7 +14,7 @@ import zlib
 from ...engine.writer import HashingWriter
 from ...schema import Batch, Schema
 from ...storage.stream import open_stream
-from ..base import FileRecord, WriteOptions, Writer
+from ..writing import FileRecord, WriteOptions, Writer
 from .blocks import block_records_for, encode_blocks
 
 
