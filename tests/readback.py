@@ -148,7 +148,9 @@ def tf_spec(columns: dict[str, tuple[str, object, tuple]]) -> dict:
     ``{name: (kind, numpy dtype, shape)}`` as the caller knows them. float16/float32 columns are
     float_list, float64 ones one bytes value per row (their little-endian values, exact), integer
     and bool ones int64_list, text and bytes bytes_list, other sequences VarLen."""
-    import tensorflow as tf
+    import pytest
+
+    tf = pytest.importorskip("tensorflow", reason="the tf extra is not installed (pip install 'lovecraft-convert[tf]')")
 
     spec = {}
     for name, (kind, dtype, shape) in columns.items():
@@ -171,7 +173,9 @@ def read_tfrecord(out: str, columns: dict | None = None) -> dict[str, object]:
     """Every TFRecord file of ``out`` through tf.data and ``tf.io.parse_example`` with a
     :func:`tf_spec` of ``columns`` (``{name: (kind, dtype, shape)}`` as the caller expects them; by
     default from the manifest's schema, after checking the manifest's own feature spec says the same)."""
-    import tensorflow as tf
+    import pytest
+
+    tf = pytest.importorskip("tensorflow", reason="the tf extra is not installed (pip install 'lovecraft-convert[tf]')")
 
     m = manifest(out)
     if columns is None:

@@ -242,8 +242,9 @@ def _chunks(out: str, to: str, kind: str):
             a += t.num_rows
         assert a == pf.metadata.num_rows
     else:
-        import tensorflow as tf
-
+        tf = pytest.importorskip(
+            "tensorflow", reason="the tf extra is not installed (pip install 'lovecraft-convert[tf]')"
+        )
         if kind == "text":
             spec = {"text": tf.io.FixedLenFeature([], tf.string)}
         elif kind == "npy":

@@ -79,8 +79,9 @@ def read_shard(out: str, m: dict, bucket: dict, shard: dict) -> tuple[list, np.n
         lengths = df["length"].to_numpy()
         rows = [np.asarray(r) for r in df[col].to_list()]
     else:
-        import tensorflow as tf
-
+        tf = pytest.importorskip(
+            "tensorflow", reason="the tf extra is not installed (pip install 'lovecraft-convert[tf]')"
+        )
         (path,) = shard["files"]
         kind = tf.int64 if np.dtype(m["schema"][0]["dtype"]).kind in "iub" else tf.float32
         spec = {"length": tf.io.FixedLenFeature([], tf.int64)}

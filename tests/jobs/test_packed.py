@@ -83,8 +83,9 @@ def read_shard(out: str, m: dict, shard: dict) -> tuple[list[list[int]], list[li
         tokens = np.array(df["tokens"].to_list())
         starts = [list(x) for x in df["doc_starts"].to_list()]
     else:
-        import tensorflow as tf
-
+        tf = pytest.importorskip(
+            "tensorflow", reason="the tf extra is not installed (pip install 'lovecraft-convert[tf]')"
+        )
         (path,) = shard["files"]
         spec = {"tokens": tf.io.FixedLenFeature([L], tf.int64), "doc_starts": tf.io.VarLenFeature(tf.int64)}
         tokens, starts = [], []
