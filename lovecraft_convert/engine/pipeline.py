@@ -1,5 +1,6 @@
-"""The loop every command runs, source -> transforms -> sink, and what goes with it: the
-read-ahead thread, one batch's statistics, downcast and write, and progress on stderr."""
+"""What goes with the loop every command runs (source -> output plan -> sink; the plan's steps are
+:mod:`lovecraft_convert.transforms.plan`'s): gathering a wide table's small batches, the
+read-ahead thread, and progress on stderr."""
 
 from __future__ import annotations
 
@@ -8,21 +9,8 @@ import sys
 import time
 from collections.abc import Iterator
 
-from ..schema import WIDE_COLUMNS, Batch, Schema
-from ..stats import BatchStats
+from ..schema import WIDE_COLUMNS, Batch
 from .interrupts import get_polled, put_while
-
-
-def write_step(batch: Batch, down, stats: BatchStats, writer) -> int:
-    """Statistics, downcast and write of one batch; returns its rows. Statistics of a downcast
-    column are taken from the wide source (see :meth:`BatchStats.update`), which is cheaper."""
-    if down is not None:
-        stats.update(batch, down.targets)
-        batch = down(batch)
-    else:
-        stats.update(batch)
-    writer.write(batch)
-    return batch.num_rows
 
 
 def coalesce(batches: Iterator[Batch], target_bytes: int) -> Iterator[Batch]:
@@ -147,15 +135,6 @@ def prefetch(it: Iterator[Batch], depth: int = 2, max_bytes: int = 0) -> Iterato
     """The batches of ``it``, read by a :class:`Prefetch` from the first one asked for."""
     with Prefetch(it, depth, max_bytes) as p:
         yield from p
-
-
-def select(batches: Iterator[Batch], schema: Schema) -> Iterator[Batch]:
-    """Each batch with exactly the schema's columns, in its order."""
-    names = schema.names
-    for b in batches:
-        if list(b.columns) != names:
-            b = Batch({n: b.columns[n] for n in names}, b.num_rows)
-        yield b
 
 
 class Progress:

@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.pipeline import prefetch, select
+from ..engine.pipeline import prefetch
 from ..errors import InputError, LovecraftError
 from ..formats import get as get_format
 from ..formats import names as format_names
 from ..formats.writing import WriteOptions
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
-from ..jobs.convert import select_columns
 from ..schema import SEQUENCE, Batch, VarColumn
-from ..transforms.downcast import Downcast, DowncastStats, downcast_array
+from ..transforms.downcast import DowncastStats, downcast_array
+from ..transforms.plan import OutputPlan
 from ..util import parse_size
 from .lengths import length_report
 from .values import ValueHistogram
@@ -151,7 +151,8 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
     budget = parse_size(o.max_memory)
     reader = open_reader(inputs, budget=budget, lenient=True, **o.read_kwargs())
     while True:
-        schema = select_columns(reader, o.columns)
+        plan = OutputPlan.build(reader.schema, ", ".join(s.name for s in reader.specs), columns=o.columns)
+        schema = plan.schema
         tokens = _tokens(reader, schema, o)  # (column, Tokens): its lengths in tokens, as bucket counts them
         profiles = [Profile(f, plot) for f in schema]
         kept: list = []
@@ -162,7 +163,7 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
         bar = _bar(reader, progress)
         # A sample is read without the read-ahead thread, so the input bytes consumed so far
         # belong to the rows seen (they scale the row estimate).
-        batches = select(reader.batches(), schema)
+        batches = map(plan, reader.batches())
         if sample is None:
             batches = prefetch(batches, depth=2)
         try:
@@ -298,11 +299,10 @@ def estimate_sizes(kept: list, schema, rows: int, dtype: str | None = None) -> d
     sample = Batch.concat(kept) if len(kept) > 1 else kept[0]
     limit = max(2, min(sample.num_rows, int(sample.num_rows * SAMPLE_BYTES / max(1, sample.nbytes)) + 1))
     sample = sample.slice(0, limit)
-    if dtype is not None:
-        down = Downcast.for_dtype(schema, dtype, {}, "clip")
-        if down is not None:
-            sample = down(sample)
-            schema = down.schema
+    if dtype is not None:  # what convert --dtype would write
+        plan = OutputPlan.build(schema, "input", dtype=dtype, on_overflow="clip")
+        sample = plan(sample)
+        schema = plan.schema
     out: dict[str, int | None] = {}
     tmp = tempfile.mkdtemp(prefix="lovecraft-inspect-")
     try:

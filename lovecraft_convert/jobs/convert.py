@@ -7,19 +7,19 @@ memory depends on the budget and never on the input's size.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
 from ..engine.interrupts import Signals
-from ..engine.pipeline import Prefetch, Progress, coalesce, write_step
+from ..engine.pipeline import Prefetch, Progress, coalesce
 from ..errors import InputError, Interrupted, OptionsError, spelled
 from ..formats import get as get_format
 from ..formats.writing import FileRecord, WriteOptions
 from ..inputs import Reader, open_data, open_reader, paths_or_data
-from ..schema import Batch, Schema
+from ..schema import Schema
 from ..stats import BatchStats
+from ..transforms.plan import OutputPlan
 from .options import ConvertOptions, takes_options
 
 
@@ -72,7 +72,7 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
             sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
             argv=argv,
             seconds=round(time.time() - started, 3),
-            **tokens_extra(plan),
+            **plan.tokens_extra(),
             **plan.extra(),
             **fmt.dataset_extra(schema, [extra]),
         )
@@ -80,110 +80,23 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
     return manifest
 
 
-def tokens_extra(plan: OutputPlan) -> dict[str, Any]:
-    """The manifest's ``tokenizer`` section of a tokenized dataset: which tokenizer, the text column,
-    the markers' ids and the token dtype (nothing when nothing was tokenized)."""
-    if plan.tokenize is None:
-        return {}
-    return {"tokenizer": {**plan.tokenize.tokens.describe(), "column": plan.tokenize.column}}
-
-
-def select_columns(reader: Reader, columns: list[str] | None, stack_columns: list[str] | None = None) -> Schema:
-    """The reader's schema with only ``columns`` (in that order); a column that ``stack_columns``
-    makes stands for its members, in their order (the stack then takes their place)."""
-    if not columns:
-        return reader.schema
-    if stack_columns:
-        columns = _stack_members(columns, stack_columns, reader.schema.names)
-    missing = [c for c in columns if c not in reader.schema.names]
-    if missing:
-        raise OptionsError(f"--columns: no column '{missing[0]}'", hint=f"columns are {', '.join(reader.schema.names)}")
-    return Schema(tuple(reader.schema[c] for c in columns))
-
-
-def _stack_members(columns: list[str], stack_columns: list[str], names: list[str]) -> list[str]:
-    from ..selection import select
-    from ..transforms.stack import parse
-
-    stacks = dict(parse(spec) for spec in stack_columns)
-    out: list[str] = []
-    owner: dict[str, str] = {}
-    for c in columns:
-        if c not in stacks or c in names:
-            out.append(c)
-            continue
-        members = select(names, stacks[c])
-        for m in members:
-            owner[m] = c
-        out.extend(members)
-    both = next((c for c in columns if c in owner), None)
-    if both is not None:
-        raise OptionsError(
-            f"--columns names '{both}', which is stacked into '{owner[both]}'", hint=f"name '{owner[both]}' alone"
-        )
-    return out
-
-
-@dataclass
-class OutputPlan:
-    """What is written from a reader's batches: ``prepare`` keeps the ``--columns``, tokenizes the
-    ``--column`` (``--tokenizer``) and stacks the ``--stack-columns``; ``down`` (None when nothing
-    is narrowed) then downcasts to ``schema``."""
-
-    schema: Schema
-    down: Any
-    source: Schema  # the reader's columns that are kept, before tokenizing and stacking
-    stack: Any = None
-    tokenize: Any = None  # transforms.tokenize.Tokenize, or None
-    notes: list[str] = field(default_factory=list)  # what the manifest's notes say of these choices
-
-    def extra(self) -> dict[str, Any]:
-        """The manifest's ``notes`` (what the run noticed and did not refuse), when there are any."""
-        return {"notes": list(self.notes)} if self.notes else {}
-
-    def prepare(self, batch: Batch) -> Batch:
-        names = self.source.names
-        if list(batch.columns) != names:
-            batch = Batch({n: batch.columns[n] for n in names}, batch.num_rows)
-        if self.tokenize is not None:
-            batch = self.tokenize(batch)
-        return self.stack(batch) if self.stack is not None else batch
-
-
-def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
-    """The written schema (``--columns``, ``--tokenizer``, ``--stack-columns``, then
-    ``--dtype``/float16 column types) and the transforms that produce it."""
-    from ..transforms.downcast import Downcast
-
-    where = ", ".join(s.name for s in reader.specs)
-    tokenize = None
-    if o.tokenizer is not None:
-        from ..transforms.tokenize import Tokenize, Tokens
-
-        tokenize = Tokenize(reader.schema, Tokens(o.tokenizer, o.eos, o.bos), o.column, o.columns, where)
-        source = Schema(tuple(reader.schema[n] for n in tokenize.source_names))
-        schema = tokenize.schema
-    else:
-        source = select_columns(reader, o.columns, o.stack_columns)
-        schema = source
-    stack = None
-    if o.stack_columns:
-        from ..transforms.stack import Stack
-
-        stack = Stack(source, list(o.stack_columns), where)
-        schema = stack.schema
-    per_col = {}
-    if "float16" in o.column_types.values():  # read as float32, then narrowed with the float16 report
-        from ..selection import ColumnTypes
-
-        typed = ColumnTypes(o.column_types).resolve(reader.schema.names, where, strict=False)
-        per_col = {k: v for k, v in typed.items() if v == "float16"}
-    note = Downcast.left_alone(schema, o.dtype, per_col)
-    down = Downcast.for_dtype(schema, o.dtype, per_col, o.on_overflow)
-    if down is not None:
-        down.source = where
-        schema = down.schema
-    return OutputPlan(schema, down, source, stack, tokenize, [note] if note else [])
+def output_plan(reader: Reader, o: ConvertOptions) -> OutputPlan:
+    """The output plan (:mod:`lovecraft_convert.transforms.plan`) of ``reader``'s batches for the
+    options ``o``: ``--columns``, ``--tokenizer``, ``--stack-columns``, then ``--dtype`` and float16
+    column types."""
+    return OutputPlan.build(
+        reader.schema,
+        ", ".join(s.name for s in reader.specs),
+        columns=o.columns,
+        stack_columns=o.stack_columns,
+        tokenizer=o.tokenizer,
+        column=o.column,
+        eos=o.eos,
+        bos=o.bos,
+        dtype=o.dtype,
+        column_types=o.column_types,
+        on_overflow=o.on_overflow,
+    )
 
 
 READ_COLUMN_FLOOR = 8 << 10  # what reading holds per column at least (the CSV parser's per-column state)
@@ -225,18 +138,20 @@ def write_unit_files(
     o: ConvertOptions,
     budget: int,
     rows: int,
-    down=None,
+    plan: OutputPlan | None = None,
     widths_vary: bool = False,
 ):
-    """Write the batches of ``source`` as the files of unit ``k`` named ``name`` (statistics and
-    downcast on the way) and commit them into ``work``; returns (file records, statistics, the
-    writer's manifest keys). ``widths_vary``: see :class:`~lovecraft_convert.formats.base.WriteOptions`."""
+    """Write the batches of ``source`` as the files of unit ``k`` named ``name`` through ``plan``'s
+    last steps (statistics and downcast; None: the batches are written as they are, statistics
+    taken) and commit them into ``work``; returns (file records, statistics, the writer's manifest
+    keys). ``widths_vary``: see :class:`~lovecraft_convert.formats.writing.WriteOptions`."""
     fmt = get_format(o.to)
     stats = BatchStats(schema)
+    plan = plan if plan is not None else OutputPlan.identity(schema)
 
     def feed(writer) -> None:
         for batch in coalesce(source, budget // 16):
-            write_step(batch, down, stats, writer)
+            writer.write(plan.finish(batch, stats))
 
     files, extra = commit_unit(
         work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows, widths_vary)), feed
@@ -245,23 +160,26 @@ def write_unit_files(
 
 
 def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int):
-    plan = output_schema(reader, o)
-    schema, down = plan.schema, plan.down
+    plan = output_plan(reader, o)
+    schema = plan.schema
     source = ", ".join(s.name for s in reader.specs)
     fmt.check_schema(schema, source)
     check_memory(schema, fmt, budget, source)
     stats = BatchStats(schema)
     rows = 0
-    # Reading starts before the writer is made (an HDF5 file of 2,000 datasets: ~0.2 s) and goes
-    # on while it writes: two batches wait, or more small ones (a wide table's) up to budget/12
-    # (measured, 2,000 columns at 64 MiB: HDF5 56 -> 68 MB/s, memmap 53 -> 76; budget/8 cost
-    # Parquet 12 MiB of peak for no speed, the allocator's share included)
+    # Reading (with the plan's first steps) starts before the writer is made (an HDF5 file of 2,000
+    # datasets: ~0.2 s) and goes on while it writes: two batches wait, or more small ones (a wide
+    # table's) up to budget/12 (measured, 2,000 columns at 64 MiB: HDF5 56 -> 68 MB/s, memmap 53 ->
+    # 76; budget/8 cost Parquet 12 MiB of peak for no speed, the allocator's share included). A
+    # wide table's small batches are gathered before the plan's last steps (statistics, downcast).
     with Prefetch(coalesce(map(plan.prepare, reader.batches()), budget // 16), 2, budget // 12) as batches:
         writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
         progress = Progress(reader, o.progress)
         try:
             for batch in batches:
-                rows += write_step(batch, down, stats, writer)
+                batch = plan.finish(batch, stats)
+                writer.write(batch)
+                rows += batch.num_rows
                 progress.update()
             files: list[FileRecord] = writer.close()
         except BaseException:
@@ -271,4 +189,4 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
             progress.close()
     if rows == 0:
         raise InputError(f"{source}: empty input (no records)", hint="check the file")
-    return files, plan, rows, stats.to_dict(), (down.report() if down else {}), writer.manifest_extra()
+    return files, plan, rows, stats.to_dict(), plan.report(), writer.manifest_extra()

@@ -41,7 +41,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import check_memory, output_schema, tokens_extra, write_unit_files
+from .convert import check_memory, output_plan, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -86,10 +86,8 @@ class Context:
 def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
     """Read one part of the input, downcast, spill to frame files (scatter when shuffling)."""
     reader = ctx.reader()
-    plan = output_schema(reader, ctx.o)
-    schema, down = plan.schema, plan.down
-    if down is not None:
-        down.row_offset = part.rows[0] if part.rows else None
+    plan = output_plan(reader, ctx.o).at_row(part.rows[0] if part.rows else None)
+    schema = plan.schema
     spill = os.path.join(ctx.work, SPILL)
     rows = 0
     seed = ctx.o.seed or 0
@@ -104,7 +102,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
         frames: list = []
     try:
         for batch in reader.part_batches(part):
-            batch = plan.prepare(batch) if down is None else down(plan.prepare(batch))
+            batch = plan(batch)
             if ctx.buckets:
                 b_of = hash_bucket(seed, part.index, np.arange(rows, rows + batch.num_rows), ctx.buckets)
                 order = np.argsort(b_of, kind="stable")
@@ -156,7 +154,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
         "part": part.index,
         "rows": rows,
         "bytes": nbytes,
-        "float16": down.report() if down else {},
+        "float16": plan.report(),
         **result,
     }
 
@@ -228,19 +226,17 @@ def _rechunk(batch: Batch, step_bytes: int) -> Iterator[Batch]:
 def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None) -> dict[str, Any]:
     """Write shard ``k`` (rows [start, stop) of the global order) and commit its files."""
     o = ctx.o
-    down = None
+    plan = None
     if parts is None:  # read straight from the input (memory-mapped NPY)
         reader = ctx.reader()
-        plan = output_schema(reader, o)
-        schema, down = plan.schema, plan.down
-        if down is not None:
-            down.row_offset = start
+        plan = output_plan(reader, o).at_row(start)
+        schema = plan.schema
         source = map(plan.prepare, reader.row_range(start, stop, ctx.budget() // 16))
     else:
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
     name = shard_name(k, n_shards)
-    files, stats, extra = write_unit_files(ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, down)
+    files, stats, extra = write_unit_files(ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, plan)
     return {
         "phase": 2,
         "shard": k,
@@ -248,7 +244,7 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
         "rows": stop - start,
         "files": [f.to_dict() for f in files],
         "stats": stats.to_dict(),
-        "float16": down.report() if down else {},
+        "float16": plan.report() if plan else {},
         "extra": extra,
         "stats_raw": raw(stats),
     }
@@ -293,7 +289,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     while True:
         ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0)
         reader = ctx.reader()
-        out_plan = output_schema(reader, o)
+        out_plan = output_plan(reader, o)
         schema = out_plan.schema
         source = ", ".join(s.name for s in reader.specs)
         fmt.check_schema(schema, source)
@@ -451,7 +447,7 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
         stats=merged(schema, frags),
         float16=float16,
         sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
-        **tokens_extra(out_plan),
+        **out_plan.tokens_extra(),
         **out_plan.extra(),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

@@ -30,7 +30,7 @@ from ..engine.pipeline import prefetch
 from ..errors import InputError, LovecraftError
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
-from ..jobs.convert import output_schema
+from ..jobs.convert import output_plan
 from ..jobs.options import ConvertOptions
 from ..schema import FIXED, SEQUENCE, STRING_LIST, Batch, Field, Schema, VarColumn
 
@@ -234,15 +234,15 @@ class SourceComparer:
         self.name = ", ".join(s.name for s in reader.specs)
         try:
             self._force_types(reader)
-            self.plan = output_schema(reader, self.o)  # the columns, stacking and downcast convert applies
+            self.plan = output_plan(reader, self.o)  # the columns, stacking and downcast convert applies
             if reader.late_columns and not self.o.columns and len(self.plan.source) < len(reader.schema):
                 # JSON Lines made into fewer columns (tokenized): parse only the keys they come
                 # from, so that keys the dataset does not hold, met late, change nothing
                 kw = {**self.o.read_kwargs(), "columns": list(self.plan.source.names)}
                 reader = self.reader = open_reader(inputs, budget=verifier.budget, **kw)
                 self._force_types(reader)
-                self.plan = output_schema(reader, self.o)
-            src, self.down = self.plan.schema, self.plan.down
+                self.plan = output_plan(reader, self.o)
+            src = self.plan.schema
         except (LovecraftError, TypeError, ValueError, AttributeError, KeyError, UnicodeError) as e:
             self._source_problem(f"cannot be read with the manifest's options ({_one_line(e)})")
             self.usable = False
@@ -317,9 +317,7 @@ class SourceComparer:
     def _source_batches(self):
         try:
             for b in prefetch(map(self.plan.prepare, self.reader.batches()), depth=2):
-                if self.down is not None:
-                    b = self.down(b)
-                yield canonical(b, self.schema, self.storage)
+                yield canonical(self.plan.finish(b), self.schema, self.storage)
         except SchemaChanged as e:
             cols = ", ".join(f"'{k}'" for k in (e.widened or {})) or "a column"
             raise _SourceStop(f"{cols} holds values of a wider type than the dataset's (the source changed)") from None
@@ -470,11 +468,11 @@ class SourceComparer:
             self._check_float16()
 
     def _check_float16(self) -> None:
-        if self.down is None:
+        if self.plan.down is None:
             return
         want = self.manifest.get("float16")
         want = want if isinstance(want, dict) else {}
-        got = self.down.report()
+        got = self.plan.report()
         for name, r in got.items():
             m = want.get(name)
             if not isinstance(m, dict):
