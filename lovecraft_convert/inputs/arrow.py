@@ -179,7 +179,7 @@ def _data_files(directory: str) -> list[str]:
         try:
             with open(splits, encoding="utf-8") as fh:
                 names = [str(s) for s in json.load(fh).get("splits", [])]
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             names = []
         example = os.path.join(directory, names[0] if names else "train")
         raise InputError(
@@ -190,7 +190,7 @@ def _data_files(directory: str) -> list[str]:
         with open(state, encoding="utf-8") as fh:
             entries = json.load(fh)["_data_files"]
         names = [e["filename"] for e in entries]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # (nested too deeply: RecursionError)
         raise InputError(
             f"{state}: not a Hugging Face dataset state ({type(e).__name__}: {' '.join(str(e).split())[:120]})",
             hint="re-save the dataset with save_to_disk",

@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import InputError, OptionsError, SchemaError
 from ..schema import Batch, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
+from .jsondepth import MAX_DEPTH, first_too_deep, key_path
 from .jsonexact import ExactParser, LineError, Parsed
 from .jsontypes import (
     FIXED_TYPES,
@@ -60,6 +61,10 @@ _DIGITS = re.compile(rb"[0-9]{16}")
 
 class _LongLine(Exception):
     pass
+
+
+class _TooDeep(Exception):
+    """A line of a piece nests deeper than MAX_DEPTH: (its line in the piece, the keys to it)."""
 
 
 class JsonlReader(Reader):
@@ -100,12 +105,13 @@ class JsonlReader(Reader):
             try:
                 for piece in self._chunks(spec, None, True, min(PROBE_BYTES, self._chunk())):
                     data = bytes(piece)
-                    if not records and self.mode == "records":
-                        self.mode = self.parser.mode = _mode_of(data)
                     nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
                     if len(nl) > PROBE_RECORDS - records:  # lines, so at most that many records
                         data = data[: int(nl[PROBE_RECORDS - records - 1]) + 1]
                         budget = 0
+                    _check_depth(data)  # (before any parser sees it)
+                    if not records and self.mode == "records":
+                        self.mode = self.parser.mode = _mode_of(data)
                     parsed = self._exact_parse(spec, data, line)
                     line += parsed.lines_read
                     records += len(parsed.rows)
@@ -117,6 +123,8 @@ class JsonlReader(Reader):
                         break
             except _LongLine as e:
                 raise self._long_line(spec, line, e) from None
+            except _TooDeep as e:
+                raise _too_deep(spec, line, e) from None
             if budget <= 0:
                 break
         for name in [*(self.selected or []), *fixed]:  # named keys not met yet
@@ -276,6 +284,8 @@ class JsonlReader(Reader):
             self._line_end = line
         except _LongLine as e:
             raise self._long_line(spec, line, e) from None
+        except _TooDeep as e:
+            raise _too_deep(spec, line, e) from None
 
     def _long_line(self, spec: InputSpec, line: int, e: _LongLine) -> InputError:
         return InputError(
@@ -342,8 +352,12 @@ class JsonlReader(Reader):
         """The batches of a piece of whole lines (none while collecting widenings) and its line count.
 
         A piece the fast parser cannot take is cut in steps of EXACT_BYTES, which it tries again:
-        only the steps it still cannot take go to the exact parser."""
-        got = self._fast_piece(spec, piece, line0)
+        only the steps it still cannot take go to the exact parser. No parser sees a piece before
+        its lines are known to nest at most MAX_DEPTH deep (pyarrow's reader would overflow its
+        stack on a deep one)."""
+        nl = self._newlines(piece)
+        _check_depth(piece, nl)
+        got = self._fast_piece(spec, piece, line0, nl)
         if got is not None:
             return got
         out: list[Batch] = []
@@ -357,8 +371,8 @@ class JsonlReader(Reader):
             lines += got[1]
         return out, lines
 
-    def _fast_piece(self, spec: InputSpec, piece, line0: int) -> tuple[list[Batch], int] | None:
-        fast = self._fast(piece)
+    def _fast_piece(self, spec: InputSpec, piece, line0: int, nl=None) -> tuple[list[Batch], int] | None:
+        fast = self._fast(piece, nl)
         if fast is None:
             return None
         tables, row_lines, nlines, digits = fast
@@ -443,9 +457,16 @@ class JsonlReader(Reader):
             nulls[name] = nulls.get(name, 0) + arr.null_count
         return Batch(cols, rows)
 
-    def _fast(self, piece: memoryview | bytes):
+    def _newlines(self, piece) -> np.ndarray:
+        """Offsets of the newlines of a piece (through a reused buffer: no fresh pages per piece)."""
+        arr = np.frombuffer(piece, dtype=np.uint8)
+        if len(self._is_nl) < len(arr):
+            self._is_nl = np.empty(len(arr) + len(arr) // 4, dtype=bool)
+        return np.flatnonzero(np.equal(arr, 10, out=self._is_nl[: len(arr)]))
+
+    def _fast(self, piece: memoryview | bytes, nl=None):
         """``pyarrow.json`` over the piece: (record batches, row -> line index or None, lines,
-        digits()), or None where the exact parser must read it."""
+        digits()), or None where the exact parser must read it (``nl``: its newlines, when known)."""
         import pyarrow as pa
         import pyarrow.json as pj
 
@@ -455,10 +476,10 @@ class JsonlReader(Reader):
             if self.options.errors != "replace":
                 return None  # the exact parser names the line
             piece = bytes(piece).decode("utf-8", "replace").encode("utf-8")
+            nl = None
         arr = np.frombuffer(piece, dtype=np.uint8)
-        if len(self._is_nl) < len(arr):
-            self._is_nl = np.empty(len(arr) + len(arr) // 4, dtype=bool)  # (reused: no fresh pages per piece)
-        nl = np.flatnonzero(np.equal(arr, 10, out=self._is_nl[: len(arr)]))
+        if nl is None:
+            nl = self._newlines(piece)
         starts = np.empty(len(nl), dtype=np.int64)
         starts[0] = 0
         starts[1:] = nl[:-1] + 1
@@ -547,6 +568,24 @@ class JsonlReader(Reader):
                 f"--columns: no column '{name}' in {self.source_of(name)}",
                 hint=f"columns in the first records are {listed}",
             )
+
+
+def _check_depth(piece, nl=None) -> None:
+    """Raise _TooDeep for the first line of the piece nesting deeper than MAX_DEPTH."""
+    found = first_too_deep(piece, MAX_DEPTH, nl)
+    if found is not None:
+        line, offset = found
+        start = bytes(piece[:offset]).rfind(b"\n") + 1
+        raise _TooDeep(line, key_path(bytes(piece[start:offset]), offset - start))
+
+
+def _too_deep(spec: InputSpec, line: int, e: _TooDeep) -> InputError:
+    index, keys = e.args
+    return InputError(
+        f"objects and arrays nested more than {MAX_DEPTH} levels deep",
+        where=f"{spec.name}, line {line + index + 1}" + (f", key '{keys}'" if keys else ""),
+        hint=f"flatten the record (JSON Lines inputs are read up to {MAX_DEPTH} levels deep)",
+    )
 
 
 def _needles(name: str) -> list[bytes]:
