@@ -9,6 +9,7 @@ length become the columns of one dataset, named after their file stems.
 from __future__ import annotations
 
 import ast
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,6 +115,14 @@ def read_header(f, name: str) -> NpyHeader:
         raise InputError(
             where=name, message="a 0-d array has no record axis", hint="save it with at least one dimension"
         )
+    if dtype.itemsize * math.prod(s for s in shape if s) > np.iinfo(np.intp).max:  # (NumPy's own limit)
+        axis = max(range(len(shape)), key=lambda i: shape[i])
+        raise InputError(
+            where=name,
+            message=f".npy header declares shape {shape} of {dtype}: axis {axis} ({shape[axis]}) is beyond what "
+            "NumPy can address",
+            hint="the file is corrupt or hostile; re-create it",
+        )
     return NpyHeader(dtype, shape, d["fortran_order"], pre + hlen)
 
 
@@ -198,6 +207,8 @@ class NpyReader(Reader):
                     f"{spec.name}: two inputs named '{stem}'", hint="rename one; columns are named after file stems"
                 )
             names.add(stem)
+        if all(h.data_bytes == 0 for h in self.headers):
+            self._check_empty_rows()
         rows = {h.rows for h in self.headers}
         if len(rows) > 1:
             detail = ", ".join(f"{s.name}: {h.rows}" for s, h in zip(specs, self.headers, strict=True))
@@ -212,6 +223,21 @@ class NpyReader(Reader):
         self.schema = Schema(tuple(fields))
         self._done = 0
         self._streams: list = []
+
+    def _check_empty_rows(self) -> None:
+        """Rows that hold no bytes (an axis after the first of length 0) cost nothing to claim: a
+        header may declare 2**60 of them in 128 bytes, and every writer spends time (TFRecord: a
+        record) on each. They are read at most one per byte of the input, which bounds the work
+        by the input's size as for any other input; more is refused."""
+        for spec, h in zip(self.specs, self.headers, strict=True):
+            size = max((s.size or 0) for s in self.specs)
+            if h.rows > size:
+                axis = next(i for i, n in enumerate(h.shape) if i and not n)
+                raise InputError(
+                    f"{spec.name}: the header declares {h.rows} rows of shape {h.shape[1:]} (axis {axis} has "
+                    f"length 0: rows of no bytes), more rows than the input has bytes ({size})",
+                    hint="re-create the file; rows that hold no values are read up to one per byte of the input",
+                )
 
     def progress_done(self) -> int:
         if self._streams:
