@@ -8,6 +8,7 @@ budget.
 
 from __future__ import annotations
 
+import copy
 import importlib
 
 from ..errors import OptionsError, SchemaError
@@ -42,15 +43,20 @@ def open_reader(
     threads: bool = True,
     columns: list[str] | None = None,
     lenient: bool = False,
+    stack_columns: list[str] | None = None,
+    resolved: list[InputSpec] | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
     ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
     those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
-    instead of refusing them (``inspect``)."""
+    instead of refusing them (``inspect``); ``stack_columns``: the ``--stack-columns`` specs, which
+    a reader of a table too wide to read column by column applies itself (``reader.stacked``);
+    ``resolved``: the inputs as a reader of them already resolved them (``reader.specs``; no file is
+    looked at again), instead of ``inputs``."""
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
-    specs = resolve_inputs(list(inputs), input_format)
+    specs = [copy.copy(s) for s in resolved] if resolved is not None else resolve_inputs(list(inputs), input_format)
     kinds = {s.format for s in specs}
     if len(kinds) > 1:
         raise SchemaError(f"inputs mix formats ({', '.join(sorted(kinds))})", hint="convert them separately")
@@ -74,6 +80,7 @@ def open_reader(
         threads=threads,
         columns=list(columns) if columns else None,
         lenient=lenient,
+        stack_columns=list(stack_columns) if stack_columns else None,
     )
     reader = cls(specs, ropts)
     reader.format = kind

@@ -21,6 +21,7 @@ from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_u
 from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
+from .csvwide import MAX_COLUMNS, WideHeader, bad_rows, count_fields, not_numbers, plan, too_wide
 from .sources import InputSpec
 from .streams import open_range, open_stream
 
@@ -54,6 +55,8 @@ class CsvReader(Reader):
         self.prepare_rereads(COLUMN_TYPES)
         self.widened: dict[str, str] = {}  # column -> arrow type name we force after widening
         self.header: list[str] | None = None
+        self.wide: WideHeader | None = None  # a header of more than MAX_COLUMNS, read as a matrix (csvwide)
+        self.stacked = False  # the reader made the --stack-columns columns itself
         self.schema_types = None
         self._stream = None
         self._base = 0
@@ -79,8 +82,11 @@ class CsvReader(Reader):
         """pyarrow's parse block: an eighth of a batch (1 to 4 MiB); a whole batch (up to 4 MiB)
         for a wide table, whose per-block, per-column costs would otherwise dominate (2,000
         columns: read 1.6x faster, and in less memory, in 4 MiB blocks than in 1 MiB ones)."""
-        share = 1 if len(self.header or ()) >= WIDE_COLUMNS else 8
+        share = 1 if self._ncols() >= WIDE_COLUMNS else 8
         return int(max(1 << 20, min(self.options.batch_bytes // share, 4 << 20)))
+
+    def _ncols(self) -> int:
+        return len(self.wide) if self.wide is not None else len(self.header or ())
 
     def _arrow_options(self, spec: InputSpec):
         import pyarrow.csv as pc
@@ -223,7 +229,7 @@ class CsvReader(Reader):
         import pyarrow as pa
         import pyarrow.csv as pc
 
-        ncols = len(self.header)
+        ncols = self._ncols()
         delim = self._delimiter(spec)
         if b'"' in piece or len(delim) != 1 or not 0 < ord(delim) < 128 or delim in "\r\n":
             return None
@@ -272,7 +278,7 @@ class CsvReader(Reader):
         float64 when none is empty and every column holds a value that is not an integer (a column
         of integral values alone may have been written ``1``, int64, or ``1.0``, float64). Else
         None: the types are inferred column by column."""
-        if len(self.header) < WIDE_COLUMNS or self.options.column_types or self.widened:
+        if self._ncols() < WIDE_COLUMNS or self.options.column_types or self.widened:
             return None
         got = self._one_column(body, spec)
         if got is None:
@@ -325,6 +331,13 @@ class CsvReader(Reader):
         end = self._first_record_end(piece, spec) or len(piece)
         if self.options.header:
             _header_utf8(spec, piece[:end])
+        # counted as bytes before any name is made: a header too wide is refused (or read as a
+        # matrix, with --stack-columns) in the memory of its bytes
+        count = count_fields(_line(piece[:end]), self._delimiter(spec))
+        if count > MAX_COLUMNS:
+            if not (self.options.stack_columns and self.options.header):
+                raise too_wide(spec.name, count)
+            return self._probe_wide(piece, end, spec)
         if self.options.header:
             self.header = self._header_names(piece[:end], spec)
         else:
@@ -349,6 +362,61 @@ class CsvReader(Reader):
         schema = self._fields(aschema, spec)
         self.schema_types = {f.name: self._arrow_type(f) for f in schema}
         return schema
+
+    def _probe_wide(self, piece: bytes, end: int, spec: InputSpec) -> Schema:
+        """The schema of a table of more than MAX_COLUMNS columns, stacked (see csvwide): every
+        column of one number type, inferred from the first rows as one column of values."""
+        self.wide = WideHeader(_line(piece[:end]), self._delimiter(spec), spec.name)
+        self.groups, self.rest = plan(self.wide, list(self.options.stack_columns or []), spec.name)
+        self.stacked = True
+        if self.options.column_types:
+            raise OptionsError(
+                f"--column-type with a table of more than {MAX_COLUMNS} columns: its columns are read as one "
+                "matrix of one number type"
+            )
+        t = self.pa.float64() if self.widened.get("*") == "float64" else None
+        if t is None:
+            got = self._one_column(piece[end:], spec)
+            if got is None or not (self.pa.types.is_int64(got[0].type) or self.pa.types.is_float64(got[0].type)):
+                raise self._not_matrix(piece[end:], spec, 0)
+            t = self.pa.float64() if got[0].null_count else got[0].type
+        self.wide_type = t
+        dt = np.dtype(t.to_pandas_dtype()).str
+        at = [(int(j), Field(self.wide.name(int(j)), FIXED, dt)) for j in self.rest]
+        at += [(int(g.columns[0]), Field(g.name, FIXED, dt, (len(g.columns),))) for g in self.groups]
+        fields = tuple(f for _, f in sorted(at, key=lambda x: x[0]))
+        if len({f.name for f in fields}) != len(fields):
+            raise OptionsError("--stack-columns: a stacked column's name is the name of another column")
+        self.schema_types = None
+        return Schema(fields)
+
+    def _not_matrix(self, piece: bytes, spec: InputSpec, row0: int | None) -> InputError:
+        got = self._one_column(piece, spec) if b'"' not in piece else None
+        if got is not None:
+            return not_numbers(got[0], self._ncols(), self.wide, spec.name, row0)
+        return bad_rows(piece, self._ncols(), self._delimiter(spec), spec.name, row0)
+
+    def _parse_wide(self, piece: bytes, spec: InputSpec, row0: int | None) -> Batch:
+        """A piece of rows of a wide table as the stacked columns (slices of its matrix)."""
+        from ..arrowconv import arrow_to_numpy
+
+        t = self.wide_type
+        got = self._one_column(piece, spec, t)
+        if got is None or (got[0].null_count and not self.pa.types.is_floating(t)):
+            if self.pa.types.is_integer(t) and self._one_column(piece, spec, self.pa.float64()) is not None:
+                self.widened["*"] = "float64"  # a number that is not an integer (or an empty one)
+                self.schema = self._probe()
+                raise SchemaChanged(dict(self.widened))
+            raise self._not_matrix(piece, spec, row0)
+        values, lines = got
+        matrix = arrow_to_numpy(values).reshape(lines, self._ncols())
+        cols: dict = {}
+        for g in self.groups:
+            part = matrix[:, g.run[0] : g.run[1]] if g.run is not None else matrix[:, g.columns]
+            cols[g.name] = np.ascontiguousarray(part)
+        for j in self.rest.tolist():
+            cols[self.wide.name(j)] = np.ascontiguousarray(matrix[:, j])
+        return Batch({f.name: cols[f.name] for f in self.schema}, lines)
 
     def _arrow_type(self, f: Field):
         pa = self.pa
@@ -438,9 +506,13 @@ class CsvReader(Reader):
             header=self.options.header,
         )
 
+    probe_specs = 1  # (the first input's header and rows settle the columns)
+
     def part_batches(self, part: Part) -> Iterator[Batch]:
         spec = self.specs[part.spec]
-        if part.start is None:
+        if part.start is None and part.stop_spec is not None and self.wide is None:
+            yield from self._small_files(part)
+        elif part.start is None:
             yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
         else:
             stream = open_range(spec.path, part.start, part.end)
@@ -448,6 +520,69 @@ class CsvReader(Reader):
             yield from self._stream_batches(
                 spec, stream, self.options.header and first, first, row0=None, base=part.start
             )
+
+    def _small_files(self, part: Part) -> Iterator[Batch]:
+        """A part of whole small files: their rows (each file's header checked and dropped) parsed
+        together in pieces of up to a chunk, one parse per piece instead of per file (pyarrow's
+        ~1 ms a call was most of the time of 100,000 files of a few rows). A piece that fails is
+        read again file by file, so the error names its file."""
+        chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
+        held: list[tuple[InputSpec, bytes]] = []
+        size = 0
+
+        def parse(held) -> Iterator[Batch]:
+            data = b"".join(body for _, body in held)
+            try:
+                table = self._parse(data, held[0][0], self.header)
+                out = [self._convert(rb, held[0][0], None) for rb in table.to_batches(max_chunksize=len(data))]
+            except InputError:
+                for spec, _ in held:  # (the error again, naming its file)
+                    yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
+                raise
+            yield from out
+
+        for i in part.spec_range:
+            spec = self.specs[i]
+            body = self._whole_body(spec, chunk)
+            if body is None or size + len(body) > chunk:
+                if held:
+                    yield from parse(held)
+                held, size = [], 0
+            if body is None:
+                yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
+            elif body.strip():
+                held.append((spec, body))
+                size += len(body)
+        if held:
+            yield from parse(held)
+
+    def _whole_body(self, spec: InputSpec, chunk: int) -> bytes | None:
+        """The data records of a small plain file (its header checked against the first input's
+        and dropped), ending with a newline; None for a file to read as a stream."""
+        if spec.compression is not None or spec.size is None or spec.size > chunk:
+            return None
+        if self.options.skip_rows or self.options.comment is not None or self.options.errors == "replace":
+            data = b"".join(self._chunks(spec, chunk)).lstrip(b"\r\n")
+        else:  # (what _chunks makes of a small plain file, without its machinery: a file read whole)
+            from ..storage import open_input
+
+            with open_input(spec.path, buffering=0) as f:
+                data = f.read(spec.size + 1)
+            if len(data) > spec.size:
+                return None  # (it grew: read as a stream)
+            data = data.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
+        if self.options.header and data.strip():
+            nl = data.find(b"\n") + 1
+            quoted = b'"' in data[:nl] if nl else True
+            end = (nl if not quoted else self._first_record_end(data, spec)) or len(data)
+            _header_utf8(spec, data[:end])
+            if (names := self._header_names(data[:end], spec)) != self.header:
+                raise SchemaError(
+                    f"{spec.name}: header {names} differs from the first input's {self.header}",
+                    hint="give inputs with the same columns",
+                )
+            data = data[end:]
+        return data if data.endswith(b"\n") or not data else data + b"\n"
 
     def _stream_batches(
         self, spec: InputSpec, stream, with_header: bool, first: bool, row0: int | None, base: int = 0
@@ -458,11 +593,14 @@ class CsvReader(Reader):
 
         chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
         rows = 0
-        uniform = self._uniform_type()
+        uniform = self._uniform_type() if self.wide is None else None
         header_done = not with_header
         # Reading, decompressing and cutting the next piece (one core, mostly) runs in a thread of
         # its own, a piece ahead: pyarrow's parse of this one, on every core, does not wait for it.
-        for piece in prefetch(self._chunks(spec, chunk, stream, first, base), depth=1):
+        pieces = self._chunks(spec, chunk, stream, first, base)
+        if stream is not None or spec.compression is not None or spec.size is None or spec.size > chunk:
+            pieces = prefetch(pieces, depth=1)  # (a small file is one piece: a thread would only cost)
+        for piece in pieces:
             if not header_done:
                 if not piece.strip():
                     continue  # blank lines before the header
@@ -470,8 +608,13 @@ class CsvReader(Reader):
                 header_done = True
                 end = self._first_record_end(piece, spec)
                 _header_utf8(spec, piece[:end])
-                names = self._header_names(piece[:end], spec)
-                if names != self.header:
+                if self.wide is not None:
+                    if _line(piece[:end]) != self.wide.text:
+                        raise SchemaError(
+                            f"{spec.name}: its header differs from the first input's",
+                            hint="give inputs with the same columns",
+                        )
+                elif (names := self._header_names(piece[:end], spec)) != self.header:
                     raise SchemaError(
                         f"{spec.name}: header {names} differs from the first input's {self.header}",
                         hint="give inputs with the same columns",
@@ -479,6 +622,11 @@ class CsvReader(Reader):
                 piece = piece[end:]
                 if not piece:
                     continue
+            if self.wide is not None:
+                batch = self._parse_wide(piece, spec, None if row0 is None else row0 + rows)
+                yield batch
+                rows += batch.num_rows
+                continue
             batch = self._parse_uniform(piece, spec, uniform) if uniform is not None else None
             if batch is not None:
                 yield batch
@@ -625,6 +773,11 @@ def _fields_per_line(piece: bytes, seps: np.ndarray, want: int) -> int:
         return 0
     before = np.searchsorted(np.flatnonzero(seps), ends)  # delimiters before each line's end
     return len(ends) if before[0] == want and not np.any(np.diff(before) != want) else 0
+
+
+def _line(record: bytes) -> bytes:
+    """A record without its line end."""
+    return record[: -2 if record.endswith(b"\r\n") else -1 if record.endswith(b"\n") else None]
 
 
 def _header_utf8(spec: InputSpec, header: bytes) -> None:

@@ -196,6 +196,26 @@ def _unescaped_quotes(w: np.ndarray, b0: int) -> np.ndarray:
     return quotes[~escaped]
 
 
+def first_too_many_keys(data, limit: int, newlines: np.ndarray | None = None) -> int | None:
+    """The first line (0-based) of ``data`` (whole lines) holding more than ``limit`` keys (colons
+    outside strings), None when none does: lines with more colons than that are found by a count
+    per line, and only they are read in full."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    colons = np.flatnonzero(arr == 58)
+    if len(colons) <= limit:
+        return None
+    nl = np.flatnonzero(arr == _NL) if newlines is None else newlines
+    counts = np.diff(np.searchsorted(colons, nl), prepend=0)
+    starts = np.concatenate([[0], nl[:-1] + 1])
+    for i in np.flatnonzero(counts > limit).tolist():
+        line = arr[int(starts[i]) : int(nl[i])]
+        quotes = _unescaped_quotes(line, 0)
+        inside = np.searchsorted(quotes, np.flatnonzero(line == 58)) % 2 == 1  # after an odd number of quotes
+        if int(np.count_nonzero(~inside)) > limit:
+            return i
+    return None
+
+
 _TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"|[\[\]{}:,]')
 
 

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import InputError, OptionsError, SchemaError
-from ..schema import Batch, Schema
+from ..schema import MAX_COLUMNS, Batch, Schema
 from .base import Part, Reader, ReadOptions, SchemaChanged
-from .jsondepth import MAX_DEPTH, first_too_deep, key_path
+from .jsondepth import MAX_DEPTH, first_too_deep, first_too_many_keys, key_path
 from .jsonexact import ExactParser, LineError, Parsed
 from .jsontypes import (
     FIXED_TYPES,
@@ -64,7 +64,7 @@ class _LongLine(Exception):
 
 
 class _TooDeep(Exception):
-    """A line of a piece nests deeper than MAX_DEPTH: (its line in the piece, the keys to it)."""
+    """A line of a piece no parser may see: (its line in the piece, the message, the key, the hint)."""
 
 
 class JsonlReader(Reader):
@@ -100,8 +100,10 @@ class JsonlReader(Reader):
         budget = PROBE_BYTES
         probed_all = True
         records = 0
+        self.probe_specs = 0  # the leading inputs the probe reads (see Reader.probe_specs)
         for spec in self.specs:
             line = 0
+            self.probe_specs += 1
             try:
                 for piece in self._chunks(spec, None, True, min(PROBE_BYTES, self._chunk())):
                     data = bytes(piece)
@@ -247,17 +249,18 @@ class JsonlReader(Reader):
 
     def part_batches(self, part: Part) -> Iterator[Batch]:
         self._every_change = True
-        spec = self.specs[part.spec]
-        stream = None if part.start is None else open_range(spec.path, part.start, part.end)
         self.null_counts = {n: 0 for n in self.order}
-        yield from self._read(spec, stream, part.line0, part.start in (None, 0))
+        for i in part.spec_range:
+            spec = self.specs[i]
+            stream = None if part.start is None else open_range(spec.path, part.start, part.end)
+            yield from self._read(spec, stream, part.line0, part.start in (None, 0))
         if self._collect:
             # a type widened: learn every widening of the rest of the input too, so that the job
             # starts over once, not once per part that widens something
             if part.end is not None and spec.size is not None and part.end < spec.size:
                 for _ in self._read(spec, open_range(spec.path, part.end, spec.size), self._line_end, False):
                     pass
-            for other in self.specs[part.spec + 1 :]:
+            for other in self.specs[part.spec_range.stop :]:
                 for _ in self._read(other, None, 0, True):
                     pass
         self._end_pass()
@@ -306,7 +309,10 @@ class JsonlReader(Reader):
         buffers would cost the kernel a page-clearing pass each). A line longer than the limit is
         refused as its bytes arrive."""
         max_line = self._max_line()
-        buf = bytearray(chunk + max_line)
+        room = max_line  # for the unfinished line carried to the next piece
+        if stream is None and spec.compression is None and spec.size is not None and spec.size < chunk:
+            chunk, room = spec.size + 1, 1  # a small file: read at once (no line carried; room for a newline)
+        buf = bytearray(chunk + room)
         view = memoryview(buf)
         carry = 0  # bytes of an unfinished line at the front of buf
         first = strip_bom
@@ -571,20 +577,32 @@ class JsonlReader(Reader):
 
 
 def _check_depth(piece, nl=None) -> None:
-    """Raise _TooDeep for the first line of the piece nesting deeper than MAX_DEPTH."""
+    """Raise _TooDeep for the first line of the piece nesting deeper than MAX_DEPTH, or holding
+    more than MAX_COLUMNS keys (each a column: Python's json would build them all first)."""
     found = first_too_deep(piece, MAX_DEPTH, nl)
     if found is not None:
         line, offset = found
         start = bytes(piece[:offset]).rfind(b"\n") + 1
-        raise _TooDeep(line, key_path(bytes(piece[start:offset]), offset - start))
+        raise _TooDeep(
+            line,
+            f"objects and arrays nested more than {MAX_DEPTH} levels deep",
+            key_path(bytes(piece[start:offset]), offset - start),
+            f"flatten the record (JSON Lines inputs are read up to {MAX_DEPTH} levels deep)",
+        )
+    wide = first_too_many_keys(piece, MAX_COLUMNS, nl)
+    if wide is not None:
+        raise _TooDeep(
+            wide,
+            f"a record of more than {MAX_COLUMNS} keys (each key is a column)",
+            None,
+            "split the record, or keep such data in one key (a list of numbers becomes one column)",
+        )
 
 
 def _too_deep(spec: InputSpec, line: int, e: _TooDeep) -> InputError:
-    index, keys = e.args
+    index, message, keys, hint = e.args
     return InputError(
-        f"objects and arrays nested more than {MAX_DEPTH} levels deep",
-        where=f"{spec.name}, line {line + index + 1}" + (f", key '{keys}'" if keys else ""),
-        hint=f"flatten the record (JSON Lines inputs are read up to {MAX_DEPTH} levels deep)",
+        message, where=f"{spec.name}, line {line + index + 1}" + (f", key '{keys}'" if keys else ""), hint=hint
     )
 
 
