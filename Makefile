@@ -1,17 +1,24 @@
 # make demo  : install (core) and convert sample_data/ into demo_out/
 # make test  : install (core + dev + tf + torch) and run every test
 # make test-slow : the slow tests (SIGKILL/SIGINT trials, conversions under a memory cap): minutes
-# make bench : the benchmark table (ratios against peers in the same run)
+# make bench : every benchmark (ratios against peers in the same run) into bench/RESULTS.md
+# make docs  : build the documentation site into site/ and serve it on 127.0.0.1:8000 (docs-build: build only)
 # make lint  : ruff check + format check
 # make fuzz  : mutate seed inputs and datasets for 3 minutes; crashing inputs go to fuzz/crashes/
+# make .venv-peers : the peers' own venv (webdataset, MosaicML Streaming, litdata, datatrove), which
+#              tests/peers and the benchmarks call as a subprocess (docs/design/peers.md); test and bench build it
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CORE   := $(VENV)/.core-installed
 FULL   := $(VENV)/.full-installed
+DOCS   := $(VENV)/.docs-installed
+PEERS  := .venv-peers
+PEERS_LOCK  := tests/peers/requirements.txt tests/peers/constraints.txt
+PEERS_STAMP := $(PEERS)/.installed
 
-.PHONY: demo test test-slow bench fuzz lint format clean
+.PHONY: demo test test-slow bench docs docs-build fuzz lint format clean $(PEERS)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +31,24 @@ $(CORE): pyproject.toml | $(VENV)/bin/python
 $(FULL): pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q torch==2.13.0  # first: megatron-core (dev) needs torch, and must not pull a CUDA build
 	$(PIP) install -q -e '.[dev,all]'
+	touch $(CORE) $(DOCS) $@
+
+$(DOCS): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[docs]'
 	touch $(CORE) $@
+
+# Peers whose packages would change .venv's (a CUDA torch through torchvision, datatrove's own pins)
+# live in a venv of their own, rebuilt from scratch when the lock changes: every version pinned in
+# tests/peers/constraints.txt; mosaicml-streaming without its declared dependencies (see
+# tests/peers/requirements.txt). Several GB (torch's CUDA libraries), taken from the local wheels.
+$(PEERS_STAMP): $(PEERS_LOCK)
+	rm -rf $(PEERS)
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q -r tests/peers/requirements.txt -c tests/peers/constraints.txt
+	$(PEERS)/bin/pip install -q --no-deps -c tests/peers/constraints.txt mosaicml-streaming
+	touch $@
+
+$(PEERS): $(PEERS_STAMP)
 
 demo: $(CORE)
 	rm -rf demo_out && mkdir -p demo_out
@@ -35,20 +59,25 @@ demo: $(CORE)
 	$(VENV)/bin/lovecraft shard sample_data/data.csv -o demo_out/shards --to parquet --num-shards 4 --shuffle --seed 7 --column-type zip=string
 	@echo "demo outputs are in demo_out/ (each directory has a _manifest.json)"
 
-test: $(FULL)
+test: $(FULL) $(PEERS_STAMP)
 	$(PY) -m pytest -q
 
-test-slow: $(FULL)
+test-slow: $(FULL) $(PEERS_STAMP)
 	$(PY) -m pytest -q -m slow
 
 fuzz: $(FULL)
 	$(PY) fuzz/fuzz_readers.py --minutes 3
 
-bench: $(FULL)
-	$(PY) bench/lovecraft_bench.py
-	$(PY) bench/loader_bench.py
-	$(PY) bench/resume_bench.py
-	$(PY) bench/peer_loaders_bench.py
+bench: $(FULL) $(PEERS_STAMP)
+	$(PY) bench/results.py
+
+DOCS_ADDR ?= 127.0.0.1:8000
+
+docs-build: $(DOCS)
+	$(VENV)/bin/mkdocs build --strict
+
+docs: docs-build
+	$(VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check lovecraft_convert tests bench fuzz sample_data
@@ -59,4 +88,4 @@ format: $(FULL)
 	$(VENV)/bin/ruff format lovecraft_convert tests bench fuzz sample_data
 
 clean:
-	rm -rf $(VENV) demo_out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(PEERS) demo_out out site .pytest_cache .hypothesis

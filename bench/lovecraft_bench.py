@@ -9,8 +9,8 @@ that has imported the same libraries: a memmap's page cache inflates RSS without
     python bench/lovecraft_bench.py [--runs 3] [--quick] [--only NAME,...] [--workdir DIR] [--save FILE]
 
 ``--only`` runs a selection of the benchmarks (default all: csv, npy, shard, bucket, verify, jsonl,
-parquet, ray, wide, memory, jsonl_memory, help); results.md is rewritten by full runs only, ``--save FILE``
-writes the table to FILE whatever the selection.
+parquet, ray, wide, memory, jsonl_memory, help); ``--save FILE`` also writes the table to FILE. ``make bench``
+runs it through ``bench/results.py``, which writes bench/RESULTS.md from a full run of every bench script.
 
 Inputs are generated once (fixed seed) and cached in the work directory.
 """
@@ -740,7 +740,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="inputs 1/16 the size, one run: a smoke test")
     ap.add_argument("--only", default=ALL, help=f"a comma-separated selection of {ALL}")
     ap.add_argument("--workdir", default="/tmp/lovecraft-bench")
-    ap.add_argument("--save", help="write the table to this file (default: bench/results.md, on full runs only)")
+    ap.add_argument("--save", help="also write the table to this file")
     args = ap.parse_args()
     if args.quick:
         args.runs = 1
@@ -765,11 +765,9 @@ def main() -> None:
         help_time(b)
     report = render(b, size, time.time() - t0)
     print(report)
-    if args.save is not None or set(only) >= set(ALL.split(",")):  # a selection does not replace the full table
-        with open(args.save or os.path.join(HERE, "results.md"), "w") as f:
+    if args.save is not None:
+        with open(args.save, "w") as f:
             f.write(report + "\n")
-    else:
-        print(f"(--only {args.only}: bench/results.md left as it is; --save FILE writes it there)", file=sys.stderr)
     shutil.rmtree(os.path.join(b.work, "out"), ignore_errors=True)
 
 

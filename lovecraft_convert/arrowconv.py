@@ -11,13 +11,55 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import SchemaError
-from .schema import BINARY, FIXED, SEQUENCE, STRING, STRING_LIST, Batch, Field, Schema, VarColumn
+from .schema import BINARY, FIXED, NAT, SEQUENCE, STRING, STRING_LIST, Batch, Field, Logical, Schema, VarColumn
 
 _STRING_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
 
-def arrow_type(f: Field) -> pa.DataType:
-    """The Arrow type that holds a field; N-d rows become nested fixed-size lists."""
+def logical_type(lg: Logical) -> pa.DataType:
+    """The Arrow type of a :class:`~lovecraft_convert.schema.Logical` (a dictionary of strings for
+    a category)."""
+    if lg.type == "timestamp":
+        return pa.timestamp(lg.unit, lg.tz)
+    if lg.type == "date":
+        return pa.date32()
+    if lg.type == "time":
+        return pa.time32(lg.unit) if lg.unit in ("s", "ms") else pa.time64(lg.unit)
+    if lg.type == "duration":
+        return pa.duration(lg.unit)
+    return pa.dictionary(pa.int32(), pa.string())
+
+
+def read_type(want: str) -> pa.DataType:
+    """The Arrow type a reader parses ``--column-type`` WANT as (a category as text)."""
+    lg = Logical.parse(want)
+    if lg is not None:
+        return pa.string() if lg.type == "category" else logical_type(lg)
+    if want == "string":
+        return pa.string()
+    return pa.bool_() if want == "bool" else pa.from_numpy_dtype(np.dtype(want))
+
+
+def logical_of(t: pa.DataType) -> Logical | None:
+    """The :class:`~lovecraft_convert.schema.Logical` an Arrow temporal type stands for, or None."""
+    if pa.types.is_timestamp(t):
+        return Logical("timestamp", t.unit, t.tz)
+    if pa.types.is_date(t):  # date64 (milliseconds) is held as days, as date32
+        return Logical("date", "D")
+    if pa.types.is_time(t):
+        return Logical("time", t.unit)
+    if pa.types.is_duration(t):
+        return Logical("duration", t.unit)
+    return None
+
+
+def arrow_type(f: Field, fixed_as_list: bool = False) -> pa.DataType:
+    """The Arrow type that holds a field; N-d rows become nested fixed-size lists, or, with
+    ``fixed_as_list``, rows of one dimension a (variable) list whose rows all hold ``shape[0]``
+    values (the padded buckets of one Parquet dataset: each bucket's width differs, and readers of a
+    directory unify its files' schemas, which fixed-size lists of different sizes do not)."""
+    if f.logical is not None and not f.shape and f.kind in (FIXED, STRING):
+        return logical_type(f.logical)
     if f.kind == STRING:
         return pa.string()
     if f.kind == BINARY:
@@ -33,14 +75,36 @@ def arrow_type(f: Field) -> pa.DataType:
         ) from None
     if f.kind == SEQUENCE:
         return pa.list_(base)
+    if fixed_as_list and len(f.shape) == 1:
+        return pa.list_(base)
     t = base
     for dim in reversed(f.shape):
         t = pa.list_(t, dim)
     return t
 
 
-def arrow_schema(schema: Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, arrow_type(f), nullable=False) for f in schema])
+def arrow_schema(schema: Schema, fixed_as_list: bool = False) -> pa.Schema:
+    return pa.schema([pa.field(f.name, arrow_type(f, fixed_as_list), nullable=holds_nulls(f)) for f in schema])
+
+
+def holds_nulls(f: Field) -> bool:
+    """Whether a field's Arrow column holds nulls: a temporal one's NaT (a null for every reader:
+    pandas' NaT, polars' and duckdb's null); no other column holds any."""
+    return f.logical is not None and f.logical.temporal and not f.shape and f.kind == FIXED
+
+
+def same_rows(got: pa.DataType, want: pa.DataType) -> bool:
+    """Does a file's column of type ``got`` hold what ``want`` does? Equal types, or a list where
+    ``want`` is a fixed-size list of numbers (rows of one width written as a list, see
+    :func:`arrow_type`; :func:`column_from_arrow` checks each row's width)."""
+    if got == want:
+        return True
+    return (
+        pa.types.is_fixed_size_list(want)
+        and not pa.types.is_nested(want.value_type)
+        and (pa.types.is_list(got) or pa.types.is_large_list(got))
+        and got.value_type == want.value_type
+    )
 
 
 def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
@@ -52,16 +116,18 @@ class ArrowBatches:
     """Batches of one schema to record batches, with the schema's Arrow types worked out once
     (a 2,000-column table's batches would otherwise pay for them every time)."""
 
-    def __init__(self, schema: Schema, aschema: pa.Schema | None = None) -> None:
+    def __init__(self, schema: Schema, aschema: pa.Schema | None = None, fixed_as_list: bool = False) -> None:
         self.schema = schema
-        self.aschema = aschema if aschema is not None else arrow_schema(schema)
-        self.types = [arrow_type(f) for f in schema]
+        self.aschema = aschema if aschema is not None else arrow_schema(schema, fixed_as_list)
+        self.types = [arrow_type(f, fixed_as_list) for f in schema]
         self.names = [f.name for f in schema]
         # a table of scalar columns of one native number type (a wide feature table) may arrive as
         # one [columns, rows] matrix: then each column is a slice of one buffer. ``dtype``: that
         # type, or None
         one = schema.matrix_dtype()
         self.dtype = one if one is not None and one.kind in "iuf" and one.isnative else None
+        if any(f.logical is not None for f in schema):
+            self.dtype = None
 
     def __call__(self, batch: Batch) -> pa.RecordBatch:
         m = batch.matrix_of(self.names) if self.dtype is not None else None
@@ -81,10 +147,34 @@ class ArrowBatches:
         return pa.RecordBatch.from_arrays(arrays, schema=self.aschema)
 
 
+def _logical_array(col, f: Field, t: pa.DataType) -> pa.Array:
+    """A column of a logical type as its Arrow array: int64 counts viewed as the temporal type (32-bit
+    ones narrowed first), text dictionary-encoded (each batch its own dictionary, which Parquet
+    stores per column chunk)."""
+    if f.kind == STRING:
+        offsets = _offsets32(col.offsets, f)
+        strings = pa.Array.from_buffers(pa.string(), len(col), [None, offsets, pa.py_buffer(col.values)])
+        return strings.dictionary_encode().cast(t)
+    values = np.ascontiguousarray(col, dtype=np.int64)
+    missing = values == NAT
+    nulls = int(np.count_nonzero(missing))
+    validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if nulls else None
+    if t.bit_width == 32:
+        small = np.where(missing, 0, values)
+        if len(small) and (small.min() < -(2**31) or small.max() >= 2**31):
+            bad = small[(small < -(2**31)) | (small >= 2**31)]
+            raise SchemaError(f"column '{f.name}': {int(bad[0])} is beyond the 32-bit {t}")
+        return pa.Array.from_buffers(t, len(values), [validity, pa.py_buffer(small.astype(np.int32))], nulls)
+    return pa.Array.from_buffers(t, len(values), [validity, pa.py_buffer(values)], nulls)
+
+
 def _arrays(batch: Batch, schema: Schema, types: list) -> list:
     arrays = []
     for f, t in zip(schema, types, strict=True):
         col = batch.columns[f.name]
+        if f.logical is not None and not f.shape and f.kind in (FIXED, STRING):
+            arrays.append(_logical_array(col, f, t))
+            continue
         if isinstance(col, VarColumn):
             offsets = _offsets32(col.offsets, f)
             if f.kind == STRING_LIST:
@@ -98,6 +188,13 @@ def _arrays(batch: Batch, schema: Schema, types: list) -> list:
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
             else:
                 arrays.append(pa.Array.from_buffers(t, len(col), [None, offsets, pa.py_buffer(col.values)]))
+        elif pa.types.is_list(t):  # rows of one width written as a list (arrow_type's fixed_as_list)
+            n, width = len(col), f.shape[0]
+            if n * width >= 2**31:
+                raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
+            offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int32) * np.int32(width))
+            values = numpy_to_arrow(col.reshape(-1))
+            arrays.append(pa.ListArray.from_buffers(t, n, [None, offsets], children=[values]))
         else:
             arr = numpy_to_arrow(col.reshape(-1))
             sizes = list(f.shape)
@@ -195,7 +292,19 @@ def field_from_arrow(name: str, t: pa.DataType) -> Field:
 
 
 def column_from_arrow(arr: pa.Array, f: Field):
-    """One Arrow array (no nulls, except floats where null becomes NaN) as a batch column."""
+    """One Arrow array (no nulls, except floats where null becomes NaN, temporal ones where it becomes
+    NaT) as a batch column."""
+    if isinstance(arr, pa.ChunkedArray) and (pa.types.is_dictionary(arr.type) or logical_of(arr.type)):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if f.kind == FIXED and not f.shape and logical_of(arr.type) is not None:
+        if f.logical is not None and arr.type != logical_type(f.logical):
+            arr = arr.cast(logical_type(f.logical))  # e.g. Parquet's milliseconds for seconds
+        ints = arr.view(pa.int64() if arr.type.bit_width == 64 else pa.int32()).cast(pa.int64())
+        if ints.null_count:
+            ints = ints.fill_null(NAT)
+        return np.asarray(ints.to_numpy(zero_copy_only=False), dtype=np.int64)
     if f.kind in (STRING, BINARY):
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
@@ -218,11 +327,31 @@ def column_from_arrow(arr: pa.Array, f: Field):
         values = arrow_to_numpy(arr.values)
         base = offs[0]
         return VarColumn(values[base : offs[-1]], offs - base)
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        return _regular_rows(arr, f)
     a = arr
     while pa.types.is_fixed_size_list(a.type):
         a = a.flatten()
     values = arrow_to_numpy(a)
     return values.reshape((len(arr), *f.shape))
+
+
+def _regular_rows(arr: pa.Array, f: Field) -> np.ndarray:
+    """A list column whose rows all hold ``f.shape[0]`` values as a ``[rows, width]`` array (a view
+    of the values); a SchemaError naming the first row of another width."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    width = f.shape[0] if len(f.shape) == 1 else -1
+    offs = offsets_of(arr)
+    lens = np.diff(offs)
+    bad = np.flatnonzero(lens != width)
+    if bad.size:
+        r = int(bad[0])
+        raise SchemaError(
+            f"column '{f.name}': row {r + 1} of the batch holds {int(lens[r])} values, the schema says {f.shape}"
+        )
+    values = arrow_to_numpy(arr.values)
+    return values[offs[0] : offs[-1]].reshape((len(arr), width))
 
 
 def batch_from_arrow(rb: pa.RecordBatch, schema: Schema) -> Batch:

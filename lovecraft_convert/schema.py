@@ -9,6 +9,7 @@ convert to and from Apache Arrow without copying the values (see :mod:`lovecraft
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import is_
@@ -29,15 +30,77 @@ WIDE_COLUMNS = 64  # a table this many columns wide or more is read and written 
 # inputs/csvwide.py; a CSV wider than this is read as one matrix with --stack-columns)
 MAX_COLUMNS = 100_000
 
+TEMPORAL = ("timestamp", "date", "time", "duration")
+CATEGORY = "category"
+UNITS = ("s", "ms", "us", "ns")
+NAT = -(2**63)  # a missing timestamp, date, time or duration: NumPy's NaT
+_LOGICAL_RE = re.compile(r"(timestamp|time|duration)(?:\[(s|ms|us|ns)(?:,\s*([^\]\s][^\]]*))?\])?|date|category")
+
+
+@dataclass(frozen=True)
+class Logical:
+    """What the values of a column mean beyond their dtype, for the formats and readers that hold it:
+    ``timestamp`` (int64 counts of ``unit`` since the Unix epoch, in UTC when ``tz`` is given),
+    ``date`` (int64 days since the epoch), ``time`` (int64 ``unit`` since midnight), ``duration``
+    (int64 ``unit``), a missing value being NaT (-2**63); ``category`` (text whose few distinct
+    values a format may store once, as a dictionary). Parquet keeps them as Arrow's temporal and
+    dictionary types; formats without them store the int64 counts or the text, and the manifest's
+    schema says what they are."""
+
+    type: str
+    unit: str | None = None
+    tz: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Logical | None:
+        """``timestamp``, ``timestamp[ms]``, ``timestamp[us, UTC]``, ``date``, ``time[us]``,
+        ``duration[ms]``, ``category``; None for any other text (a dtype name)."""
+        m = _LOGICAL_RE.fullmatch(text.strip())
+        if m is None:
+            return None
+        if m.group(0) in ("date", CATEGORY):
+            return cls(m.group(0), "D" if m.group(0) == "date" else None)
+        return cls(m.group(1), m.group(2) or "us", (m.group(3) or "").strip() or None)
+
+    @property
+    def temporal(self) -> bool:
+        return self.type in TEMPORAL
+
+    def describe(self) -> str:
+        if self.type in ("date", CATEGORY):
+            return self.type
+        return f"{self.type}[{self.unit}{', ' + self.tz if self.tz else ''}]"
+
+    def numpy_dtype(self) -> np.dtype | None:
+        """The NumPy type the int64 counts stand for (datetime64 or timedelta64), or None."""
+        if self.type in ("timestamp", "date"):
+            return np.dtype(f"datetime64[{self.unit}]")
+        if self.type == "duration":
+            return np.dtype(f"timedelta64[{self.unit}]")
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in (("type", self.type), ("unit", self.unit), ("tz", self.tz)) if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Logical:
+        t, unit, tz = d["type"], d.get("unit"), d.get("tz")
+        ok = (t in TEMPORAL and (unit in UNITS or (t == "date" and unit == "D"))) or (t == CATEGORY and unit is None)
+        if not ok or not (tz is None or isinstance(tz, str)):
+            raise ValueError(f"unknown logical type {d!r}")
+        return cls(t, unit, tz)
+
 
 @dataclass(frozen=True)
 class Field:
-    """One column: its name, kind, element dtype and (for fixed rows) per-row shape."""
+    """One column: its name, kind, element dtype, (for fixed rows) per-row shape, and what its values
+    mean when a dtype does not say it (:class:`Logical`: timestamps, dates, categories)."""
 
     name: str
     kind: str
     dtype: str
     shape: tuple[int, ...] = ()
+    logical: Logical | None = None
 
     @property
     def np_dtype(self) -> np.dtype:
@@ -53,13 +116,19 @@ class Field:
         return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape)}
+        d = {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.logical is not None:
+            d["logical"] = self.logical.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Field:
-        return cls(d["name"], d["kind"], d["dtype"], tuple(d.get("shape", ())))
+        logical = Logical.from_dict(d["logical"]) if d.get("logical") is not None else None
+        return cls(d["name"], d["kind"], d["dtype"], tuple(d.get("shape", ())), logical)
 
     def describe(self) -> str:
+        if self.logical is not None:
+            return self.logical.describe()
         if self.kind == FIXED:
             shape = f"[{','.join(map(str, self.shape))}]" if self.shape else ""
             return f"{np.dtype(self.dtype).name}{shape}"
@@ -68,6 +137,19 @@ class Field:
         if self.kind == STRING_LIST:
             return "list<string>"
         return self.kind
+
+
+def typed_field(name: str, want: str) -> Field:
+    """The field ``--column-type NAME=WANT`` gives: text, a number type, or a :class:`Logical` one
+    (timestamps, dates, times and durations as int64 counts; a category as text)."""
+    lg = Logical.parse(want)
+    if lg is not None and lg.type == CATEGORY:
+        return Field(name, STRING, "|u1", logical=lg)
+    if lg is not None:
+        return Field(name, FIXED, "<i8", logical=lg)
+    if want == "string":
+        return Field(name, STRING, "|u1")
+    return Field(name, FIXED, np.dtype(want if want != "bool" else "?").str)
 
 
 @dataclass(frozen=True)
@@ -148,12 +230,16 @@ class VarColumn:
         return VarColumn(_cut(self.values, int(base), int(offs[-1])), offs - base)
 
     def take(self, idx: np.ndarray) -> VarColumn:
-        lens = self.lengths()[idx]
+        idx = np.asarray(idx)
+        idx = np.flatnonzero(idx) if idx.dtype == np.bool_ else idx.astype(np.int64, copy=False)
+        if len(idx) and idx.min() < 0:
+            idx = np.where(idx < 0, idx + len(self), idx)
+        starts = self.offsets[idx]
+        lens = self.offsets[idx + 1] - starts  # the rows taken only (a batch from a large window)
         offs = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
         if len(idx) == 0:
             return VarColumn(_cut(self.values, 0, 0), offs)
-        starts = self.offsets[idx]
         # Gather every element: position j of row k comes from starts[k] + j.
         rel = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], lens)
         where = np.repeat(starts, lens) + rel

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import json
 import lzma
 import os
 
@@ -72,6 +73,10 @@ def main() -> None:
         f.write(bz2.compress(csv))
     with open(os.path.join(HERE, "corpus.txt.xz"), "wb") as f:
         f.write(lzma.compress(text))
+    # The same documents as JSON Lines, with a nested key (the README's quickstart tokenizes them)
+    with open(os.path.join(HERE, "docs.jsonl"), "w", encoding="utf-8", newline="\n") as f:
+        for i, line in enumerate(lines):
+            f.write(json.dumps({"id": i, "text": line, "meta": {"lang": "en", "words": len(line.split())}}) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,13 @@ import sys
 import click
 
 from .. import __version__
+from .helptext import examples, inputs_block, outputs_block
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # in the order of a workflow (inspect, convert, shard, bucket, verify)
+
     def invoke(self, ctx: click.Context):
         from ..errors import LovecraftError
 
@@ -46,17 +50,31 @@ def _ignore_interrupts() -> None:
     exec("pass")
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+_HELP = f"""Stream datasets larger than RAM into training-ready files.
+
+Five commands: inspect an input, convert it into one dataset, shard it, bucket its sequences by
+length (or pack them), and verify a dataset against its manifest. `lovecraft COMMAND --help` for
+each one's flags.
+
+{inputs_block()}
+
+{outputs_block()}
+"""
+
+
+@click.group(
+    cls=_Group,
+    help=_HELP,
+    epilog=examples(
+        "lovecraft inspect data.csv",
+        "lovecraft shard data.csv -o shards/ --to parquet --num-shards 8 --shuffle --seed 7",
+        "lovecraft verify shards/",
+    ),
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="lovecraft")
 def cli() -> None:
-    """Stream datasets larger than RAM into training-ready files.
-
-    \b
-    Inputs: text (one record per line), CSV, NPY; plain or .gz/.bz2/.xz/.zst;
-    Parquet, Arrow IPC/Feather, Hugging Face save_to_disk directories, lovecraft datasets.
-    Outputs: memmap (.npy), hdf5, parquet, tfrecord; every output is a directory
-    with the data files and a _manifest.json that records what was written.
-    """
+    pass
 
 
 def _register() -> None:
@@ -104,6 +122,9 @@ def main() -> None:
     # --max-memory 64MiB, 23 MiB less CSV -> Parquet at the default budget, and no slower)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     _few_malloc_arenas()
+    from ..engine.interrupts import ignore_after_commit
+
+    ignore_after_commit()  # a run whose output is complete exits 0, whatever signal comes after
     try:
         cli(prog_name="lovecraft")
     except SystemExit as e:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from .helptext import examples
 from .options import (
     SHARD_FLAGS,
     input_options,
@@ -32,7 +33,32 @@ class BoundariesParam(click.ParamType):
         return out
 
 
-@click.command()
+HELP = """Write variable-length sequences from INPUTS into length buckets, or pack them.
+
+\b
+Sequences come from text through --tokenizer (a text file's lines, a CSV column or JSON Lines key
+named by --column), CSV rows of numbers (--ragged), or a variable-length column of a lovecraft
+dataset directory (--column). Give exactly one of --num-buckets and --boundaries. Each bucket is
+written as bucket-00003.<ext> (bucket-00003-part-00000-of-00004.<ext> with shard options), with
+the sequence column and a `length` column; the manifest records the boundaries and what padding
+each bucket costs.
+
+\b
+--layout packed --seq-len L instead concatenates every document (in input order, or a seeded
+order with --shuffle --seed) and cuts rows of exactly L tokens with a `doc_starts` column (where
+each row's documents start), in shard files part-00000-of-00004.<ext>.
+"""
+
+
+@click.command(
+    help=HELP,
+    short_help="Write sequences into length buckets, or pack them into rows.",
+    epilog=examples(
+        "lovecraft bucket corpus.txt -o buckets/ --to memmap --num-buckets 8",
+        "lovecraft bucket docs.jsonl -o buckets/ --to tfrecord --boundaries 32,64,128,256 --tokenizer tokenizer.json",
+        "lovecraft bucket docs.jsonl -o packed/ --to memmap --layout packed --seq-len 2048 --tokenizer tokenizer.json --eos '</s>'",
+    ),
+)
 @input_options
 @output_options
 @click.option(
@@ -79,27 +105,7 @@ class BoundariesParam(click.ParamType):
 @click.option("--pad-id", type=float, default=0, show_default=True, help="Padding value (must fit the token dtype).")
 @shard_options
 def bucket(**params) -> None:  # fmt: skip
-    """Write variable-length sequences from INPUTS into length buckets.
-
-    \b
-    Sequences come from text lines through --tokenizer, CSV rows of numbers (--ragged), a CSV
-    text column (--column), or a variable-length column of a lovecraft dataset directory.
-    Give exactly one of --num-buckets and --boundaries. Each bucket is written as
-    bucket-00003.<ext> (or bucket-00003-part-00000-of-00004.<ext> with shard options),
-    with the sequence column and a `length` column; the manifest records the boundaries and
-    what padding each bucket costs. --layout packed --seq-len L instead concatenates every
-    sequence (in input order, or a seeded order with --shuffle --seed) and cuts rows of exactly L
-    tokens with a `doc_starts` column (where each row's documents start), in shard files
-    part-00000-of-00004.<ext>.
-
-    \b
-    Examples:
-      lovecraft bucket corpus.txt -o buckets/ --to memmap --num-buckets 8
-      lovecraft bucket corpus.txt.zst -o buckets/ --to tfrecord --boundaries 32,64,128,256 --tokenizer tokenizer.json
-      lovecraft bucket series.csv -o buckets/ --to hdf5 --num-buckets 6 --layout ragged --ragged
-      lovecraft bucket shards/ -o buckets/ --to parquet --column tokens --num-buckets 4
-      lovecraft bucket corpus.txt -o packed/ --to memmap --layout packed --seq-len 2048 --tokenizer tokenizer.json --eos '</s>'
-    """
+    """``lovecraft bucket``: units of work on the engine (the library's :func:`lovecraft_convert.bucket`)."""
     from ..jobs.bucket import bucket as run
 
     kwargs = library_kwargs(params)
@@ -113,10 +119,12 @@ def bucket(**params) -> None:  # fmt: skip
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])
     if not params["quiet"] and not params["as_json"] and not manifest.get("nothing_to_do") and "bucketing" in manifest:
+        from ..util import number
+
         b = manifest["bucketing"]
         click.echo(
             f"  {len(manifest['buckets'])} buckets, boundaries {','.join(map(str, b['boundaries']))}; "
             f"padding efficiency {b['padding_efficiency']:.1%} (one bucket: "
-            f"{b['tokens'] / b['single_bucket_padded_tokens']:.1%}), {b['padded_tokens_saved']} padded tokens saved",
+            f"{b['tokens'] / b['single_bucket_padded_tokens']:.1%}), {number(b['padded_tokens_saved'])} padded tokens saved",
             err=True,
         )

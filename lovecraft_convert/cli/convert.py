@@ -6,24 +6,35 @@ import sys
 
 import click
 
+from .helptext import examples, inputs_block, outputs_block
 from .options import TOKEN_FLAGS, input_options, library_kwargs, output_options, print_summary, token_options
 
+HELP = f"""Convert INPUTS into one dataset directory: -o DIR, in the format --to names.
 
-@click.command()
+Columns keep their types (CSV and JSON Lines types are inferred over the whole input, or fixed with
+--column-type); --dtype float16 downcasts floating columns and counts what it costs; --tokenizer
+turns a text column into token ids. Memory stays within --max-memory whatever the input's size.
+
+{inputs_block()}
+
+{outputs_block()}
+"""
+
+
+@click.command(
+    help=HELP,
+    short_help="Convert INPUTS into one dataset directory.",
+    epilog=examples(
+        "lovecraft convert data.csv -o out/ --to parquet --column-type zip=string",
+        "lovecraft convert features.npy labels.npy -o out/ --to hdf5 --dtype float16",
+        "lovecraft convert corpus.jsonl -o mg/ --to megatron --tokenizer tokenizer.json --eos '</s>'",
+    ),
+)
 @input_options
 @output_options
 @token_options
 def convert(**params) -> None:
-    """Convert INPUTS (paths, globs, or - for stdin) into one dataset directory.
-
-    \b
-    Examples:
-      lovecraft convert data.csv -o out/ --to parquet
-      lovecraft convert features.npy labels.npy -o out/ --to hdf5 --dtype float16
-      zcat big.csv.gz | lovecraft convert - --input-format csv -o out/ --to tfrecord
-      lovecraft convert corpus.txt.zst -o out/ --to memmap
-      lovecraft convert corpus.jsonl -o out/ --to megatron --tokenizer tokenizer.json --eos '</s>'
-    """
+    """``lovecraft convert``: one streaming pass (the library's :func:`lovecraft_convert.convert`)."""
     from ..jobs.convert import convert as run
 
     kwargs = library_kwargs(params)

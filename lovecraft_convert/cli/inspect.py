@@ -6,10 +6,31 @@ import json
 
 import click
 
-from .options import SizeParam, input_options, parse_delimiter
+from .helptext import examples, inputs_block
+from .options import SizeParam, input_options, parse_delimiter, parse_list
+
+HELP = f"""Describe INPUTS before converting them, or a dataset directory from its manifest.
+
+\b
+For inputs: kind, compression, size, rows; per column the dtype, shape, NaN, min, max, mean and
+what float16 would cost; for text and sequences the length distribution, a histogram and
+length-bucket boundaries with their padding efficiency; the output size per format.
+For a dataset directory: format, schema, rows, shards, sizes, the float16 report, the command that
+made it, and the code that loads it. For a .tfrecord file or a Megatron .idx: what it holds.
+
+{inputs_block()}
+"""
 
 
-@click.command()
+@click.command(
+    help=HELP,
+    short_help="Describe INPUTS, or a dataset directory from its manifest.",
+    epilog=examples(
+        "lovecraft inspect data.csv",
+        "lovecraft inspect corpus.txt.zst --num-buckets 16 --plot lengths.png",
+        "lovecraft inspect shards/",
+    ),
+)
 @input_options
 @click.option(
     "--sample",
@@ -29,25 +50,18 @@ from .options import SizeParam, input_options, parse_delimiter
 @click.option(
     "--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."
 )
+@click.option(
+    "--tokenizer",
+    metavar="bytes|chars|FILE.json",
+    help="Measure the text column's lengths in tokens (as bucket counts them): buckets and --plot in tokens.",
+)
+@click.option("--column", metavar="NAME", help="With --tokenizer: the text column (default: text).")
+@click.option("--eos", metavar="TOKEN", help="With --tokenizer: a token after every document, counted as bucket does.")
+@click.option("--bos", metavar="TOKEN", help="With --tokenizer: a token before every document.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 def inspect(**params) -> None:
-    """Describe INPUTS before converting them, or a dataset directory from its manifest.
-
-    \b
-    For inputs: format, compression, size, rows; per column dtype, shape, NaN, min, max, mean,
-    what float16 would cost; for text and sequences the length distribution, a histogram and
-    length-bucket boundaries with their padding efficiency; the output size per format.
-    For a dataset directory: format, schema, rows, shards, sizes, the float16 report, the
-    command that made it, and the code that loads it.
-
-    \b
-    Examples:
-      lovecraft inspect data.csv
-      lovecraft inspect corpus.txt.zst --num-buckets 16 --plot lengths.png
-      lovecraft inspect big.csv --sample 100000 --json
-      lovecraft inspect out/
-    """
+    """``lovecraft inspect`` (the library's :func:`lovecraft_convert.inspect`)."""
     from ..inspection import format_text
     from ..inspection import inspect as run
 
@@ -61,12 +75,18 @@ def inspect(**params) -> None:
         column_types=dict(params["column_types"]),
         skip_rows=params["skip_rows"],
         comment=params["comment"],
+        na_values=parse_list(params["na_values"]),
+        column_names=parse_list(params["column_names"]),
         columns=[c for c in params["columns"].split(",") if c] if params["columns"] else None,
         errors=params["errors"],
         max_expansion=params["max_expansion"],
         max_memory=params["max_memory"],
         plot=params["plot"],
         progress=False if params["quiet"] else None,
+        tokenizer=params["tokenizer"],
+        column=params["column"],
+        eos=params["eos"],
+        bos=params["bos"],
     )
     if params["as_json"]:
         click.echo(json.dumps(report, indent=1, default=_default))

@@ -74,7 +74,11 @@ class ColumnTypeParam(click.ParamType):
         if not sep or not name:
             self.fail(f"{value!r} is not NAME=TYPE", param, ctx)
         if typ not in COLUMN_TYPES:
-            self.fail(f"{value!r}: unknown type {typ!r} (choose from {', '.join(COLUMN_TYPES)})", param, ctx)
+            from ..schema import Logical
+
+            if Logical.parse(typ) is None:
+                choices = ", ".join((*COLUMN_TYPES, "timestamp[s|ms|us|ns]", "date", "category"))
+                self.fail(f"{value!r}: unknown type {typ!r} (choose from {choices})", param, ctx)
         return name, typ
 
 
@@ -92,7 +96,9 @@ def input_options(f: Callable) -> Callable:
         click.option("--delimiter", metavar="CHAR", help="CSV field delimiter (default , or tab for .tsv)."),
         click.option("--skip-rows", type=click.IntRange(min=0), default=0, metavar="N", help="CSV: skip N lines before the header (or, with --no-header, the first row)."),
         click.option("--comment", metavar="CHAR", help="CSV: skip lines starting with CHAR (e.g. #)."),
-        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64 (repeatable)."),
+        click.option("--na-values", "na_values", metavar="A,B,...", help="CSV: strings read as missing (NaN) in columns of numbers and booleans, as an empty field is. Default NA,N/A,NULL,null (what R, pandas and pyarrow read as missing); a text column keeps them as text. The list replaces the default; '' for empty fields only."),
+        click.option("--column-names", "column_names", metavar="A,B,...", help="CSV: name the columns of a file without a header (the first line is data; to replace a header line, add --skip-rows 1)."),
+        click.option("--column-type", "column_types", multiple=True, type=ColumnTypeParam(), help="CSV, JSON Lines, Parquet, Arrow, Hugging Face: fix a column's type, e.g. zip=string, price=float64, 'f*=float32' (a name, a FIRST:LAST range or a pattern, as --stack-columns takes), ts=timestamp (ISO 8601; timestamp[ms], 'timestamp[us, UTC]' for values with a zone offset), day=date, species=category (repeatable)."),
         click.option("--columns", metavar="A,B,...", help="Keep only these columns, in this order (JSON Lines: parse only these keys, e.g. text,meta.lang)."),
         click.option("--errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True, help="Text, CSV, JSON Lines: invalid UTF-8 is an error, or replaced with U+FFFD."),
         click.option("--max-expansion", type=float, default=1000.0, show_default=True, help="Refuse compressed input inflating more than this ratio."),
@@ -104,7 +110,7 @@ def output_options(f: Callable) -> Callable:
     opts = [
         click.option("-o", "--output", required=True, metavar="DIR", help="Output dataset directory (must not exist unless --overwrite)."),
         click.option("--to", "to", type=RegistryChoice("output"), required=True, help="Output format (the formats a package registers are offered too)."),
-        click.option("--dtype", type=click.Choice(["float16", "float32"]), help="Downcast floating columns."),
+        click.option("--dtype", type=click.Choice(["float16", "float32"]), help="Downcast floating columns (integer columns are kept; a note names them: --column-type 'pixel*=float16' narrows them too)."),
         click.option("--stack-columns", "stack_columns", multiple=True, metavar="NAME=FIRST:LAST|PATTERN", help="Stack numeric columns into one [rows, k] column NAME (repeatable), e.g. x=c0:c1999 or x='c*'."),
         click.option("--on-overflow", type=click.Choice(["error", "clip"]), default="error", show_default=True, help="A value beyond the --dtype range: fail, or clip to the largest finite value."),
         click.option("--compression", metavar="NAME", help="Compress the output files; each format takes its own (e.g. zstd, snappy, gzip, lzf) or none."),
@@ -178,6 +184,8 @@ def library_kwargs(params: dict) -> dict:
         "column_types": dict(params["column_types"]),
         "skip_rows": params["skip_rows"],
         "comment": params["comment"],
+        "na_values": parse_list(params["na_values"]),
+        "column_names": parse_list(params["column_names"]),
         "columns": [c for c in params["columns"].split(",") if c] if params["columns"] else None,
         "stack_columns": list(params["stack_columns"]) or None,
         "errors": params["errors"],
@@ -191,6 +199,13 @@ def library_kwargs(params: dict) -> dict:
         "overwrite": params["overwrite"],
         "progress": False if params["quiet"] else None,
     }
+
+
+def parse_list(value: str | None) -> list[str] | None:
+    """A comma-separated flag value as a list (``''``: an empty list); None when not given."""
+    if value is None:
+        return None
+    return [v for v in value.split(",") if v]
 
 
 def parse_delimiter(d: str | None) -> str | None:
@@ -212,13 +227,24 @@ def summary(manifest: dict, output: str) -> dict:
         "schema": manifest["schema"],
         "float16": manifest.get("float16") or {},
         "seconds": manifest.get("seconds"),
+        "notes": notes_of(manifest),
     }
+
+
+def notes_of(manifest: dict) -> list[str]:
+    """What the run noticed and did not refuse (a delimiter it detected, a header that may be data, columns
+    --dtype left as they were): the sources' notes, then the job's."""
+    notes = [n for s in manifest.get("sources") or [] if isinstance(s, dict) for n in s.get("notes") or []]
+    return notes + list(manifest.get("notes") or [])
 
 
 def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> None:
     s = summary(manifest, output)
     if manifest.get("nothing_to_do"):
         s["nothing_to_do"] = True
+    if not manifest.get("nothing_to_do"):
+        for note in s["notes"]:  # even with --quiet (it silences progress): these are about the data
+            click.echo(f"note: {note}", err=True)
     if as_json:
         click.echo(json.dumps(s, indent=1))
         return
@@ -227,10 +253,11 @@ def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> No
     if manifest.get("nothing_to_do"):
         click.echo(f"{output}: already complete, made by the same command and inputs; nothing to do", err=True)
         return
-    from ..util import format_size
+    from ..util import counted, format_size
 
     click.echo(
-        f"wrote {s['rows']} rows to {output} ({s['format']}, {len(s['files'])} files, {format_size(s['bytes'])}) in {s['seconds']:.1f}s",
+        f"wrote {counted(s['rows'], 'row')} to {output} ({s['format']}, {counted(len(s['files']), 'file')}, "
+        f"{format_size(s['bytes'])}) in {s['seconds']:.1f}s",
         err=True,
     )
     for name, r in s["float16"].items():

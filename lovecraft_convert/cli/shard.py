@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from .helptext import examples
 from .options import (
     SHARD_FLAGS,
     TOKEN_FLAGS,
@@ -17,28 +18,31 @@ from .options import (
     token_options,
 )
 
+HELP = """Write INPUTS as many shards of a controlled size.
 
-@click.command()
+\b
+Everything convert takes, plus exactly one of --shard-size, --rows-per-shard, --num-shards.
+Shards are named part-00003-of-00064.<ext> in every format. --shuffle --seed N shuffles globally
+at write time in bounded memory. The output bytes do not depend on --workers. A killed or
+interrupted run leaves .<output>.partial; the same command with --resume finishes it.
+"""
+
+
+@click.command(
+    help=HELP,
+    short_help="Write INPUTS as shards of a controlled size.",
+    epilog=examples(
+        "lovecraft shard data.csv -o shards/ --to tfrecord --shard-size 128MiB",
+        "lovecraft shard 'c4/*.jsonl.gz' -o shards/ --to parquet --num-shards 64 --shuffle --seed 7 --resume",
+        "lovecraft shard corpus.jsonl -o mg/ --to megatron --num-shards 8 --tokenizer tokenizer.json --eos '</s>'",
+    ),
+)
 @input_options
 @output_options
 @token_options
 @shard_options
 def shard(**params) -> None:
-    """Write INPUTS as many shards of a controlled size.
-
-    \b
-    Give exactly one of --shard-size, --rows-per-shard, --num-shards. Shards are named
-    part-00003-of-00064.<ext> for every format. The output bytes do not depend on --workers.
-    A killed or interrupted run leaves .<output>.partial; --resume finishes it.
-
-    \b
-    Examples:
-      lovecraft shard data.csv -o shards/ --to tfrecord --shard-size 128MiB
-      lovecraft shard x.npy y.npy -o shards/ --to memmap --rows-per-shard 100000
-      lovecraft shard corpus.txt.zst -o shards/ --to parquet --num-shards 64 --shuffle --seed 7
-      lovecraft shard data.csv -o shards/ --to hdf5 --shard-size 256MiB --resume
-      lovecraft shard corpus.jsonl -o shards/ --to megatron --num-shards 8 --tokenizer tokenizer.json --eos '</s>'
-    """
+    """``lovecraft shard``: units of work on the engine (the library's :func:`lovecraft_convert.shard`)."""
     from ..jobs.shard import shard as run
 
     kwargs = library_kwargs(params)

@@ -6,10 +6,31 @@ import json
 
 import click
 
+from .helptext import examples
 from .options import SizeParam
 
+HELP = """Check that DATASET holds exactly what its manifest says.
 
-@click.command()
+\b
+Every listed file exists, nothing else is there, sizes and digests match, each file decodes
+completely with its format's reader (checksums included), and rows, schema, statistics and bucket
+lengths match the manifest. With --against, the INPUTS are re-read as they were converted and
+compared with the dataset (row by row, or as a multiset when shuffled; a bucketed dataset with
+the sequences bucket makes of them).
+Prints one line per problem, `FILE: what is wrong`, and exits 1 when there is any; 0 otherwise.
+Files no reader of the dataset would read (a README, .DS_Store) are warnings on stderr.
+"""
+
+
+@click.command(
+    help=HELP,
+    short_help="Check that DATASET holds exactly what its manifest says.",
+    epilog=examples(
+        "lovecraft verify shards/",
+        "lovecraft verify out/ --against data.csv",
+        "lovecraft verify s3://bucket/shards --json",
+    ),
+)
 @click.argument("paths", nargs=-1, required=True, metavar="DATASET [INPUTS]...")
 @click.option(
     "--against",
@@ -22,22 +43,7 @@ from .options import SizeParam
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 def verify(paths: tuple[str, ...], against: bool, max_memory: int, quiet: bool, as_json: bool) -> None:
-    """Check that DATASET holds exactly what its manifest says.
-
-    \b
-    Every listed file exists, nothing else is there, sizes and digests match, each file decodes
-    completely with its format's reader (checksums included), and rows, schema, statistics and
-    bucket lengths match the manifest. With --against, the INPUTS are re-read as they were
-    converted and compared with the dataset (row by row, or as a multiset when shuffled; a bucketed
-    dataset with the sequences bucket makes of them).
-    Prints one line per problem, `FILE: what is wrong`, and exits 1 when there is any; 0 otherwise.
-
-    \b
-    Examples:
-      lovecraft verify out/
-      lovecraft verify out/ --against data.csv
-      lovecraft verify shards/ --json
-    """
+    """``lovecraft verify`` (the library's :func:`lovecraft_convert.verify`)."""
     from ..verification import verify as run
 
     dataset, inputs = paths[0], list(paths[1:])
@@ -52,5 +58,7 @@ def verify(paths: tuple[str, ...], against: bool, max_memory: int, quiet: bool, 
         for line in report.lines():
             click.echo(line)
         if not quiet:
+            for line in report.warning_lines():
+                click.echo(f"warning: {line}", err=True)
             click.echo(report.summary(), err=not report.ok)
     raise SystemExit(0 if report.ok else 1)

@@ -28,6 +28,15 @@ _BUILTIN = {
     "megatron": "lovecraft_convert.formats.megatron",
 }
 DEFAULT = "parquet"
+# One line per built-in format for ``lovecraft --help`` (no descriptor is imported for it: they need
+# numpy); tests/test_docs.py checks that every format has one, and a reference page in docs/outputs/.
+HELP = {
+    "memmap": "one .npy per column: np.load(f, mmap_mode='r')",
+    "hdf5": "an HDF5 file per shard, a dataset per column: h5py",
+    "parquet": "a Parquet file per shard: pyarrow, pandas, polars, duckdb",
+    "tfrecord": "tf.train.Example records: tf.data.TFRecordDataset",
+    "megatron": "token ids as Megatron-LM .bin/.idx: megatron-core IndexedDataset",
+}
 ENTRY_POINTS = "lovecraft_convert.formats"
 
 _loaded: dict[str, OutputFormat] = {}

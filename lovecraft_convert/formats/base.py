@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LovecraftError, OptionsError
-from ..manifest import DEFAULT_HASH, MANIFEST_NAME, file_path
+from ..manifest import DEFAULT_HASH, MANIFEST_NAME, Spec, file_path
 from ..schema import Batch, Field, Schema, row_nbytes
 
 # --------------------------------------------------------------------------------------------
@@ -61,6 +61,9 @@ class WriteOptions:
     row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
     expected_rows: int | None = None  # known up front (files can be preallocated), or None
     memory: int = 64 << 20  # what the writer may hold: per-column costs are sized from it / columns
+    # the dataset's files hold fixed 1-d columns whose widths differ from unit to unit (a padded
+    # bucket each): a format whose readers unify its files' schemas writes them as lists (Parquet)
+    widths_vary: bool = False
 
 
 class Writer:
@@ -188,6 +191,12 @@ class PartReader:
             return self.read(a, b)
         return self.take(np.asarray(rows, dtype=np.int64) + a)
 
+    def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
+        """Several blocks (``(k, rows)`` pairs as :meth:`read_block` takes them), in that order, as
+        one batch (a format may decode them together)."""
+        pieces = [self.read_block(k, rows) for k, rows in blocks]
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+
     def read(self, start: int, stop: int) -> Batch:
         raise NotImplementedError
 
@@ -295,6 +304,7 @@ class OutputFormat:
     stem: str = "data"  # file stem of a one-unit dataset (convert); "" for one file per column
     variable_as_objects: bool = False  # variable-length rows decode to Python objects (smaller steps)
     manifest_keys: tuple[str, ...] = ()  # the manifest sections this format adds (inspect shows them)
+    manifest_spec: Spec | None = None  # the types of those sections' fields (manifest.check_shape)
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
     column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
 
@@ -352,6 +362,39 @@ class OutputFormat:
         """The dtype a column's values have as this format's reader gives them back."""
         return field.np_dtype
 
+    def manifest_problems(self, manifest: dict) -> list[str]:
+        """This format's manifest fields that contradict the rest of the manifest, each a message
+        naming the field, judged from the manifest alone (before any file is opened, once
+        ``manifest_spec`` has checked their types)."""
+        return []
+
+    def check_manifest(self, manifest: dict, where: str) -> None:
+        """Refuse (DatasetError naming ``where`` and the field) the first of :meth:`manifest_problems`."""
+        found = self.manifest_problems(manifest)
+        if found:
+            from ..errors import DatasetError
+            from ..manifest import EDITED
+
+            raise DatasetError(f"{where}: {found[0]}", hint=EDITED, kind="manifest")
+
+    def most_rows(self, sizes: list[int], entries: list[dict], schema: Schema, manifest: dict) -> int | None:
+        """The most rows a part whose files are ``sizes`` bytes (their manifest ``entries``) can
+        hold, or None when their sizes do not bound it (its reader then checks the rows against
+        its files before allocating anything for them). ``open_dataset`` refuses a manifest that
+        declares more, so nothing is sized from a count the files cannot hold."""
+        return None
+
+    def count_problem(
+        self, sizes: list[int], entries: list[dict], rows: int, schema: Schema, manifest: dict
+    ) -> str | None:
+        """Why a part declaring ``rows`` rows cannot be its files (``sizes`` bytes, their manifest
+        ``entries``), judged from the numbers alone (nothing is read or allocated), or None. By
+        default: more rows than :meth:`most_rows`."""
+        most = self.most_rows(sizes, entries, schema, manifest)
+        if most is not None and rows > most:
+            return f"declares {rows} rows; its files ({sum(sizes)} bytes) hold at most {most}"
+        return None
+
     def open_part(self, files: PartFiles, manifest: dict, shared: dict) -> PartReader:
         """The reader of one part (``shared``: a dict kept per opened dataset, e.g. for caches)."""
         raise NotImplementedError
@@ -369,8 +412,10 @@ class OutputFormat:
             )
         return mine[0]
 
-    def tf_dataset(self, ds, plan, input_context) -> tuple[Any, int] | None:
-        """A native tf.data pipeline and its batch count, or None to use the generic one."""
+    def tf_dataset(self, ds, plan, input_context, start: tuple[int, int] = (0, 0)) -> tuple[Any, int] | None:
+        """A native tf.data pipeline of ``plan``'s batches from ``start = (epoch, position)`` (each
+        further pass the next epoch) and the batch count of its first pass, or None to use the
+        generic one. Called for datasets that are not bucketed."""
         return None
 
     # -- verify -------------------------------------------------------------------------------
@@ -399,6 +444,15 @@ class OutputFormat:
     def check_extra(self, ctx: CheckContext, path: str) -> list[FileProblem]:
         """Problems of a file of :meth:`extra_files` (its size and hash are checked by verify)."""
         return []
+
+    def stray_reason(self, name: str) -> str | None:
+        """Why a file the manifest does not list (``name``: its path in the dataset) would change
+        what this format's readers read: ``verify`` reports it as a problem; None: only a warning
+        (a README, ``.DS_Store``). By default, a file of the format's own extensions, which a glob
+        of the dataset's files would take."""
+        if name.endswith(self.extensions):
+            return f"a {self.extensions[0]} file: a glob of the dataset's files would take it"
+        return None
 
     # -- inspect ------------------------------------------------------------------------------
 
@@ -430,8 +484,36 @@ def py_str(s: str) -> str:
 
 
 def py_ident(name: str) -> str:
-    """A Python identifier made from a column name (for generated code)."""
-    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    if not s or s[0].isdigit():
+    """A Python identifier made from a column name (for generated code): characters an identifier
+    cannot hold become ``_``; a keyword gets a trailing ``_``."""
+    import keyword
+
+    s = "".join(c if ("_" + c).isidentifier() else "_" for c in name)
+    if not s.isidentifier():
         s = "_" + s
-    return s
+    return s + "_" if keyword.iskeyword(s) or keyword.issoftkeyword(s) else s
+
+
+class Idents:
+    """Distinct identifiers for the variables of generated code: two columns never share one
+    (``a.b`` and ``a_b``, or ``ﬁle`` and ``file``, which Python reads as one name), and none
+    shadows a name the code itself uses (``reserved``: ``np``, a file handle)."""
+
+    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
+        self.used = {self._key(r) for r in reserved}
+
+    @staticmethod
+    def _key(ident: str) -> str:
+        import unicodedata
+
+        return unicodedata.normalize("NFKC", ident)  # how Python compares identifiers
+
+    def take(self, name: str, suffixes: tuple[str, ...] = ("",)) -> str:
+        """A base identifier made from ``name`` such that base + each suffix is still free; all
+        of those are taken."""
+        base = py_ident(name)
+        cand, k = base, 2
+        while any(self._key(cand + sfx) in self.used for sfx in suffixes):
+            cand, k = f"{base}_{k}", k + 1
+        self.used.update(self._key(cand + sfx) for sfx in suffixes)
+        return cand

@@ -1,4 +1,5 @@
-"""Inputs: one module per input kind (text, CSV, JSON Lines, NPY), each a :class:`~.base.Reader` of bounded
+"""Inputs: one module per input kind (text, CSV, JSON Lines, JSON arrays, NPY, NPZ, HDF5, Parquet, Arrow,
+Hugging Face and lovecraft datasets), each a :class:`~.base.Reader` of bounded
 batches that can also split itself into parts for parallel workers.
 
 :func:`open_reader` resolves what the user named (paths, globs, ``-``), detects compression and
@@ -10,13 +11,47 @@ from __future__ import annotations
 
 import copy
 import importlib
+from typing import TYPE_CHECKING
 
 from ..errors import OptionsError, SchemaError
-from .base import Part, Reader, ReadOptions
 from .kinds import names
-from .sources import InputSpec, resolve_inputs
 
-__all__ = ["InputSpec", "Part", "ReadOptions", "Reader", "names", "open_reader", "reader_class", "resolve_inputs"]
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from .base import Reader
+    from .sources import InputSpec
+
+# Missing values of CSV columns of numbers and booleans besides an empty field: R's NA (palmerpenguins and
+# most R exports write it) and what spreadsheets and SQL exports write. pandas, pyarrow and R read them so;
+# a text column keeps them as text (NA is also a country code and a name), as pyarrow does.
+DEFAULT_NA_VALUES = ("NA", "N/A", "NULL", "null")
+
+__all__ = [
+    "DEFAULT_NA_VALUES",
+    "InputSpec",
+    "Part",
+    "ReadOptions",
+    "Reader",
+    "names",
+    "open_reader",
+    "reader_class",
+    "resolve_inputs",
+]
+
+# Imported on first use: the readers' base needs numpy, and ``lovecraft convert --help`` reads the
+# kinds table (kinds.py) through this package without reading anything else.
+_LAZY = {
+    "Part": ".base",
+    "Reader": ".base",
+    "ReadOptions": ".base",
+    "InputSpec": ".sources",
+    "resolve_inputs": ".sources",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reader_class(kind: str) -> type[Reader]:
@@ -43,6 +78,9 @@ def open_reader(
     threads: bool = True,
     columns: list[str] | None = None,
     lenient: bool = False,
+    na_values: list[str] | None = None,
+    column_names: list[str] | None = None,
+    text_column: str | None = None,
     stack_columns: list[str] | None = None,
     resolved: list[InputSpec] | None = None,
 ) -> Reader:
@@ -50,10 +88,16 @@ def open_reader(
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
     ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
     those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
-    instead of refusing them (``inspect``); ``stack_columns``: the ``--stack-columns`` specs, which
-    a reader of a table too wide to read column by column applies itself (``reader.stacked``);
-    ``resolved``: the inputs as a reader of them already resolved them (``reader.specs``; no file is
-    looked at again), instead of ``inputs``."""
+    instead of refusing them (``inspect``); ``text_column``: the one of ``columns`` a tokenizer
+    reads (an input without it says so). ``na_values`` (CSV): the strings read as missing in columns
+    of numbers and booleans besides an empty field (None: :data:`DEFAULT_NA_VALUES`);
+    ``column_names`` (CSV): the names of the columns of a file without a header; ``stack_columns``:
+    the ``--stack-columns`` specs, which a reader of a table too wide to read column by column
+    applies itself (``reader.stacked``); ``resolved``: the inputs as a reader of them already
+    resolved them (``reader.specs``; no file is looked at again), instead of ``inputs``."""
+    from .base import ReadOptions
+    from .sources import resolve_inputs
+
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
     specs = [copy.copy(s) for s in resolved] if resolved is not None else resolve_inputs(list(inputs), input_format)
@@ -65,8 +109,15 @@ def open_reader(
     cls = reader_class(kind)
     if column_types and not cls.takes_column_types:
         raise OptionsError("--column-type applies to CSV, JSON Lines, Parquet, Arrow and Hugging Face inputs only")
-    if (skip_rows or comment is not None) and not cls.takes_csv_syntax:
-        raise OptionsError(f"--{'skip-rows' if skip_rows else 'comment'} applies to CSV inputs only")
+    if not cls.takes_csv_syntax:
+        for flag, given in (
+            ("--skip-rows", skip_rows),
+            ("--comment", comment is not None),
+            ("--na-values", na_values is not None),
+            ("--column-names", column_names is not None),
+        ):
+            if given:
+                raise OptionsError(f"{flag} applies to CSV inputs only")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -76,10 +127,13 @@ def open_reader(
         column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
         skip_rows=skip_rows,
         comment=comment,
+        na_values=DEFAULT_NA_VALUES if na_values is None else tuple(na_values),
+        column_names=list(column_names) if column_names else None,
         max_ratio=max_expansion,
         threads=threads,
         columns=list(columns) if columns else None,
         lenient=lenient,
+        text_column=text_column,
         stack_columns=list(stack_columns) if stack_columns else None,
     )
     reader = cls(specs, ropts)

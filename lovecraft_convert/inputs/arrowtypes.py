@@ -6,8 +6,10 @@ IPC, Hugging Face ``save_to_disk`` directories), in one place.
   the fixed-shape tensor extension type and Hugging Face ``Array2D``..``Array5D`` become fixed-shape
   columns; variable lists of numbers become ``sequence`` columns; strings and binary map to
   ``string``/``binary``; dictionary-encoded columns are decoded.
-* Timestamps, dates, times and durations are stored as int64 counts of their unit (recorded in the
-  manifest's sources), a null as -2**63 (NumPy's NaT). Decimals are refused unless read with
+* Timestamps, dates, times and durations are int64 counts of their unit (date64 as days, as date32),
+  a null as -2**63 (NumPy's NaT), with their Arrow type as the field's ``logical`` type: Parquet
+  output keeps it; the manifest's schema and sources record it for the other formats.
+  A dictionary of strings (pandas' ``category``) stays a ``category`` (Parquet: a dictionary). Decimals are refused unless read with
   ``--column-type NAME=float64`` (or another number type, or ``string``).
 * Nulls: NaN in float columns; an int or bool column with nulls is read as float64 (NaN), refused
   if it also holds integers beyond +-2**53; a null string or binary is empty; a null list an empty
@@ -26,8 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arrowconv import column_from_arrow, logical_of, logical_type
 from ..errors import UTF8_HINT, InputError, SchemaError, invalid_utf8
-from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, VarColumn
+from ..schema import BINARY, CATEGORY, FIXED, SEQUENCE, STRING, Batch, Field, Logical, VarColumn, typed_field
 
 NAT = np.iinfo(np.int64).min  # a null timestamp, as NumPy's NaT
 EXACT = 2**53  # integers beyond this are not exact in float64
@@ -158,7 +161,9 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
         c.field = Field(c.name, FIXED, dt.str)
         return c
     if _stringy(t):
-        c.how, c.field = "string", Field(c.name, STRING, "|u1")
+        # a dictionary of strings (pandas' category, polars' Categorical) stays a category
+        category = Logical(CATEGORY) if pa.types.is_dictionary(c.atype) else None
+        c.how, c.field = "string", Field(c.name, STRING, "|u1", logical=category)
         return c
     if _binary(t):
         c.how, c.field = "binary", Field(c.name, BINARY, "|u1")
@@ -190,8 +195,8 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
         return _refuse(c, f"holds {type_name(c.atype)} ({what}), which no output format can hold", _leave_out())
     if _temporal(t):
         c.how, c.value, c.target = "temporal", t, pa.int64()
-        c.field = Field(c.name, FIXED, "<i8")
-        c.note.update(stored_as="int64", unit=_unit(t), null=int(NAT))
+        c.field = Field(c.name, FIXED, "<i8", logical=logical_of(t))
+        c.note.update(stored_as="int64", unit="D" if pa.types.is_date(t) else _unit(t), null=int(NAT))
         if pa.types.is_timestamp(t):
             c.note["timezone"] = t.tz
         return c
@@ -266,6 +271,11 @@ def _cast(c: Column, t: pa.DataType, want: str) -> Column:
         return _refuse(c, f"holds {type_name(c.atype)}, which cannot be read as {want}", _leave_out())
     c.how, c.value = "cast", t
     c.note.update(stored_as=want)
+    lg = Logical.parse(want)
+    if lg is not None:  # a timestamp, date, ... (int64 counts) or a category (text)
+        c.field = typed_field(c.name, want)
+        c.target = pa.large_string() if lg.type == CATEGORY else logical_type(lg)
+        return c
     if want == "string":
         c.target = pa.large_string()
         c.field = Field(c.name, STRING, "|u1")
@@ -472,6 +482,8 @@ class Converter:
         ints = arr.view(pa.int64() if width == 64 else pa.int32())
         if width != 64:
             ints = ints.cast(pa.int64())
+        if pa.types.is_date64(arr.type):  # milliseconds: held as days, as date32
+            ints = pc.divide(ints, 86_400_000)
         if ints.null_count:
             self.nulls[c.name] += ints.null_count
             ints = pc.fill_null(ints, NAT)
@@ -489,6 +501,9 @@ class Converter:
             ) from None
         if c.field.kind == STRING:
             return self._bytes(out, c, source, row0)
+        if c.field.logical is not None:  # int64 counts, a null as NaT
+            self.nulls[c.name] += out.null_count
+            return column_from_arrow(out, c.field)
         if out.null_count:
             self.nulls[c.name] += out.null_count
             if not pa.types.is_floating(out.type):

@@ -34,10 +34,13 @@ class ReadOptions:
     column_types: dict[str, str] = field(default_factory=dict)
     skip_rows: int = 0  # CSV: lines before the header (or the first row)
     comment: str | None = None  # CSV: lines starting with it are skipped
+    na_values: tuple[str, ...] = ()  # CSV: strings read as missing in columns of numbers and booleans
+    column_names: list[str] | None = None  # CSV: the names of the columns (a file without a header)
     max_ratio: float = 1000.0
     threads: bool = True  # False in shard workers: one process, one core
     piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)
     columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow, JSON Lines)
+    text_column: str | None = None  # one of ``columns``: the text a tokenizer reads (named so when missing)
     lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
     stack_columns: list[str] | None = None  # --stack-columns: a CSV wider than csvwide.MAX_COLUMNS is stacked as read
 
@@ -73,8 +76,10 @@ class Reader:
     rows: int | None = None  # known up front (npy), else None
     takes_column_types = False  # --column-type applies (CSV, JSON Lines, columnar inputs)
     takes_csv_syntax = False  # --skip-rows and --comment apply (CSV)
+    takes_logical_types = False  # --column-type takes timestamp, date, category (CSV, JSON Lines, columnar)
     late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
+    columnar = False  # named columns, each read apart (Parquet, Arrow, HDF5): a job may read one alone
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         self.specs = specs
@@ -98,10 +103,16 @@ class Reader:
         for spec in self.specs:
             if spec.is_stdin and not spec.stdin_spool:
                 spool_stdin(spec)
-        unknown = {k: v for k, v in self.options.column_types.items() if v not in types}
+        from ..schema import Logical
+
+        logical = self.takes_logical_types
+        unknown = {
+            k: v for k, v in self.options.column_types.items() if v not in types and not (logical and Logical.parse(v))
+        }
         if unknown:
             k, v = next(iter(unknown.items()))
-            raise SchemaError(f"--column-type {k}={v}: unknown type", hint=f"use one of {', '.join(types)}")
+            more = ", timestamp[UNIT], date, category" if logical else ""
+            raise SchemaError(f"--column-type {k}={v}: unknown type", hint=f"use one of {', '.join(types)}{more}")
 
     def batches(self) -> Iterator[Batch]:
         raise NotImplementedError

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError, SchemaError
 from ..schema import Batch, Schema
+from ..selection import ColumnTypes
 from .arrowtypes import ARROW_ERRORS, Column, Converter, NeedsFloat, check_names, plan_columns, refusal, type_name
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .sources import InputSpec
@@ -71,6 +72,8 @@ class SourceFile:
 
 class ColumnarReader(Reader):
     takes_column_types = True
+    takes_logical_types = True
+    columnar = True
     title = "Arrow"
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -115,6 +118,9 @@ class ColumnarReader(Reader):
     def _plan(self) -> None:
         first = self.files[0]
         types = self.options.column_types
+        if types:  # selections (a name, a range, a pattern) resolved against the leaf columns
+            leaves = [c.name for c in plan_columns(first.schema, {}, {})]
+            types = ColumnTypes(types).resolve(leaves, first.name)
         cols = plan_columns(first.schema, types, self.widened)
         check_names(cols, first.name)
         early = {
@@ -132,13 +138,6 @@ class ColumnarReader(Reader):
             if f.schema.equals(first.schema, check_metadata=False):
                 continue
             self._same_columns(cols, plan_columns(f.schema, types, self.widened), f, first)
-        names = {c.name for c in cols}
-        for name in types:
-            if name not in names:
-                raise SchemaError(
-                    f"--column-type {name}=...: no column '{name}' in {first.name}",
-                    hint=f"columns are {', '.join(c.name for c in cols)}",
-                )
         readable = [c for c in cols if not c.refused]
         wanted = self.options.columns
         if wanted:
@@ -267,8 +266,12 @@ class ColumnarReader(Reader):
         if len(mine) == 1:
             return dict(mine[0].info)
         out: dict = {"files": len(mine)}
+        inside: set[str] = set()
         for f in mine:
             for k, v in f.info.items():
                 if isinstance(v, int) and not isinstance(v, bool):
                     out[k] = out.get(k, 0) + v
+            inside.update(f.info.get("compression_inside", "").split("+"))
+        if inside - {""}:
+            out["compression_inside"] = "+".join(sorted(inside - {""}))
         return out

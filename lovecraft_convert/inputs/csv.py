@@ -17,11 +17,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..arrowconv import read_type
 from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
-from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema
+from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema, typed_field
+from ..selection import ColumnTypes
 from .base import Part, Reader, ReadOptions, SchemaChanged
+from .csvmatrix import MatrixParsing, record_line
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
-from .csvwide import MAX_COLUMNS, WideHeader, bad_rows, count_fields, not_numbers, plan, too_wide
+from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
+from .csvwide import MAX_COLUMNS, WideHeader, count_fields, too_wide
 from .sources import InputSpec
 from .streams import open_range, open_stream
 
@@ -31,7 +35,13 @@ COLUMN_TYPES = {
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
     "float16": "float32", "float32": "float32", "float64": "float64", "bool": "bool", "string": "string",
 }  # fmt: skip
-_CONV_RE = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to (\w+): invalid value '(.*)'", re.S)
+_CONV_RE = re.compile(
+    r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to ([^:]+?): "
+    r"(?:invalid value|expected (?:no )?(a )?zone offset in) '(.*)'",
+    re.S,
+)
+# values that mark a missing value in some tool's output: an error on one names --na-values
+_MISSING_MARKS = {"NA", "N/A", "#N/A", "#NA", "<NA>", "NULL", "NONE", "NIL", "MISSING", "-", "--", "?", "."}
 _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
 
 
@@ -43,8 +53,9 @@ def _looks_float(v: str) -> bool:
         return False
 
 
-class CsvReader(Reader):
+class CsvReader(MatrixParsing, Reader):
     takes_column_types = True
+    takes_logical_types = True
     takes_csv_syntax = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -54,19 +65,58 @@ class CsvReader(Reader):
         self.pa = pa
         self.prepare_rereads(COLUMN_TYPES)
         self.widened: dict[str, str] = {}  # column -> arrow type name we force after widening
+        # --column-type by column (its selections resolved once the header is read)
+        self.column_types: dict[str, str] = dict(options.column_types)
         self.header: list[str] | None = None
         self.wide: WideHeader | None = None  # a header of more than MAX_COLUMNS, read as a matrix (csvwide)
         self.stacked = False  # the reader made the --stack-columns columns itself
         self.schema_types = None
         self._stream = None
         self._base = 0
+        self._sniffed: dict[str, str] = {}  # input name -> the delimiter its first lines show
         self.schema = self._probe()
 
     # -- options --------------------------------------------------------------------------------
     def _delimiter(self, spec: InputSpec) -> str:
         if self.options.delimiter:
             return self.options.delimiter
-        return "\t" if spec.base_ext == ".tsv" else ","
+        if spec.base_ext == ".tsv":
+            return "\t"
+        if spec.name not in self._sniffed:
+            self._sniffed[spec.name] = self._sniff(spec)
+        return self._sniffed[spec.name]
+
+    def _sniff(self, spec: InputSpec) -> str:
+        """The delimiter of an input whose delimiter nobody gave: a comma, unless its first lines are
+        separated by tabs or spaces (:mod:`.csvsniff`), which the manifest's sources then record."""
+        try:
+            with open_stream(spec, max_ratio=self.options.max_ratio) as f:
+                parts, got = [], 0
+                while got < SNIFF_BYTES:
+                    part = f.read(SNIFF_BYTES - got)
+                    if not part:
+                        break
+                    parts.append(part)
+                    got += len(part)
+                data = b"".join(parts)
+                at_end = got < SNIFF_BYTES or not f.read(1)
+        except InputError:
+            return ","  # reading it again reports the problem
+        lines = head_lines(data, self.options.skip_rows, self.options.comment, at_end)
+        found = sniff_delimiter(lines, self.options.header and not self.options.column_names)
+        if found is None:
+            return ","
+        self._note(spec, "delimiter", found)
+        self._note(spec, "notes", [delimiter_note(spec.name, found, lines[0].count(found) + 1)])
+        return found
+
+    def _note(self, spec: InputSpec, key: str, value) -> None:
+        """Record what the reader decided about an input (the manifest's sources show it)."""
+        notes = dict(spec.notes or {})
+        if key == "notes":
+            value = list(dict.fromkeys([*notes.get("notes", []), *value]))
+        notes[key] = value
+        spec.notes = notes
 
     def _syntax(self, spec: InputSpec, comments: bool = True) -> Syntax:
         """The delimiter and comment character (pieces are already without comment lines)."""
@@ -98,15 +148,13 @@ class CsvReader(Reader):
         )
         po = pc.ParseOptions(delimiter=self._delimiter(spec), newlines_in_values=True)
         types = {}
-        for name, t in self.options.column_types.items():
-            types[name] = getattr(self.pa, COLUMN_TYPES[t])() if t != "bool" else self.pa.bool_()
-            if t == "string":
-                types[name] = self.pa.string()
+        for name, t in self.column_types.items():
+            types[name] = read_type(COLUMN_TYPES.get(t, t))
         for name, t in self.widened.items():
             types[name] = getattr(self.pa, t)()
         co = pc.ConvertOptions(
             column_types=types,
-            null_values=[""],
+            null_values=["", *self.options.na_values],
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
             timestamp_parsers=[],
@@ -206,95 +254,6 @@ class CsvReader(Reader):
             self._raise(spec, e, 0)
             raise
 
-    def _uniform_type(self):
-        """The Arrow type of every column when the table is wide and all its columns have that one
-        numeric type (a feature matrix), else None: see :meth:`_parse_uniform` (which parses
-        ``t``, that type)."""
-        if len(self.header or ()) < WIDE_COLUMNS or self.schema_types is None:
-            return None
-        types = {self.schema_types.get(n) for n in self.header}
-        if len(types) != 1:
-            return None
-        t = types.pop()
-        pa = self.pa
-        return t if t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t)) else None
-
-    def _one_column(self, piece: bytes, spec: InputSpec, t=None):
-        """The values of ``piece`` (rows of a wide table) as one Arrow column of type ``t`` (None:
-        the one type pyarrow infers for them all), and its number of lines: every delimiter made a
-        newline, so pyarrow converts one column of rows x columns values instead of thousands of
-        short ones (its costs per column and piece dominate a wide table: 2,000 columns parse ~3x
-        faster so). Only when each line has exactly the header's number of fields, with no quotes,
-        blank lines or lone CRs, and every value converts; otherwise None."""
-        import pyarrow as pa
-        import pyarrow.csv as pc
-
-        ncols = self._ncols()
-        delim = self._delimiter(spec)
-        if b'"' in piece or len(delim) != 1 or not 0 < ord(delim) < 128 or delim in "\r\n":
-            return None
-        if b"\r" in piece and piece.count(b"\r") != piece.count(b"\r\n"):
-            return None
-        raw = np.frombuffer(piece, np.uint8)
-        seps = raw == ord(delim)
-        lines = _fields_per_line(piece, seps, ncols - 1)
-        if not lines:
-            return None
-        # the delimiters made newlines: less their code's distance to a newline's
-        # (numpy's two passes take a sixth of bytes.replace's time, with a delimiter every few bytes)
-        one = seps.view(np.uint8) * np.uint8((ord(delim) - 10) % 256)  # wraps, as uint8 does
-        np.subtract(raw, one, out=one)
-        ro, po, co = self._arrow_options(spec)
-        ro.column_names, ro.autogenerate_column_names = ["v"], False
-        ro.block_size = max(1 << 20, len(piece) // 2) if self.options.threads else len(piece) + 1
-        po.delimiter, po.newlines_in_values, po.ignore_empty_lines = delim, False, False
-        co.column_types = {"v": t} if t is not None else {}
-        try:
-            values = pc.read_csv(pa.py_buffer(one), ro, po, co).column(0)
-        except pa.ArrowInvalid:
-            return None
-        return (values, lines) if len(values) == lines * ncols else None
-
-    def _parse_uniform(self, piece: bytes, spec: InputSpec, t) -> Batch | None:
-        """A piece of a wide table of one numeric type ``t`` parsed as one column (see
-        :meth:`_one_column`); None where that cannot be done, or for an empty integer: the piece
-        is then parsed as usual, which widens types or reports the error."""
-        got = self._one_column(piece, spec, t)
-        if got is None:
-            return None
-        values, lines = got
-        if values.null_count and not self.pa.types.is_floating(t):
-            return None
-        from ..arrowconv import arrow_to_numpy
-
-        matrix = np.ascontiguousarray(arrow_to_numpy(values).reshape(lines, len(self.header)).T)
-        return Batch.from_matrix(self.header, matrix)  # the schema is the header's
-
-    def _infer_uniform(self, body: bytes, spec: InputSpec):
-        """The one Arrow type of every column of a wide table (rows ``body``), inferred from one
-        column of all its values (:meth:`_one_column`): pyarrow's inference column by column costs
-        ~40 us a column (2,000 columns: 0.1-0.25 s before anything else can start). Only where the
-        answer is the one column-by-column inference gives: int64 when every value is an integer;
-        float64 when none is empty and every column holds a value that is not an integer (a column
-        of integral values alone may have been written ``1``, int64, or ``1.0``, float64). Else
-        None: the types are inferred column by column."""
-        if self._ncols() < WIDE_COLUMNS or self.options.column_types or self.widened:
-            return None
-        got = self._one_column(body, spec)
-        if got is None:
-            return None
-        values, lines = got
-        pa = self.pa
-        if values.null_count or not (pa.types.is_int64(values.type) or pa.types.is_float64(values.type)):
-            return None
-        if pa.types.is_float64(values.type):
-            from ..arrowconv import arrow_to_numpy
-
-            m = arrow_to_numpy(values).reshape(lines, len(self.header))
-            if np.any(np.all(np.isfinite(m) & (m == np.trunc(m)), axis=0)):
-                return None
-        return values.type
-
     def _header_names(self, line: bytes, spec: InputSpec) -> list[str]:
         """The column names of header ``line`` (UTF-8): split at the delimiter when it holds no
         quote and no CR but its line end (what pyarrow makes of it, without its ~13 us per
@@ -333,7 +292,7 @@ class CsvReader(Reader):
             _header_utf8(spec, piece[:end])
         # counted as bytes before any name is made: a header too wide is refused (or read as a
         # matrix, with --stack-columns) in the memory of its bytes
-        count = count_fields(_line(piece[:end]), self._delimiter(spec))
+        count = count_fields(record_line(piece[:end]), self._delimiter(spec))
         if count > MAX_COLUMNS:
             if not (self.options.stack_columns and self.options.header):
                 raise too_wide(spec.name, count)
@@ -341,85 +300,39 @@ class CsvReader(Reader):
         if self.options.header:
             self.header = self._header_names(piece[:end], spec)
         else:
-            self.header = [
-                f"f{i}"
-                for i in range(
-                    len(
-                        next(
-                            pycsv.reader(
-                                io.StringIO(piece[:end].decode("utf-8", "replace")), delimiter=self._delimiter(spec)
-                            )
-                        )
-                    )
+            line = piece[:end].decode("utf-8", "replace")
+            width = len(next(pycsv.reader(io.StringIO(line), delimiter=self._delimiter(spec))))
+            self.header = self.options.column_names or [f"f{i}" for i in range(width)]
+            if len(self.header) != width:
+                n = len(self.header)
+                raise SchemaError(
+                    f"{spec.name}: --column-names gives {n} name{'' if n == 1 else 's'}, "
+                    f"the first row has {width} field{'' if width == 1 else 's'}",
+                    hint="give one name per column",
                 )
-            ]
         t = self._infer_uniform(piece[end:] if self.options.header else piece, spec)
         if t is not None:
             aschema = self.pa.schema([(n, t) for n in self.header])
         else:
-            aschema = self._parse(piece, spec, None, types=False).schema
+            names = None if self.options.header else self.header
+            aschema = self._parse(piece, spec, names, types=False).schema
         self.header = None
         schema = self._fields(aschema, spec)
         self.schema_types = {f.name: self._arrow_type(f) for f in schema}
+        if self.options.header:
+            first = schema.fields[0]
+            numeric = first.kind == FIXED and first.np_dtype.kind in "iuf"
+            rest = piece[end:].lstrip(b"\r\n").decode("utf-8", "replace").splitlines()[:1]
+            row = next(pycsv.reader(rest, delimiter=self._delimiter(spec)), None)
+            note = header_note(spec.name, schema.names, numeric, row, self.options.skip_rows, self._delimiter(spec))
+            if note is not None:
+                self._note(spec, "notes", [note])
         return schema
-
-    def _probe_wide(self, piece: bytes, end: int, spec: InputSpec) -> Schema:
-        """The schema of a table of more than MAX_COLUMNS columns, stacked (see csvwide): every
-        column of one number type, inferred from the first rows as one column of values."""
-        self.wide = WideHeader(_line(piece[:end]), self._delimiter(spec), spec.name)
-        self.groups, self.rest = plan(self.wide, list(self.options.stack_columns or []), spec.name)
-        self.stacked = True
-        if self.options.column_types:
-            raise OptionsError(
-                f"--column-type with a table of more than {MAX_COLUMNS} columns: its columns are read as one "
-                "matrix of one number type"
-            )
-        t = self.pa.float64() if self.widened.get("*") == "float64" else None
-        if t is None:
-            got = self._one_column(piece[end:], spec)
-            if got is None or not (self.pa.types.is_int64(got[0].type) or self.pa.types.is_float64(got[0].type)):
-                raise self._not_matrix(piece[end:], spec, 0)
-            t = self.pa.float64() if got[0].null_count else got[0].type
-        self.wide_type = t
-        dt = np.dtype(t.to_pandas_dtype()).str
-        at = [(int(j), Field(self.wide.name(int(j)), FIXED, dt)) for j in self.rest]
-        at += [(int(g.columns[0]), Field(g.name, FIXED, dt, (len(g.columns),))) for g in self.groups]
-        fields = tuple(f for _, f in sorted(at, key=lambda x: x[0]))
-        if len({f.name for f in fields}) != len(fields):
-            raise OptionsError("--stack-columns: a stacked column's name is the name of another column")
-        self.schema_types = None
-        return Schema(fields)
-
-    def _not_matrix(self, piece: bytes, spec: InputSpec, row0: int | None) -> InputError:
-        got = self._one_column(piece, spec) if b'"' not in piece else None
-        if got is not None:
-            return not_numbers(got[0], self._ncols(), self.wide, spec.name, row0)
-        return bad_rows(piece, self._ncols(), self._delimiter(spec), spec.name, row0)
-
-    def _parse_wide(self, piece: bytes, spec: InputSpec, row0: int | None) -> Batch:
-        """A piece of rows of a wide table as the stacked columns (slices of its matrix)."""
-        from ..arrowconv import arrow_to_numpy
-
-        t = self.wide_type
-        got = self._one_column(piece, spec, t)
-        if got is None or (got[0].null_count and not self.pa.types.is_floating(t)):
-            if self.pa.types.is_integer(t) and self._one_column(piece, spec, self.pa.float64()) is not None:
-                self.widened["*"] = "float64"  # a number that is not an integer (or an empty one)
-                self.schema = self._probe()
-                raise SchemaChanged(dict(self.widened))
-            raise self._not_matrix(piece, spec, row0)
-        values, lines = got
-        matrix = arrow_to_numpy(values).reshape(lines, self._ncols())
-        cols: dict = {}
-        for g in self.groups:
-            part = matrix[:, g.run[0] : g.run[1]] if g.run is not None else matrix[:, g.columns]
-            cols[g.name] = np.ascontiguousarray(part)
-        for j in self.rest.tolist():
-            cols[self.wide.name(j)] = np.ascontiguousarray(matrix[:, j])
-        return Batch({f.name: cols[f.name] for f in self.schema}, lines)
 
     def _arrow_type(self, f: Field):
         pa = self.pa
+        if f.logical is not None:
+            return read_type(f.logical.describe())
         if f.kind == STRING:
             return pa.string()
         if f.kind == BINARY:
@@ -431,8 +344,17 @@ class CsvReader(Reader):
         names = list(aschema.names)
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
+            if looks_like_data(names):
+                raise SchemaError(
+                    f"{spec.name}: column name '{dup}' appears twice in the header, whose names are all numbers "
+                    "(is the first line data?)",
+                    hint="pass --no-header if the file has no header (columns f0, f1, ...), "
+                    "or name the columns with --column-names",
+                )
             raise SchemaError(
-                f"{spec.name}: column name '{dup}' appears twice in the header", hint="rename one of them"
+                f"{spec.name}: column name '{dup}' appears twice in the header",
+                hint=f"rename one of them, or name the columns with --column-names A,B,... "
+                f"--skip-rows {self.options.skip_rows + 1}",
             )
         if self.header is None:
             self.header = names
@@ -441,24 +363,15 @@ class CsvReader(Reader):
                 f"{spec.name}: header {names} differs from the first input's {self.header}",
                 hint="give inputs with the same columns",
             )
-        for name in self.options.column_types:
-            if name not in names:
-                raise SchemaError(
-                    f"--column-type {name}=...: no column '{name}' in {spec.name}",
-                    hint=f"columns are {', '.join(names)}",
-                )
+        self.column_types = ColumnTypes(self.options.column_types).resolve(names, spec.name)
         from ..arrowconv import numpy_dtype
 
         fields = []
         retry = {}
         numeric: dict = {}  # dtype by Arrow type: a wide table's thousands of columns have a few
         for name, t in zip(names, aschema.types, strict=True):
-            if name in self.options.column_types:
-                want = self.options.column_types[name]
-                if want == "string":
-                    fields.append(Field(name, STRING, "|u1"))
-                else:
-                    fields.append(Field(name, FIXED, np.dtype(want if want != "bool" else "?").str))
+            if name in self.column_types:
+                fields.append(typed_field(name, self.column_types[name]))
                 continue
             dt = numeric.get(t)
             if dt is None and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
@@ -609,7 +522,7 @@ class CsvReader(Reader):
                 end = self._first_record_end(piece, spec)
                 _header_utf8(spec, piece[:end])
                 if self.wide is not None:
-                    if _line(piece[:end]) != self.wide.text:
+                    if record_line(piece[:end]) != self.wide.text:
                         raise SchemaError(
                             f"{spec.name}: its header differs from the first input's",
                             hint="give inputs with the same columns",
@@ -645,23 +558,40 @@ class CsvReader(Reader):
         for f in self.schema:
             arr = rb.column(f.name)
             if arr.null_count:
-                if pa.types.is_integer(arr.type) and f.name not in self.options.column_types:
+                if pa.types.is_integer(arr.type) and f.name not in self.column_types:
                     self.widened[f.name] = "float64"
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
-                if not pa.types.is_floating(arr.type):
-                    if row0 is None:
-                        idx = self.header.index(f.name)
-                        row, line = self._locate(spec, lambda r, idx=idx: len(r) > idx and r[idx] == "")
-                        where = f"row {row} (line {line})"
-                    else:
-                        where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
-                    raise InputError(
-                        f"{spec.name}, {where}, column '{f.name}': empty value in a {f.describe()} column",
-                        hint=f"fill it, or pass --column-type {f.name}=float64 to read empty values as NaN",
-                    )
+                if not pa.types.is_floating(arr.type) and not (f.logical is not None and f.logical.temporal):
+                    raise self._missing(spec, f, arr, row0)  # (a missing timestamp or date is NaT)
             cols[f.name] = column_from_arrow(arr, f)
         return Batch(cols, rb.num_rows)
+
+    def _missing(self, spec: InputSpec, f: Field, arr, row0: int | None) -> InputError:
+        """The error of a missing value (an empty field or one of ``--na-values``) in a column that
+        has no missing value (a fixed int or bool type), naming its row, line and value."""
+        idx = self.header.index(f.name)
+        missing = {"", *self.options.na_values}
+        found: list[str] = []
+
+        def bad(r: list[str]) -> bool:
+            if len(r) > idx and r[idx] in missing:
+                found.append(r[idx])
+                return True
+            return False
+
+        row, line = self._locate(spec, bad)
+        if row is not None:
+            where = f"row {row} (line {line})"
+        elif row0 is not None:
+            where = f"row {row0 + int(np.flatnonzero(~np.asarray(arr.is_valid()))[0]) + 1}"
+        else:
+            where = "a row"
+        what = f"missing value '{found[0]}'" if found and found[0] else "empty value"
+        return InputError(
+            f"{spec.name}, {where}, column '{f.name}': {what} in a {f.describe()} column",
+            hint=f"fill it, or pass --column-type {f.name}=float64 to read missing values as NaN",
+        )
 
     def _raise(self, spec: InputSpec, e: Exception, row_hint: int) -> None:
         """Turn an Arrow error into a one-line InputError (widening instead where we may)."""
@@ -671,10 +601,10 @@ class CsvReader(Reader):
         m = _CONV_RE.search(msg)
         if m and self.header is not None:
             col = self.header[int(m.group(1))]
-            value = m.group(3)
+            value = m.group(4)
             if m.group(2) == "string" or "UTF8" in msg:
                 raise self._bad_utf8(spec, self.header, col) from None
-            if col not in self.options.column_types:
+            if col not in self.column_types:
                 cur = self.widened.get(col) or (str(self.schema[col].np_dtype) if col in self.schema.names else "null")
                 if cur.startswith("int") or cur.startswith("uint") or cur == "null":
                     new = "float64" if _looks_float(value) else "string"
@@ -683,23 +613,47 @@ class CsvReader(Reader):
                 self.widened[col] = new
                 self.schema = self._probe()
                 raise SchemaChanged(self.widened) from None
-            want = self.options.column_types[col]
+            want = self.column_types[col]
             idx = int(m.group(1))
             row, line = self._locate(spec, lambda r: len(r) > idx and r[idx] == value)
             where = f"row {row} (line {line})" if row else "a row"
+            hint = "fix the value or choose another --column-type"
+            if want.startswith("timestamp") and "zone offset" in msg:
+                zone = "has a zone offset" if m.group(3) is None else "has no zone offset"
+                raise InputError(
+                    f"{spec.name}, {where}, column '{col}': '{value}' {zone}, the type {want} "
+                    f"{'has none' if m.group(3) is None else 'needs one'}",
+                    hint=f"read it as --column-type '{col}=timestamp[us, UTC]'"
+                    if m.group(3) is None
+                    else f"read it as --column-type {col}=timestamp (no time zone)",
+                ) from None
+            if want != "string" and value.upper() in _MISSING_MARKS and value not in self.options.na_values:
+                marks = ",".join(dict.fromkeys([*self.options.na_values, value]))
+                hint = f"fix the value, choose another --column-type, or pass --na-values {marks} if it marks a missing value"
             raise InputError(
-                f"{spec.name}, {where}, column '{col}': '{value}' is not a valid {want}",
-                hint="fix the value or choose another --column-type",
+                f"{spec.name}, {where}, column '{col}': '{value}' is not a valid {want}", hint=hint
             ) from None
         m = _COLS_RE.search(msg)
         if m:
             ncols = len(self.header or [])
-            row, line = self._locate(spec, lambda r: len(r) != ncols)
+            seen: list[list[str]] = []
+
+            def bad(r: list[str]) -> bool:
+                seen.append(r)
+                return len(r) != ncols
+
+            row, line = self._locate(spec, bad)
             where = f"row {row} (line {line})" if row else "a row"
-            raise InputError(
-                f"{spec.name}, {where}: expected {m.group(1)} fields, found {m.group(2)}",
-                hint="fix the row (is a quote unbalanced or a delimiter missing?)",
-            ) from None
+            hint = "fix the row (is a quote unbalanced or a delimiter missing?)"
+            if row == 1 and self.options.header:
+                # the first row after the header: is the "header" a line before the data?
+                then = " --no-header" if all(is_number(v) for v in seen[-1]) else ""
+                hint = (
+                    f"if the header line is a line before the data instead (scikit-learn's CSVs begin with one), "
+                    f"pass --skip-rows {self.options.skip_rows + 1}{then}; else {hint}"
+                )
+            expected = f"{m.group(1)} fields," + (" as the header has," if row == 1 and self.options.header else "")
+            raise InputError(f"{spec.name}, {where}: expected {expected} found {m.group(2)}", hint=hint) from None
         if "UTF8" in msg or "utf8" in msg.lower():
             m = re.search(r"In CSV column #(\d+)", msg)
             if m and self.header is not None and int(m.group(1)) < len(self.header):
@@ -746,38 +700,6 @@ def _data_lines(text, skip: int, syntax: Syntax, line: list[int]) -> Iterator[st
             state = QuoteScan(s.encode("utf-8", "surrogateescape"), Syntax(syntax.delimiter), state).final
             start = s.endswith("\n")
         yield s
-
-
-def _fields_per_line(piece: bytes, seps: np.ndarray, want: int) -> int:
-    """The number of lines of ``piece`` if each holds exactly ``want`` delimiters (``seps``: where
-    they are), else 0. Long lines (a wide table's, a hundred or so per piece) are found one by one
-    (``find`` skips a line's bytes at memory speed), short ones all at once."""
-    n = len(piece)
-    if not n:
-        return 0
-    first = piece.find(b"\n")
-    if first < 0 or first >= 1 << 10:  # lines of 1 KiB and more
-        start = lines = 0
-        while start < n:
-            end = piece.find(b"\n", start)
-            end = n if end < 0 else end
-            if np.count_nonzero(seps[start:end]) != want:
-                return 0
-            start, lines = end + 1, lines + 1
-        return lines
-    raw = np.frombuffer(piece, np.uint8)
-    ends = np.flatnonzero(raw == 10)
-    if not piece.endswith(b"\n"):
-        ends = np.append(ends, n)
-    if int(np.count_nonzero(seps)) != len(ends) * want:
-        return 0
-    before = np.searchsorted(np.flatnonzero(seps), ends)  # delimiters before each line's end
-    return len(ends) if before[0] == want and not np.any(np.diff(before) != want) else 0
-
-
-def _line(record: bytes) -> bytes:
-    """A record without its line end."""
-    return record[: -2 if record.endswith(b"\r\n") else -1 if record.endswith(b"\n") else None]
 
 
 def _header_utf8(spec: InputSpec, header: bytes) -> None:

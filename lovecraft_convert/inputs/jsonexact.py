@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UTF8_HINT, invalid_utf8
-from ..schema import MAX_COLUMNS
+from ..schema import MAX_COLUMNS, Logical
 from .jsontypes import (
     EXACT,
     INT64_MAX,
@@ -172,7 +172,9 @@ class ExactParser:
             return _DECODER.decode(text)
         except json.JSONDecodeError as e:
             hint = "fix the line"
-            if first and text.strip() in ("[", "{"):
+            if first and text.strip() == "[":
+                hint = "this looks like a JSON array, not JSON Lines: pass --input-format json (or name the file .json)"
+            elif first and text.strip() == "{":
                 hint = "this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')"
             at = "" if e.msg.endswith(" at") else " at"  # ("Unterminated string starting at")
             raise LineError(line, None, f"not valid JSON ({e.msg}{at} character {e.colno})", hint) from None
@@ -318,6 +320,12 @@ class ExactParser:
         assert want is not None
         if kind.startswith("["):
             raise LineError(line, col.name, f"a list where --column-type says {want}", "fix the value")
+        if Logical.parse(want) is not None:  # text: ISO 8601 for a timestamp or date (null: NaT), a category
+            if kind in "NS":
+                return
+            raise LineError(
+                line, col.name, f"{json_text(_plain(value))} is not a valid {want} (a string is)", "fix the value"
+            )
         if kind == "N":
             if want == "string" or want.startswith("float"):
                 return

@@ -23,6 +23,7 @@ widening, and raises :class:`~.base.SchemaChanged` with all of them, so a job st
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterator
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..errors import InputError, OptionsError, SchemaError
 from ..schema import MAX_COLUMNS, Batch, Schema
+from ..selection import TypeLookup
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .jsondepth import MAX_DEPTH, first_too_deep, first_too_many_keys, key_path
 from .jsonexact import ExactParser, LineError, Parsed
@@ -69,7 +71,9 @@ class _TooDeep(Exception):
 
 class JsonlReader(Reader):
     takes_column_types = True
+    takes_logical_types = True
     late_columns = True
+    unit, a_unit = "line", "a line"  # what messages count records in (a JSON array's reader: elements)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         super().__init__(specs, options)
@@ -88,13 +92,15 @@ class JsonlReader(Reader):
         self._is_nl = np.empty(0, dtype=bool)
         self._probe()
         self._settle()
+        if options.text_column is not None and options.text_column in self.pending:
+            self._check_pending()  # the text to tokenize is not in the first records: is it anywhere?
 
     # -- columns ------------------------------------------------------------------------------
 
     def _probe(self) -> None:
         """Types from the first records of the first inputs (the exact parser)."""
         sel = set(self.selected) if self.selected is not None else None
-        fixed = dict(self.options.column_types)
+        fixed = self.fixed_types = TypeLookup(self.options.column_types)
         self.parser = ExactParser(self.cols, self.mode, sel, self.options.errors, fixed)
         self.parser.keys = {}
         budget = PROBE_BYTES
@@ -138,6 +144,13 @@ class JsonlReader(Reader):
         self.parser.refresh()
         self.probe_keys = [c.name for c in self.cols.values() if c.path is not None] + list(self.parser.keys or {})
         self.parser.keys = None
+        for sel, _t in fixed.patterns:  # a pattern names keys of the first records
+            if not any(fnmatch.fnmatchcase(k, sel) for k in self.probe_keys):
+                listed = ", ".join(self.probe_keys[:50]) if self.probe_keys else "none"
+                raise SchemaError(
+                    f"--column-type {sel}=...: no key matches '{sel}' in {', '.join(s.name for s in self.specs)}",
+                    hint=f"keys in the first records are {listed}",
+                )
         self._records = records  # records the probe read: a key met later was missing in them
         if probed_all and not records:
             raise InputError(
@@ -177,7 +190,7 @@ class JsonlReader(Reader):
                 if self.selected is not None:
                     continue
                 col = self.cols[name] = Col(name, path or tuple(name.split(".")), late=True)
-                col.fixed = self.options.column_types.get(name)
+                col.fixed = self.fixed_types.get(name)
             elif col.path is None:
                 col.path = path or tuple(name.split("."))
             if col.fixed is not None:
@@ -292,9 +305,9 @@ class JsonlReader(Reader):
 
     def _long_line(self, spec: InputSpec, line: int, e: _LongLine) -> InputError:
         return InputError(
-            f"a line longer than {e.args[0]} bytes",
-            where=f"{spec.name}, line {line + 1}",
-            hint="raise --max-memory (a line must fit in 1/32 of it)",
+            f"{self.a_unit} longer than {e.args[0]} bytes",
+            where=f"{spec.name}, {self.unit} {line + 1}",
+            hint=f"raise --max-memory ({self.a_unit} must fit in 1/32 of it)",
         )
 
     def _chunk(self) -> int:
@@ -426,7 +439,7 @@ class JsonlReader(Reader):
         try:
             return self.parser.parse(bytes(piece), line0)
         except LineError as e:
-            where = f"{spec.name}, line {e.line}" + (f", key '{e.key}'" if e.key is not None else "")
+            where = f"{spec.name}, {self.unit} {e.line}" + (f", key '{e.key}'" if e.key is not None else "")
             raise InputError(e.message, where=where, hint=e.hint) from None
 
     def _columns(self, arrays: dict, rows: int, fast: bool, digits, spec, line0: int, row_lines, base: int, nulls):
@@ -459,7 +472,9 @@ class JsonlReader(Reader):
             except Bad as e:
                 row = base + (e.row or 0)
                 line = line0 + 1 + (int(row_lines[row]) if row_lines is not None else row) if fast else row_lines[row]
-                raise InputError(e.message, where=f"{spec.name}, line {line}, key '{name}'", hint=e.hint) from None
+                raise InputError(
+                    e.message, where=f"{spec.name}, {self.unit} {line}, key '{name}'", hint=e.hint
+                ) from None
             nulls[name] = nulls.get(name, 0) + arr.null_count
         return Batch(cols, rows)
 
@@ -569,6 +584,11 @@ class JsonlReader(Reader):
                 raise SchemaError(
                     f"--column-type {name}=...: no key '{name}' in {self.source_of(name)}",
                     hint=f"keys in the first records are {listed}",
+                )
+            if name == self.options.text_column:
+                raise SchemaError(
+                    f"{self.source_of(name)}: no column '{name}' to tokenize",
+                    hint=f"columns in the first records are {listed}; pass --column NAME",
                 )
             raise OptionsError(
                 f"--columns: no column '{name}' in {self.source_of(name)}",

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schema import FIXED, SEQUENCE, STRING, STRING_LIST, Field
+from ..schema import CATEGORY, FIXED, NAT, SEQUENCE, STRING, STRING_LIST, Field, Logical
 
 EXACT = 2**53  # float64 holds every integer up to here
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -172,8 +172,11 @@ def word(kind: str) -> str:
 def output(col: Col) -> tuple[str, str]:
     """(schema kind, dtype) of the column."""
     if col.fixed is not None:
-        if col.fixed == "string":
+        lg = Logical.parse(col.fixed)
+        if col.fixed == "string" or (lg is not None and lg.type == CATEGORY):
             return STRING, "|u1"
+        if lg is not None:  # a timestamp, date, ...: int64 counts
+            return FIXED, "<i8"
         return FIXED, np.dtype(col.fixed if col.fixed != "bool" else "?").str
     if col.is_list:
         s = col.elements()
@@ -200,14 +203,14 @@ def output(col: Col) -> tuple[str, str]:
 
 def field_of(col: Col) -> Field:
     kind, dtype = output(col)
-    return Field(col.name, kind, dtype)
+    return Field(col.name, kind, dtype, logical=Logical.parse(col.fixed) if col.fixed is not None else None)
 
 
 def read_kind(col: Col) -> str:
     """What the fast parser reads the column as: null, bool, int64, uint64, float64, string, or
     ``list<...>`` of one of them."""
     if col.fixed is not None:
-        if col.fixed == "string":
+        if col.fixed == "string" or Logical.parse(col.fixed) is not None:  # ISO 8601 text, category text
             return "string"
         if col.fixed == "bool":
             return "bool"
@@ -370,9 +373,38 @@ def build(arr, col: Col):
             inner = column_from_arrow(_empty_nulls(values, ""), Field(f.name, STRING, "|u1"))
             return VarColumn(inner, offs - base)
         return VarColumn(_numbers(values, f.np_dtype, col), offs - base)
+    if f.logical is not None and f.logical.temporal:
+        return _temporal(arr, f, col)
     if col.fixed is not None:
         return _fixed(arr, col)
     return _numbers(arr, f.np_dtype, col)
+
+
+def _temporal(arr, f: Field, col: Col) -> np.ndarray:
+    """ISO 8601 text as the int64 counts of a timestamp or date (a null as NaT)."""
+    import pyarrow as pa
+
+    from ..arrowconv import column_from_arrow, logical_type
+
+    t = logical_type(f.logical)
+    if not pa.types.is_string(arr.type):  # only nulls so far
+        return np.full(len(arr), NAT, dtype=np.int64)
+    try:
+        return column_from_arrow(arr.cast(t), f)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    for row, v in enumerate(arr.to_pylist()):
+        try:
+            pa.array([v], pa.string()).cast(t)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            zone = f.logical.type == "timestamp" and ("+" in v[10:] or v.endswith("Z") or "-" in v[10:])
+            hint = (
+                f"read it as --column-type '{col.name}=timestamp[{f.logical.unit}, UTC]' (it has a zone offset)"
+                if zone and not f.logical.tz
+                else "fix the value or choose another --column-type"
+            )
+            raise Bad(row, col.name, f"{v!r} is not a valid {col.fixed}", hint) from None
+    raise Bad(0, col.name, f"a value is not a valid {col.fixed}", "fix the value or choose another --column-type")
 
 
 def _numbers(arr, dtype: np.dtype, col: Col) -> np.ndarray:

@@ -23,6 +23,8 @@ def inspect(
     column_types: dict[str, str] | None = None,
     skip_rows: int = 0,
     comment: str | None = None,
+    na_values: list[str] | None = None,
+    column_names: list[str] | None = None,
     columns: list[str] | None = None,
     errors: str = "strict",
     max_expansion: float = 1000.0,
@@ -30,6 +32,10 @@ def inspect(
     estimate: bool = True,
     plot: str | None = None,
     progress: bool | None = False,
+    tokenizer: str | None = None,
+    column: str | None = None,
+    eos: str | int | None = None,
+    bos: str | int | None = None,
 ) -> dict[str, Any]:
     """Inspect inputs (paths, globs, ``-``) or one dataset directory; returns a JSON-able dict.
 
@@ -38,7 +44,9 @@ def inspect(
     ``plot``: write a PNG of the length histograms with the suggested boundaries and their padding
     efficiency, and of the numeric columns' value histograms (needs matplotlib).
     The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ``skip_rows``,
-    ``comment``, ...).
+    ``comment``, ``na_values``, ``column_names``, ...). ``tokenizer`` (with ``column``, ``eos``, ``bos``
+    as ``bucket`` takes them): the text column's lengths, suggested buckets and plot are in tokens, as
+    ``bucket`` counts them.
     """
     from ..formats import get, names
 
@@ -77,12 +85,19 @@ def inspect(
         column_types=dict(column_types or {}),
         skip_rows=skip_rows,
         comment=comment,
+        na_values=None if na_values is None else list(na_values),
+        column_names=list(column_names) if column_names else None,
         columns=list(columns) if columns else None,
         errors=errors,
         max_expansion=max_expansion,
         max_memory=max_memory,
+        tokenizer=tokenizer,
+        column=column,
+        eos=eos,
+        bos=bos,
     )
     o.validate_inputs()
+    o.validate_tokens()
     if plot:
         from .plot import check_plot_path, require_matplotlib
 

@@ -15,21 +15,32 @@ from ..formats import for_dataset
 def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
     """What a dataset directory holds, from its manifest alone (``verify`` checks it against the files)."""
     m = manifest if manifest is not None else mf.read(path)  # given: read from an object store
+    where = mf.path_of(path) if manifest is None else f"{path.rstrip('/')}/{mf.MANIFEST_NAME}"
+    mf.check_shape(m, where)  # what is shown is what readers would read
+    try:
+        fmt = for_dataset(m.get("output_format"), path)
+    except DatasetError:
+        fmt = None
+    if fmt is not None:
+        mf.check_shape(m, where, fmt.manifest_spec, common=False)
     mf.check_paths(path, m)  # its load snippets would read what they name
     files = [f for f in m.get("files") or [] if isinstance(f, dict)]
     by_path = {f.get("path"): f for f in files}
     shards = []
-    units = m.get("shards") or [sub for b in m.get("buckets") or [] for sub in (b.get("shards") or [b])]
-    for s in units:
+    units = [(None, s) for s in m.get("shards") or []] or [
+        (b.get("index"), sub) for b in m.get("buckets") or [] for sub in (b.get("shards") or [{**b, "index": 0}])
+    ]
+    for bucket, s in units:
         names = list(s.get("files") or [])
-        shards.append(
-            {
-                "index": s.get("index"),
-                "rows": s.get("rows"),
-                "files": names,
-                "bytes": sum(int(by_path.get(n, {}).get("bytes") or 0) for n in names),
-            }
-        )
+        entry = {
+            "index": s.get("index"),
+            "rows": s.get("rows"),
+            "files": names,
+            "bytes": sum(int(by_path.get(n, {}).get("bytes") or 0) for n in names),
+        }
+        if bucket is not None:  # a bucket's shard: its index within the bucket
+            entry["bucket"] = bucket
+        shards.append(entry)
     total = sum(int(f.get("bytes") or 0) for f in files)
     report: dict[str, Any] = {
         "kind": "dataset",
@@ -39,6 +50,8 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
         "complete": m.get("complete"),
         "rows": m.get("rows"),
         "schema": m.get("schema"),
+        "notes": [n for src in m.get("sources") or [] if isinstance(src, dict) for n in src.get("notes") or []]
+        + list(m.get("notes") or []),
         "num_shards": len(shards),
         "shards": shards,
         "buckets": m.get("buckets"),
@@ -56,11 +69,7 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
         "created_by": m.get("created_by"),
         "created_at": m.get("created_at"),
     }
-    try:
-        fmt = for_dataset(m.get("output_format"), path)
-    except DatasetError:
-        fmt = None
-    for key in (*(fmt.manifest_keys if fmt is not None else ()), "tokenizer", "packing"):  # format's, tokens'
+    for key in (*(fmt.manifest_keys if fmt is not None else ()), "tokenizer", "packing", "bucketing"):
         if m.get(key):
             report[key] = m[key]
     report["load"] = load_snippets(path, m)

@@ -138,11 +138,12 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
         spill.close()
         nbytes = meter.close()
     files = {}
-    for b, name, size in spill.publish():
+    for b, name, size, crc in spill.publish():
         u, cnt = merge_hist(hists[b])
         files[name] = {
             "b": b,
             "size": size,
+            "crc32c": crc,
             "frames": frames[b],
             "hist": [u.tolist(), cnt.tolist()],
         }
@@ -245,7 +246,9 @@ def write_unit(ctx: SeqContext, unit: dict) -> dict[str, Any]:
     step = max(1 << 20, ctx.budget() // 16)
     source = _emit(_pieces(ctx, unit, dtype), width, pad, dtype, column, step)
     rows = unit["b"] - unit["a"]
-    files, stats, extra = write_unit_files(ctx.work, unit["id"], unit["name"], schema, source, o, ctx.budget(), rows)
+    files, stats, extra = write_unit_files(
+        ctx.work, unit["id"], unit["name"], schema, source, o, ctx.budget(), rows, widths_vary=width is not None
+    )
     return {
         "phase": 2,
         "unit": unit["id"],

@@ -7,7 +7,7 @@ memory depends on the budget and never on the input's size.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import manifest as mf
@@ -62,6 +62,7 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
             argv=argv,
             seconds=round(time.time() - started, 3),
             **tokens_extra(plan),
+            **plan.extra(),
             **fmt.dataset_extra(schema, [extra]),
         )
         out.commit(manifest)
@@ -76,14 +77,40 @@ def tokens_extra(plan: OutputPlan) -> dict[str, Any]:
     return {"tokenizer": {**plan.tokenize.tokens.describe(), "column": plan.tokenize.column}}
 
 
-def select_columns(reader: Reader, columns: list[str] | None) -> Schema:
-    """The reader's schema with only ``columns`` (in that order)."""
+def select_columns(reader: Reader, columns: list[str] | None, stack_columns: list[str] | None = None) -> Schema:
+    """The reader's schema with only ``columns`` (in that order); a column that ``stack_columns``
+    makes stands for its members, in their order (the stack then takes their place)."""
     if not columns:
         return reader.schema
+    if stack_columns:
+        columns = _stack_members(columns, stack_columns, reader.schema.names)
     missing = [c for c in columns if c not in reader.schema.names]
     if missing:
         raise OptionsError(f"--columns: no column '{missing[0]}'", hint=f"columns are {', '.join(reader.schema.names)}")
     return Schema(tuple(reader.schema[c] for c in columns))
+
+
+def _stack_members(columns: list[str], stack_columns: list[str], names: list[str]) -> list[str]:
+    from ..selection import select
+    from ..transforms.stack import parse
+
+    stacks = dict(parse(spec) for spec in stack_columns)
+    out: list[str] = []
+    owner: dict[str, str] = {}
+    for c in columns:
+        if c not in stacks or c in names:
+            out.append(c)
+            continue
+        members = select(names, stacks[c])
+        for m in members:
+            owner[m] = c
+        out.extend(members)
+    both = next((c for c in columns if c in owner), None)
+    if both is not None:
+        raise OptionsError(
+            f"--columns names '{both}', which is stacked into '{owner[both]}'", hint=f"name '{owner[both]}' alone"
+        )
+    return out
 
 
 @dataclass
@@ -97,6 +124,11 @@ class OutputPlan:
     source: Schema  # the reader's columns that are kept, before tokenizing and stacking
     stack: Any = None
     tokenize: Any = None  # transforms.tokenize.Tokenize, or None
+    notes: list[str] = field(default_factory=list)  # what the manifest's notes say of these choices
+
+    def extra(self) -> dict[str, Any]:
+        """The manifest's ``notes`` (what the run noticed and did not refuse), when there are any."""
+        return {"notes": list(self.notes)} if self.notes else {}
 
     def prepare(self, batch: Batch) -> Batch:
         names = self.source.names
@@ -121,7 +153,7 @@ def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
         source = Schema(tuple(reader.schema[n] for n in tokenize.source_names))
         schema = tokenize.schema
     else:
-        source = select_columns(reader, o.columns)
+        source = select_columns(reader, o.columns, o.stack_columns)
         schema = source
     stack = None
     if o.stack_columns and not getattr(reader, "stacked", False):  # (a reader may have stacked them as it read)
@@ -129,12 +161,18 @@ def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
 
         stack = Stack(source, list(o.stack_columns), where)
         schema = stack.schema
-    per_col = {k: v for k, v in o.column_types.items() if v == "float16"}
+    per_col = {}
+    if "float16" in o.column_types.values():  # read as float32, then narrowed with the float16 report
+        from ..selection import ColumnTypes
+
+        typed = ColumnTypes(o.column_types).resolve(reader.schema.names, where, strict=False)
+        per_col = {k: v for k, v in typed.items() if v == "float16"}
+    note = Downcast.left_alone(schema, o.dtype, per_col)
     down = Downcast.for_dtype(schema, o.dtype, per_col, o.on_overflow)
     if down is not None:
         down.source = where
         schema = down.schema
-    return OutputPlan(schema, down, source, stack, tokenize)
+    return OutputPlan(schema, down, source, stack, tokenize, [note] if note else [])
 
 
 READ_COLUMN_FLOOR = 8 << 10  # what reading holds per column at least (the CSV parser's per-column state)
@@ -155,22 +193,32 @@ def check_memory(schema: Schema, fmt, budget: int, source: str) -> None:
         )
 
 
-def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
+def write_options(o: ConvertOptions, budget: int, rows: int | None, widths_vary: bool = False) -> WriteOptions:
     return WriteOptions(
         compression=o.compression,
         hash=o.hash,
         row_group_bytes=max(1 << 20, budget // 12),  # a row group costs about three times its size to write
         expected_rows=rows,
         memory=budget // 4,
+        widths_vary=widths_vary,
     )
 
 
 def write_unit_files(
-    work: str, k: int, name: str, schema: Schema, source, o: ConvertOptions, budget: int, rows: int, down=None
+    work: str,
+    k: int,
+    name: str,
+    schema: Schema,
+    source,
+    o: ConvertOptions,
+    budget: int,
+    rows: int,
+    down=None,
+    widths_vary: bool = False,
 ):
     """Write the batches of ``source`` as the files of unit ``k`` named ``name`` (statistics and
     downcast on the way) and commit them into ``work``; returns (file records, statistics, the
-    writer's manifest keys)."""
+    writer's manifest keys). ``widths_vary``: see :class:`~lovecraft_convert.formats.base.WriteOptions`."""
     fmt = get_format(o.to)
     stats = BatchStats(schema)
 
@@ -179,7 +227,7 @@ def write_unit_files(
             write_step(batch, down, stats, writer)
 
     files, extra = commit_unit(
-        work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows)), feed
+        work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows, widths_vary)), feed
     )
     return files, stats, extra
 

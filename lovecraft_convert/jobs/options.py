@@ -21,7 +21,7 @@ PART_BYTES = 64 << 20
 LAYOUTS = ("padded", "ragged", "packed")
 READ_KEYS = (
     "input_format", "errors", "header", "delimiter", "column_types", "skip_rows", "comment", "max_expansion",
-    "columns", "stack_columns",
+    "columns", "na_values", "column_names", "stack_columns",
 )  # fmt: skip
 
 
@@ -43,6 +43,8 @@ class ConvertOptions:
     header: bool = True
     skip_rows: int = 0  # CSV: lines before the header (or, without one, the first row)
     comment: str | None = None  # CSV: lines starting with this character are skipped
+    na_values: list[str] | None = None  # CSV: strings read as missing in number columns (None: NA, N/A, NULL, null)
+    column_names: list[str] | None = None  # CSV: the names of the columns of a file without a header
     errors: str = "strict"
     max_expansion: float = 1000.0
     hash: str = DEFAULT_HASH  # how every file is hashed in the manifest (blake3 | sha256)
@@ -148,10 +150,44 @@ class ConvertOptions:
             raise OptionsError(f"--comment {self.comment!r} is the delimiter too", hint="choose another character")
         if not isinstance(self.skip_rows, int) or isinstance(self.skip_rows, bool) or self.skip_rows < 0:
             raise OptionsError(f"--skip-rows {self.skip_rows!r}: give a number of lines, 0 or more")
+        if self.na_values is not None:
+            if isinstance(self.na_values, str):
+                self.na_values = [v for v in self.na_values.split(",") if v]
+            if not all(isinstance(v, str) for v in self.na_values):
+                raise OptionsError(f"--na-values {self.na_values!r}: give strings, e.g. NA,-999")
+            self.na_values = list(dict.fromkeys(v for v in self.na_values if v))
+        if self.column_names is not None:
+            if isinstance(self.column_names, str):
+                self.column_names = self.column_names.split(",")
+            names = list(self.column_names)
+            if not names or not all(isinstance(n, str) and n for n in names):
+                raise OptionsError(f"--column-names {self.column_names!r}: give names, e.g. a,b,c")
+            dup = next((n for n in names if names.count(n) > 1), None)
+            if dup is not None:
+                raise OptionsError(f"--column-names: '{dup}' is given twice", hint="give each column its own name")
+            self.column_names = names
+            self.header = False  # the names replace a header: the first line (after --skip-rows) is data
 
     def read_kwargs(self) -> dict[str, Any]:
-        """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give."""
-        return {k: getattr(self, k) for k in READ_KEYS}
+        """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give. When
+        ``--columns`` names a stacked column, whose members the reader's columns decide, every column
+        is read (the selection is made after reading).
+
+        Tokenizing, the text column (``--column``, else ``text``) is read besides the ``--columns``
+        kept: ``--columns id --column body`` reads ``id`` and ``body`` and writes ``id`` and the
+        tokens of ``body``."""
+        kw = {k: getattr(self, k) for k in READ_KEYS}
+        if self.tokenizer is not None and self.columns:
+            text = self.column or "text"
+            kw["columns"] = list(dict.fromkeys([*self.columns, text]))
+            kw["text_column"] = text
+        if self.columns and self.stack_columns:
+            from ..transforms.stack import parse
+
+            stacked = {parse(spec)[0] for spec in self.stack_columns}
+            if stacked & set(self.columns):
+                kw["columns"] = None
+        return kw
 
 
 @dataclass
@@ -284,6 +320,8 @@ class BucketOptions(ShardOptions):
             raise OptionsError("--stack-columns does not apply to bucket")
         if self.column_types:
             raise OptionsError("--column-type does not apply to bucket")
+        if self.ragged and (self.na_values is not None or self.column_names is not None):
+            raise OptionsError("--na-values and --column-names do not apply to --ragged (its rows are numbers)")
         if self.ragged and (self.eos is not None or self.bos is not None):
             raise OptionsError("--eos and --bos mark documents of text; --ragged rows are numbers", hint="drop them")
         super().validate(shards_required=shards_required)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import manifest as mf
 from ..engine.driver import Run, run_job
-from ..engine.frames import frames_from_buffer, read_frame, write_frame
+from ..engine.frames import Digesting, frames_from_buffer, read_frame, write_frame
 from ..engine.journal import SPILL, intact, save_plan
 from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, OverflowErrorF16, SchemaError
@@ -119,7 +119,7 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
         bucket_rows = [0] * ctx.buckets
     else:
         path = os.path.join(spill, f"u{part.index:05d}.bin")
-        out = open(path + ".tmp", "wb")  # noqa: SIM115 - closed below
+        out = Digesting(open(path + ".tmp", "wb"))  # noqa: SIM115 - closed below
         frames: list = []
     try:
         for batch in _gathered(reader.part_batches(part), ctx.budget() // 16):
@@ -134,7 +134,7 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
                     n = int(counts[b])
                     if n:
                         if files[b] is None:
-                            files[b] = open(paths[b] + ".tmp", "wb")  # noqa: SIM115
+                            files[b] = Digesting(open(paths[b] + ".tmp", "wb"))  # noqa: SIM115
                         write_frame(files[b], sorted_batch.slice(pos, pos + n), schema, counted=True)
                         bucket_rows[b] += n
                         pos += n
@@ -146,8 +146,9 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
         e.part = part.index  # the row is placed by the driver, which knows the rows before the part
         raise
     finally:
-        # Spill files are not fsynced: the journal records their sizes instead, and a resumed
-        # run redoes any part whose files are missing or short (a crash of the machine).
+        # Spill files are not fsynced: the journal records their sizes and digests instead, and a
+        # resumed run redoes any part whose files are missing, short or changed (a crash of the
+        # machine, a damaged disk).
         for f in [f for f in files if f is not None] if ctx.buckets else [out]:
             f.close()
         nbytes = meter.close()
@@ -157,11 +158,18 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
                 os.rename(paths[b] + ".tmp", paths[b])
         result = {
             "buckets": {str(b): n for b, n in enumerate(bucket_rows) if n},
-            "files": {os.path.basename(p): os.path.getsize(p) for b, p in enumerate(paths) if files[b] is not None},
+            "files": {
+                os.path.basename(p): {"size": os.path.getsize(p), "crc32c": files[b].crc}
+                for b, p in enumerate(paths)
+                if files[b] is not None
+            },
         }
     else:
         os.rename(path + ".tmp", path)
-        result = {"frames": frames, "files": {os.path.basename(path): os.path.getsize(path)}}
+        result = {
+            "frames": frames,
+            "files": {os.path.basename(path): {"size": os.path.getsize(path), "crc32c": out.crc}},
+        }
     return {
         "phase": 1,
         "part": part.index,
@@ -241,7 +249,7 @@ class _Order:
             if not p["buckets"].get(str(b)):
                 continue
             with open(os.path.join(self.ctx.work, SPILL, f"u{p['part']:05d}-b{b:04d}.bin"), "rb") as f:
-                pieces.extend(frames_from_buffer(f.read(), self.schema))
+                pieces.extend(frames_from_buffer(f.read(), self.schema, f.name))
         batch = Batch.concat(pieces)
         del pieces
         perm = np.random.default_rng([self.ctx.o.seed or 0, b]).permutation(batch.num_rows)
@@ -483,5 +491,6 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
         float16=float16,
         sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
         **tokens_extra(out_plan),
+        **out_plan.extra(),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

@@ -57,7 +57,23 @@ class Batches:
         """
         opts = plan_options(dtype_float16, shuffle_buffer, pad_to, pad_value)
         plan = self.resumed_plan(state, batch_size, shuffle, seed, drop_remainder, **opts)
-        return BatchIterator(plan, epoch=epoch, epochs=epochs, rank=rank, world_size=world_size, state=state)
+        it = BatchIterator(plan, epoch=epoch, epochs=epochs, rank=rank, world_size=world_size, state=state)
+        it.views = self.temporal_views()
+        return it
+
+    def temporal_views(self) -> dict[str, Any]:
+        """The NumPy type (datetime64, timedelta64) that each timestamp, date and duration column's
+        int64 counts are viewed as in :meth:`batches` (the frameworks' datasets keep the int64)."""
+        schema = getattr(self, "schema", None)
+        if schema is None:
+            members = getattr(self, "members", None)
+            schema = getattr(members[0], "schema", None) if members else None
+        views = {}
+        for f in schema or ():
+            dt = f.logical.numpy_dtype() if f.logical is not None and f.kind == "fixed" and not f.shape else None
+            if dt is not None and f.np_dtype.itemsize == 8:
+                views[f.name] = dt
+        return views
 
     def to_tf_dataset(self, batch_size: int = 256, **kwargs: Any):
         """A ``tf.data.Dataset`` of batches; see :func:`lovecraft_convert.loaders.tf.to_tf_dataset`."""

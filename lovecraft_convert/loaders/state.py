@@ -119,6 +119,7 @@ class BatchIterator:
         self.epoch = epoch
         self.position = pos
         self._it: Iterator[tuple[dict, int]] | None = None
+        self.views: dict = {}  # column -> the NumPy type its int64 counts are viewed as (datetime64)
 
     def __iter__(self) -> BatchIterator:
         return self
@@ -139,6 +140,8 @@ class BatchIterator:
             out, pos = item
             if pos is not None:
                 self.position = pos
+            if self.views:
+                out = {k: (v.view(self.views[k]) if k in self.views else v) for k, v in out.items()}
             return out
 
     def _next_epoch(self) -> None:

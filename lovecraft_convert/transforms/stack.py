@@ -4,19 +4,19 @@ usually want: one ``.npy``, one HDF5 dataset, one Parquet fixed-size list, one T
 instead of thousands of them.
 
 A selection is ``first:last`` (every column from ``first`` to ``last`` inclusive, in the input's
-order) or a shell pattern (``c*``, ``pixel_??``), in the input's order. The stacked column takes the
+order) or a shell pattern (``c*``, ``pixel_??``), in the input's order (:mod:`..selection`, which
+``--column-type`` shares). The stacked column takes the
 place of its first member; its dtype is the common type of its members (NumPy's promotion: ints
 and floats together become float64).
 """
 
 from __future__ import annotations
 
-import fnmatch
-
 import numpy as np
 
 from ..errors import OptionsError, SchemaError
 from ..schema import FIXED, Batch, Field, Schema
+from ..selection import select, some
 
 
 def parse(spec: str) -> tuple[str, str]:
@@ -25,18 +25,6 @@ def parse(spec: str) -> tuple[str, str]:
     if not sep or not name or not sel:
         raise OptionsError(f"--stack-columns {spec!r}: give NAME=FIRST:LAST or NAME=PATTERN", hint="e.g. x=c0:c1999")
     return name, sel
-
-
-def select(names: list[str], sel: str) -> list[str]:
-    """The columns a selection names, in input order (empty when none)."""
-    first, colon, last = sel.partition(":")
-    if colon and first in names and last in names:
-        a, b = names.index(first), names.index(last)
-        return names[a : b + 1] if a <= b else []
-    if colon and not any(c in sel for c in "*?["):
-        missing = first if first not in names else last
-        raise OptionsError(f"--stack-columns: no column '{missing}'", hint="the range FIRST:LAST names two columns")
-    return [n for n in names if fnmatch.fnmatchcase(n, sel)]
 
 
 class Stack:
@@ -51,7 +39,7 @@ class Stack:
             members = select(names, sel)
             if not members:
                 raise OptionsError(
-                    f"--stack-columns {spec}: no column matches {sel!r}", hint=f"columns are {_some(names)}"
+                    f"--stack-columns {spec}: no column matches {sel!r}", hint=f"columns are {some(names)}"
                 )
             for m in members:
                 if m in used:
@@ -107,7 +95,3 @@ class Stack:
                     stacked[:, i] = cols.pop(m)
             cols[name] = stacked
         return Batch({f.name: cols[f.name] for f in self.schema}, batch.num_rows)
-
-
-def _some(names: list[str]) -> str:
-    return ", ".join(names[:8]) + (f", ... ({len(names)} in all)" if len(names) > 8 else "")

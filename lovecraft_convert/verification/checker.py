@@ -10,7 +10,10 @@ Checks, each problem one line naming the file:
 * each unit decodes completely with its format's own checker (the format package's ``check``
   module: checksums, headers against file sizes, links never followed);
 * the decoded rows, schema and statistics (count, min, max, NaN, lengths) match the manifest per
-  shard and overall, and in bucketed datasets every length lies within its bucket.
+  shard and overall, and in bucketed datasets every length lies within its bucket;
+* the format's own sections (a TFRecord feature spec and compression, a Megatron dtype code)
+  and the token sections (``tokenizer``, ``bucketing``, ``packing``: :mod:`.sections`) agree with
+  the schema and with the rows.
 
 ``against`` (:mod:`.source`): the source is re-read with the reader and options recorded in the
 manifest and compared, row by row or as a multiset of row hashes when shuffled; a bucketed dataset
@@ -39,6 +42,7 @@ from ..stats import ColumnStats
 from ..util import parse_size
 from .files import Files
 from .report import Problem, Report
+from .sections import Sections
 from .structure import Structure, is_count, read_structure
 
 MANIFEST = mf.MANIFEST_NAME
@@ -83,13 +87,11 @@ def _verify_remote(uri: str, against: list[str] | None, budget: int, progress: b
     judged there like a directory (sizes, digests, decoding), problems naming the objects' URIs;
     objects under the prefix that the manifest does not name are reported as strays."""
     import shutil
-    import tempfile
 
     from ..storage import dataset as remote
-    from ..storage.output import scratch_root
+    from ..storage import scratch
 
-    os.makedirs(scratch_root(), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="verify-", dir=scratch_root())
+    tmp, lock = scratch.new_dir("verify-")  # locked: a sweep (see storage/scratch.py) leaves it alone
     started = time.time()
     try:
         remote.copy_for_verify(uri, tmp)
@@ -108,6 +110,7 @@ def _verify_remote(uri: str, against: list[str] | None, budget: int, progress: b
                 v.add(rel, "stray", why)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        scratch.release(tmp, lock)
     v.report.seconds = time.time() - started
     return v.report
 
@@ -126,6 +129,12 @@ class Verifier:
 
         shown = file if source else child_path(self.shown, file)
         self.report.problems.append(Problem(file, kind, message, shown))
+
+    def warn(self, file: str, kind: str, message: str) -> None:
+        """Something worth saying that is not wrong (the dataset verifies)."""
+        from ..storage import child_path
+
+        self.report.warnings.append(Problem(file, kind, message, child_path(self.shown, file)))
 
     def close(self) -> None:
         if self.files is not None:
@@ -153,14 +162,17 @@ class Verifier:
         data_files = [p for p in st.info if p not in st.extra]
         self.report.files = len(data_files)
         self.report.bytes = sum(int(st.info[p]["bytes"]) for p in data_files if is_count(st.info[p].get("bytes")))
-        self.files = Files(self.root, st.info, self.add)
+        self.files = Files(self.root, st.info, self.add, self.warn, st.fmt.stray_reason)
         self.files.strays(set(st.info))
         self.ctx = CheckContext(self.root, m, st.info, self.budget, self.step_rows)
         comparer = None
-        if against and m.get("command") == "bucket":  # the source's sequences, not its rows
-            from .bucketsource import BucketComparer, refuse_packed
+        if against and m.get("command") == "bucket" and m.get("packing"):  # the source's tokens, packed
+            from .packedsource import PackedComparer
 
-            refuse_packed(self.root, m)
+            comparer = PackedComparer(self, against, m, self.schema)
+        elif against and m.get("command") == "bucket":  # the source's sequences, not its rows
+            from .bucketsource import BucketComparer
+
             comparer = BucketComparer(self, against, m, self.schema)
         elif against:
             from .source import SourceComparer
@@ -170,7 +182,9 @@ class Verifier:
                 self.report.against = {"inputs": against, "complete": False, "note": "the source cannot be compared"}
                 comparer = None
         self._stats_problems = 0
+        self.sections = Sections(m, self.schema, lambda _field, message: self.add(MANIFEST, "manifest", message))
         observed = self.check_units(comparer)
+        self.sections.finish(observed is not None)
         if observed is not None:
             if not self._stats_problems:  # a shard's mismatch is reported once, at the shard
                 self.compare_stats(MANIFEST, None, self.m.get("stats"), observed, overall=True)
@@ -246,6 +260,7 @@ class Verifier:
                 st.update(batch.columns[name])
             if lengths is not None:
                 lengths.update(batch, file)
+            self.sections.feed(batch, u)
             if comparer is not None:
                 comparer.feed(batch, u, file, rows)
             rows += batch.num_rows

@@ -294,7 +294,8 @@ class SourceComparer:
             made.add(TOKENS)
         types = {}
         for spec in self.o.stack_columns or []:
-            from ..transforms.stack import parse, select
+            from ..selection import select
+            from ..transforms.stack import parse
 
             name, sel = parse(spec)
             made.add(name)
@@ -531,6 +532,8 @@ _OPTION_TYPES = {
     "delimiter": (str, type(None)),
     "skip_rows": (int,),
     "comment": (str, type(None)),
+    "na_values": (list, type(None)),
+    "column_names": (list, type(None)),
     "header": (bool,),
     "errors": (str,),
     "max_expansion": (int, float),
@@ -563,7 +566,7 @@ def _options(raw: Any, cls) -> dict[str, Any]:
     for k, v in out.items():
         if not isinstance(v, _OPTION_TYPES[k]) or (k == "max_expansion" and isinstance(v, bool)):
             raise TypeError(f"options.{k} is {v!r}")
-    for key in ("columns", "stack_columns"):
+    for key in ("columns", "stack_columns", "na_values", "column_names"):
         if out.get(key) is not None and not all(isinstance(c, str) for c in out[key]):
             raise TypeError(f"options.{key} is {out[key]!r}")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in out.get("column_types", {}).items()):

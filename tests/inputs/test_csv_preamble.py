@@ -76,8 +76,9 @@ def test_without_skip_rows_the_metadata_line_is_the_header(tmp_path):
     r = lovecraft("convert", str(src), "-o", str(tmp_path / "out"), "--to", "parquet", "-q")
     assert (r.exit_code, r.stderr) == (
         1,
-        f"Error: {src}, row 1 (line 2): expected 5 fields, found 14; "
-        "fix the row (is a quote unbalanced or a delimiter missing?)\n",
+        f"Error: {src}, row 1 (line 2): expected 5 fields, as the header has, found 14; "
+        "if the header line is a line before the data instead (scikit-learn's CSVs begin with one), "
+        "pass --skip-rows 1; else fix the row (is a quote unbalanced or a delimiter missing?)\n",
     )
 
 

@@ -79,11 +79,18 @@ def test_every_type_to_every_format(tmp_path, fmt):
     r = lovecraft("convert", src, "-o", out, "--to", fmt, "-q")
     assert (r.exit_code, r.stderr) == (0, "")
     got = read_back(out, fmt)
+    if fmt == "parquet":  # the timestamp stays a timestamp (issue 39): pyarrow and polars read datetimes
+        assert str(pq.read_schema(os.path.join(out, "data.parquet")).field("ts").type) == "timestamp[ms, tz=UTC]"
+        got["ts"] = np.asarray(got["ts"]).astype("datetime64[ms]").view(np.int64)
     assert_columns(got, want, f32=fmt == "tfrecord")
     if fmt == "parquet":  # and polars, another Parquet reader
         from tests.readback import read_polars
 
-        assert_columns(read_polars(out), want)
+        pl_cols = read_polars(out)
+        assert str(pl_cols["ts"].dtype) == "Datetime(time_unit='ms', time_zone='UTC')"
+        pl_cols["ts"] = pl_cols["ts"].dt.epoch("ms").fill_null(NAT)
+        assert_columns(pl_cols, want)
+    assert manifest(out)["schema"][-2]["logical"] == {"type": "timestamp", "unit": "ms", "tz": "UTC"}
     schema = {f["name"]: (f["kind"], f["dtype"], f["shape"]) for f in manifest(out)["schema"]}
     assert schema == {
         "i": ("fixed", "<f8", []),
@@ -348,7 +355,7 @@ def test_inspect_shows_nested_paths_types_nulls_row_groups(tmp_path, wide):
     assert cols["text"]["lengths"]["p50"] == lens[(len(lens) + 1) // 2 - 1]
     assert cols["text"]["lengths"]["max"] == lens[-1]
     text = lovecraft("inspect", src, "-q").stdout
-    assert f"{src}: parquet, not compressed" in text and "15 row groups" in text
+    assert f"{src}: parquet, snappy-compressed inside" in text and "15 row groups" in text  # pyarrow's default codec
     assert "input type string; 10,000 nulls" in text
 
 

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...arrowconv import arrow_schema, batch_from_arrow
+from ...arrowconv import arrow_schema, batch_from_arrow, holds_nulls
+from ...errors import SchemaError
 from ...schema import Batch, Schema
 from ..base import CheckContext, FileProblem, Unit, short
+from .reader import schema_difference
 
 
 def check_unit(
@@ -29,9 +31,9 @@ def check_unit(
         want = arrow_schema(schema)
         if got.names != want.names:
             raise FileProblem(p, f"holds columns {got.names}, the schema says {want.names}", "schema")
-        for a, b in zip(got, want, strict=True):
-            if a.type != b.type:
-                raise FileProblem(p, f"column '{a.name}' is {a.type}, the schema says {b.type}", "schema")
+        why = schema_difference(got, schema)
+        if why is not None:
+            raise FileProblem(p, why, "schema")
         if md.num_rows != rows:
             raise FileProblem(p, f"holds {md.num_rows} rows, the manifest says {rows}", "rows")
         limit = max(1 << 30, 4 * ctx.budget)
@@ -46,10 +48,10 @@ def check_unit(
         try:
             for rb in pf.iter_batches(batch_size=step, use_threads=False):
                 for name in rb.schema.names:
-                    if rb.column(name).null_count:
+                    if rb.column(name).null_count and not (name in schema.names and holds_nulls(schema[name])):
                         raise FileProblem(p, f"column '{name}' holds nulls near row {done + 1}", "schema")
                 batch = batch_from_arrow(rb, schema)
                 done += rb.num_rows
                 yield batch, p
-        except (OSError, pa.ArrowException, ValueError) as e:
+        except (OSError, pa.ArrowException, ValueError, SchemaError) as e:
             raise FileProblem(p, f"cannot be decoded after row {done} ({short(e)})") from None
