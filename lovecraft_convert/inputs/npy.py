@@ -126,6 +126,27 @@ def read_header(f, name: str) -> NpyHeader:
     return NpyHeader(dtype, shape, d["fortran_order"], pre + hlen)
 
 
+def check_claimed_rows(source: str, arrays: list[tuple[str, NpyHeader]], size: int) -> None:
+    """Refuse what headers of arrays of one length (``arrays``: where each is, its header; all of
+    them ``source``) may claim at no cost, before any writer sees it. No rows: an empty input, whatever the shape of its
+    rows (``(0, 2**60)`` of uint8 would otherwise reach the writers' chunk shapes). Rows that hold
+    no bytes (an axis after the first of length 0) when no array's rows hold any: a header may
+    declare 2**60 of them in 128 bytes, and every writer spends time (TFRecord: a record) on each,
+    so they are read at most one per byte of the input (``size``), which bounds the work by the
+    input's size as for any other input; more are refused."""
+    name, h = arrays[0]
+    if h.rows == 0:
+        raise InputError(f"{source}: empty input (no records)", hint="check the file")
+    if any(a.data_bytes for _, a in arrays) or h.rows <= size:
+        return
+    axis = next(i for i, n in enumerate(h.shape) if i and not n)
+    raise InputError(
+        f"{name}: the header declares {h.rows} rows of shape {h.shape[1:]} (axis {axis} has "
+        f"length 0: rows of no bytes), more rows than the input has bytes ({size})",
+        hint="re-create the file; rows that hold no values are read up to one per byte of the input",
+    )
+
+
 def check_unicode(arr: np.ndarray, name: str, row0: int) -> None:
     """A fixed-width Unicode column (``<U``) holds UTF-32 code units; any above U+10FFFF or a
     surrogate is not a character, and no writer can encode it: refuse it, naming the row."""
@@ -207,14 +228,14 @@ class NpyReader(Reader):
                     f"{spec.name}: two inputs named '{stem}'", hint="rename one; columns are named after file stems"
                 )
             names.add(stem)
-        if all(h.data_bytes == 0 for h in self.headers):
-            self._check_empty_rows()
         rows = {h.rows for h in self.headers}
         if len(rows) > 1:
             detail = ", ".join(f"{s.name}: {h.rows}" for s, h in zip(specs, self.headers, strict=True))
             raise InputError(
                 f"inputs have different numbers of rows ({detail})", hint="give .npy files of equal length"
             )
+        arrays = [(s.name, h) for s, h in zip(specs, self.headers, strict=True)]
+        check_claimed_rows(", ".join(s.name for s in specs), arrays, max(s.size or 0 for s in specs))
         self.rows = self.headers[0].rows
         fields = []
         for spec, h in zip(specs, self.headers, strict=True):
@@ -223,21 +244,6 @@ class NpyReader(Reader):
         self.schema = Schema(tuple(fields))
         self._done = 0
         self._streams: list = []
-
-    def _check_empty_rows(self) -> None:
-        """Rows that hold no bytes (an axis after the first of length 0) cost nothing to claim: a
-        header may declare 2**60 of them in 128 bytes, and every writer spends time (TFRecord: a
-        record) on each. They are read at most one per byte of the input, which bounds the work
-        by the input's size as for any other input; more is refused."""
-        for spec, h in zip(self.specs, self.headers, strict=True):
-            size = max((s.size or 0) for s in self.specs)
-            if h.rows > size:
-                axis = next(i for i, n in enumerate(h.shape) if i and not n)
-                raise InputError(
-                    f"{spec.name}: the header declares {h.rows} rows of shape {h.shape[1:]} (axis {axis} has "
-                    f"length 0: rows of no bytes), more rows than the input has bytes ({size})",
-                    hint="re-create the file; rows that hold no values are read up to one per byte of the input",
-                )
 
     def progress_done(self) -> int:
         if self._streams:

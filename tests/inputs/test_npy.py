@@ -103,3 +103,55 @@ def test_a_zero_width_array_saved_by_numpy_reads_as_numpy_wrote_it(tmp_path):
     src.write_bytes(buf.getvalue())
     r = lovecraft("inspect", str(src))
     assert r.exit_code == 0 and "rows: 3" in r.stdout and "parquet   cannot hold these columns" in r.stdout
+
+
+@pytest.mark.parametrize("to", FORMATS)
+def test_a_header_claiming_no_rows_of_2_60_bytes_is_empty(tmp_path, to):
+    """(0, 2**60) of uint8 is within NumPy's limit: it reached the HDF5 and Parquet writers' chunk
+    and list shapes (tracebacks). No rows is an empty input, whatever its rows claim."""
+    src = _header(tmp_path / "z.npy", (0, 2**60), "|u1")
+    r = lovecraft("convert", src, "-o", str(tmp_path / "out"), "--to", to)
+    assert (r.exit_code, r.stderr) == (1, f"Error: {src}: empty input (no records); check the file\n")
+    assert leftovers(tmp_path) == [] and not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("shape", [(3, 0, 2**40), (3, 2**31, 0)])
+@pytest.mark.parametrize("to", HOLDS_ZERO_WIDTH)
+def test_rows_of_no_values_with_a_long_axis_are_written(tmp_path, to, shape):
+    """HDF5 chunked such rows by their own shape: a chunk axis of 2**40, or 2**31 elements, which
+    HDF5 refuses (a traceback); a column of no values is chunked by 1 on every row axis."""
+    src = _header(tmp_path / "x.npy", shape, "|u1")
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", src, "-o", out, "--to", to, "-q")
+    assert (r.exit_code, r.stderr) == (0, "")
+    assert np.asarray(READERS[to](out)["x"]).shape == shape
+    assert lovecraft("verify", out, "-q").exit_code == 0
+
+
+def _npz(path, shape: tuple, descr: str = "|u1") -> str:
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_2_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("x.npy", buf.getvalue())
+    return str(path)
+
+
+@pytest.mark.parametrize("to", FORMATS)
+def test_npz_members_claiming_rows_of_nothing_are_one_line(tmp_path, to):
+    """An .npz member is an .npy header too: (2**60, 0) looped on its rows without end (memmap,
+    HDF5, TFRecord) and (0, 2**60) ended in tracebacks (HDF5, Parquet)."""
+    many = _npz(tmp_path / "many.npz", (2**60, 0))
+    r = lovecraft("convert", many, "-o", str(tmp_path / "o1"), "--to", to)
+    size = os.path.getsize(many)
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {many}, member x.npy: the header declares 1152921504606846976 rows of shape (0,) (axis 1 has "
+        f"length 0: rows of no bytes), more rows than the input has bytes ({size}); re-create the file; rows that "
+        "hold no values are read up to one per byte of the input\n",
+    )
+    none = _npz(tmp_path / "none.npz", (0, 2**60))
+    r = lovecraft("convert", none, "-o", str(tmp_path / "o2"), "--to", to)
+    assert (r.exit_code, r.stderr) == (1, f"Error: {none}: empty input (no records); check the file\n")
+    assert leftovers(tmp_path) == []
