@@ -73,7 +73,6 @@ class CsvReader(MatrixParsing, Reader):
         self.schema_types = None
         self._stream = None
         self._base = 0
-        self._sniffed: dict[str, str] = {}  # input name -> the delimiter its first lines show
         self.schema = self._probe()
 
     # -- options --------------------------------------------------------------------------------
@@ -82,9 +81,9 @@ class CsvReader(MatrixParsing, Reader):
             return self.options.delimiter
         if spec.base_ext == ".tsv":
             return "\t"
-        if spec.name not in self._sniffed:
-            self._sniffed[spec.name] = self._sniff(spec)
-        return self._sniffed[spec.name]
+        if spec.sniffed_delimiter is None:
+            spec.sniffed_delimiter = self._sniff(spec)
+        return spec.sniffed_delimiter
 
     def _sniff(self, spec: InputSpec) -> str:
         """The delimiter of an input whose delimiter nobody gave: a comma, unless its first lines are
