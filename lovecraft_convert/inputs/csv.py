@@ -293,9 +293,9 @@ class CsvReader(MatrixParsing, Reader):
         # matrix, with --stack-columns) in the memory of its bytes
         count = count_fields(record_line(piece[:end]), self._delimiter(spec))
         if count > MAX_COLUMNS:
-            if not (self.options.stack_columns and self.options.header):
-                raise too_wide(spec.name, count)
-            return self._probe_wide(piece, end, spec)
+            if not self.options.stack_columns:
+                raise too_wide(spec.name, count, record_line(piece[:end]), self._delimiter(spec), self.options.header)
+            return self._probe_wide(piece, end, spec, count)
         if self.options.header:
             self.header = self._header_names(piece[:end], spec)
         else:

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import InputError, OptionsError
 from ..schema import FIXED, MAX_COLUMNS, WIDE_COLUMNS, Batch, Field, Schema
 from .base import SchemaChanged
-from .csvwide import WideHeader, bad_rows, not_numbers, plan
+from .csvwide import WideHeader, bad_rows, generated_header, not_numbers, plan
 from .sources import InputSpec
 
 __all__ = ["MatrixParsing", "fields_per_line", "record_line"]
@@ -118,10 +118,15 @@ class MatrixParsing:
                 return None
         return values.type
 
-    def _probe_wide(self, piece: bytes, end: int, spec: InputSpec) -> Schema:
-        """The schema of a table of more than MAX_COLUMNS columns, stacked (see csvwide): every
+    def _probe_wide(self, piece: bytes, end: int, spec: InputSpec, count: int) -> Schema:
+        """The schema of a table of ``count`` > MAX_COLUMNS columns, stacked (see csvwide): every
         column of one number type, inferred from the first rows as one column of values."""
-        self.wide = WideHeader(record_line(piece[:end]), self._delimiter(spec), spec.name)
+        if self.options.header:
+            self.wide = WideHeader(record_line(piece[:end]), self._delimiter(spec), spec.name)
+            body = piece[end:]
+        else:
+            self.wide = generated_header(count, self.options.column_names, spec.name)
+            body = piece
         self.groups, self.rest = plan(self.wide, list(self.options.stack_columns or []), spec.name)
         self.stacked = True
         if self.options.column_types:
@@ -131,9 +136,9 @@ class MatrixParsing:
             )
         t = self.pa.float64() if self.widened.get("*") == "float64" else None
         if t is None:
-            got = self._one_column(piece[end:], spec)
+            got = self._one_column(body, spec)
             if got is None or not (self.pa.types.is_int64(got[0].type) or self.pa.types.is_float64(got[0].type)):
-                raise self._not_matrix(piece[end:], spec, 0)
+                raise self._not_matrix(body, spec, 0)
             t = self.pa.float64() if got[0].null_count else got[0].type
         self.wide_type = t
         dt = np.dtype(t.to_pandas_dtype()).str

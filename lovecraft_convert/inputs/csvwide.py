@@ -29,7 +29,16 @@ import numpy as np
 from ..errors import InputError, OptionsError, SchemaError
 from ..schema import MAX_COLUMNS
 
-__all__ = ["MAX_COLUMNS", "WideHeader", "bad_rows", "count_fields", "not_numbers", "plan", "too_wide"]
+__all__ = [
+    "MAX_COLUMNS",
+    "WideHeader",
+    "bad_rows",
+    "count_fields",
+    "generated_header",
+    "not_numbers",
+    "plan",
+    "too_wide",
+]
 
 
 def count_fields(header: bytes, delimiter: str) -> int:
@@ -43,13 +52,32 @@ def count_fields(header: bytes, delimiter: str) -> int:
     return len(seps) + 1
 
 
-def too_wide(name: str, count: int) -> InputError:
+def too_wide(name: str, count: int, line: bytes, delimiter: str, header: bool) -> InputError:
+    """The refusal of a table of ``count`` > MAX_COLUMNS fields in its first ``line`` (its header,
+    or with ``header`` False its first row), naming its first and last columns for the fix."""
+    if header:
+        cut = line.split(delimiter.encode(), 1)[0], line.rsplit(delimiter.encode(), 1)[-1]
+        first, last = (c.strip(b'"').decode("utf-8", "replace")[:40] for c in cut)
+        what = f"the header has {count} columns"
+    else:
+        first, last, what = "f0", f"f{count - 1}", f"the first row has {count} fields"
     return InputError(
-        f"{name}: the header has {count} columns, more than {MAX_COLUMNS} (each column costs memory "
-        "before any row is read)",
-        hint="stack numeric columns into one with --stack-columns NAME=FIRST:LAST (e.g. x=c0:c999999), "
-        "which reads the table as one matrix",
+        f"{name}: {what}, more than {MAX_COLUMNS} (each column costs memory before any row is read)",
+        hint=f"convert or shard it with --stack-columns NAME=FIRST:LAST (e.g. x={first}:{last} for every column), "
+        "which reads the table as one matrix of numbers",
     )
+
+
+def generated_header(count: int, names: list[str] | None, name: str) -> WideHeader:
+    """The header of a table without one: ``--column-names``, or f0, f1, ... as for any CSV read
+    with ``--no-header`` (joined by NUL, which no name holds)."""
+    if names is not None and len(names) != count:
+        raise SchemaError(
+            f"{name}: --column-names gives {len(names)} names, the first row has {count} fields",
+            hint="give one name per column",
+        )
+    text = "\x00".join(names if names is not None else map("f{}".format, range(count)))
+    return WideHeader(text.encode("utf-8"), "\x00", name)
 
 
 class WideHeader:
@@ -147,15 +175,18 @@ def _row(row0: int | None, k: int) -> str:
 def not_numbers(values, ncols: int, header: WideHeader, name: str, row0: int | None) -> InputError:
     """The error for a piece of a matrix table whose values are not all numbers (``values``: its
     values as one column of strings, row by row; ``row0``: the rows before it, when known)."""
-    for k, v in enumerate(values.to_pylist()):
-        try:
-            float(v)
-        except (TypeError, ValueError):
-            col = header.name(k % ncols)
-            return InputError(
-                f"{name}{_row(row0, k // ncols)}, column '{col}': {str(v)[:40]!r} is not a number",
-                hint=f"the columns of a table wider than {MAX_COLUMNS} are read as one matrix of numbers: fix the value",
-            )
+    step = 1 << 16  # (a slice at a time: a piece's millions of values as Python strings would be GiBs)
+    for at in range(0, len(values), step):
+        for k, v in enumerate(values.slice(at, step).to_pylist(), at):
+            try:
+                float(v)
+            except (TypeError, ValueError):
+                col = header.name(k % ncols)
+                return InputError(
+                    f"{name}{_row(row0, k // ncols)}, column '{col}': {str(v)[:40]!r} is not a number",
+                    hint=f"the columns of a table wider than {MAX_COLUMNS} are read as one matrix of numbers: "
+                    "fix the value",
+                )
     return InputError(f"{name}: a value is not a number", hint="fix the file")
 
 

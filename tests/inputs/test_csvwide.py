@@ -33,11 +33,11 @@ def _wide(path, n: int, rows: np.ndarray, names=None, fmt: str = "%d") -> str:
     return str(path)
 
 
-def _too_wide(src: str, n: int) -> str:
+def _too_wide(src: str, n: int, what: str = "the header has {n} columns", first: str = "c0", last: str = "c") -> str:
     return (
-        f"Error: {src}: the header has {n} columns, more than {MAX_COLUMNS} (each column costs memory before any row "
-        "is read); stack numeric columns into one with --stack-columns NAME=FIRST:LAST (e.g. x=c0:c999999), which "
-        "reads the table as one matrix\n"
+        f"Error: {src}: {what.format(n=n)}, more than {MAX_COLUMNS} (each column costs memory before any row is "
+        f"read); convert or shard it with --stack-columns NAME=FIRST:LAST (e.g. x={first}:{last}{n - 1} for every "
+        "column), which reads the table as one matrix of numbers\n"
     )
 
 
@@ -53,6 +53,42 @@ def test_a_header_past_the_limit_is_refused_as_it_is_counted(tmp_path):
         r = lovecraft(*args)
         assert (r.exit_code, r.stderr) == (1, _too_wide(src, N))
     assert leftovers(tmp_path) == []
+
+
+def test_a_table_past_the_limit_without_a_header(tmp_path):
+    """Read with --no-header, it was refused as a "header" whatever --stack-columns said; its
+    columns are f0, f1, ... (or --column-names), as for any CSV without a header."""
+    rng = np.random.default_rng(2)
+    x = rng.integers(-5, 5, size=(3, N))
+    src = str(tmp_path / "w.csv")
+    with open(src, "w") as f:
+        np.savetxt(f, x, fmt="%d", delimiter=",")
+    r = lovecraft("convert", src, "-o", str(tmp_path / "o1"), "--to", "memmap", "--no-header")
+    assert (r.exit_code, r.stderr) == (1, _too_wide(src, N, "the first row has {n} fields", "f0", "f"))
+    out = str(tmp_path / "out")
+    r = lovecraft(
+        "convert", src, "-o", out, "--to", "memmap", "-q", "--no-header",
+        "--stack-columns", "a=f0:f9", "--stack-columns", f"b=f10:f{N - 1}",
+    )  # fmt: skip
+    assert (r.exit_code, r.stderr) == (0, "")
+    np.testing.assert_array_equal(np.load(os.path.join(out, "a.npy")), x[:, :10])
+    np.testing.assert_array_equal(np.load(os.path.join(out, "b.npy")), x[:, 10:])
+    r = lovecraft(
+        "convert",
+        src,
+        "-o",
+        str(tmp_path / "o2"),
+        "--to",
+        "memmap",
+        "--column-names",
+        "a,b",
+        "--stack-columns",
+        "x=a:b",
+    )
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {src}: --column-names gives 2 names, the first row has {N} fields; give one name per column\n",
+    )
 
 
 @pytest.mark.parametrize("to", ["memmap", "hdf5", "parquet", "tfrecord"])
