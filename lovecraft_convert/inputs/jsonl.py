@@ -132,7 +132,7 @@ class JsonlReader(Reader):
             except _LongLine as e:
                 raise self._long_line(spec, line, e) from None
             except _TooDeep as e:
-                raise _too_deep(spec, line, e) from None
+                raise _too_deep(spec, line, e, self.unit) from None
             if budget <= 0:
                 break
         for name in [*(self.selected or []), *fixed]:  # named keys not met yet
@@ -301,7 +301,7 @@ class JsonlReader(Reader):
         except _LongLine as e:
             raise self._long_line(spec, line, e) from None
         except _TooDeep as e:
-            raise _too_deep(spec, line, e) from None
+            raise _too_deep(spec, line, e, self.unit) from None
 
     def _long_line(self, spec: InputSpec, line: int, e: _LongLine) -> InputError:
         return InputError(
@@ -607,7 +607,7 @@ def _check_depth(piece, nl=None) -> None:
             line,
             f"objects and arrays nested more than {MAX_DEPTH} levels deep",
             key_path(bytes(piece[start:offset]), offset - start),
-            f"flatten the record (JSON Lines inputs are read up to {MAX_DEPTH} levels deep)",
+            f"flatten the record (records are read up to {MAX_DEPTH} levels deep)",
         )
     wide = first_too_many_keys(piece, MAX_COLUMNS, nl)
     if wide is not None:
@@ -619,10 +619,11 @@ def _check_depth(piece, nl=None) -> None:
         )
 
 
-def _too_deep(spec: InputSpec, line: int, e: _TooDeep) -> InputError:
+def _too_deep(spec: InputSpec, line: int, e: _TooDeep, unit: str) -> InputError:
+    """``unit``: what the reader counts records in (a line, or a JSON array's element)."""
     index, message, keys, hint = e.args
     return InputError(
-        message, where=f"{spec.name}, line {line + index + 1}" + (f", key '{keys}'" if keys else ""), hint=hint
+        message, where=f"{spec.name}, {unit} {line + index + 1}" + (f", key '{keys}'" if keys else ""), hint=hint
     )
 
 

@@ -21,7 +21,7 @@ from tests.conftest import SHARED, SUBPROCESS_ENV, leftovers, memcapped
 MEMCAP = os.path.join(SHARED, "tools", "memcap")
 MESSAGE = (
     f"objects and arrays nested more than {MAX_DEPTH} levels deep; "
-    f"flatten the record (JSON Lines inputs are read up to {MAX_DEPTH} levels deep)"
+    f"flatten the record (records are read up to {MAX_DEPTH} levels deep)"
 )
 
 
@@ -123,6 +123,16 @@ def test_deep_arrays_in_the_first_record_and_in_values_mode_are_one_line(tmp_pat
     values.write_text("[1]\n[2]\n" + "[" * 20_000 + "]" * 20_000 + "\n")
     r = _convert(str(values), str(tmp_path / "o2"))
     assert (r.returncode, r.stderr) == (1, f"Error: {values}, line 3, key '[][][][][][]... (64 levels)': {MESSAGE}\n")
+
+
+def test_a_json_array_element_nested_too_deeply_is_named_as_an_element(tmp_path):
+    """A JSON array input is read as JSON Lines of its elements: the message counts elements."""
+    src = tmp_path / "deep.json"
+    src.write_text("[" + ", ".join(f'{{"a": {i}}}' for i in range(1000)) + ', {"a": 1, "b": ' + "[" * 30_000
+                   + "]" * 30_000 + "}]")  # fmt: skip
+    r = _convert(str(src), str(tmp_path / "out"))
+    assert (r.returncode, r.stderr) == (1, f"Error: {src}, element 1001, key 'b[][][][][]... (64 levels)': {MESSAGE}\n")
+    assert leftovers(tmp_path) == []
 
 
 def test_64_levels_are_read(tmp_path):
