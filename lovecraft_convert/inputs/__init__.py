@@ -9,6 +9,7 @@ budget.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import itertools
 import os
@@ -20,6 +21,7 @@ from .kinds import InputKind, names, register, unregister
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from .base import Reader
+    from .sources import InputSpec
 
 # Missing values of CSV columns of numbers and booleans besides an empty field: R's NA (palmerpenguins and
 # most R exports write it) and what spreadsheets and SQL exports write. pandas, pyarrow and R read them so;
@@ -113,6 +115,8 @@ def open_reader(
     na_values: list[str] | None = None,
     column_names: list[str] | None = None,
     text_column: str | None = None,
+    stack_columns: list[str] | None = None,
+    resolved: list[InputSpec] | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
@@ -121,12 +125,15 @@ def open_reader(
     instead of refusing them (``inspect``); ``text_column``: the one of ``columns`` a tokenizer
     reads (an input without it says so). ``na_values`` (CSV): the strings read as missing in columns
     of numbers and booleans besides an empty field (None: :data:`DEFAULT_NA_VALUES`);
-    ``column_names`` (CSV): the names of the columns of a file without a header."""
+    ``column_names`` (CSV): the names of the columns of a file without a header; ``stack_columns``:
+    the ``--stack-columns`` specs, which a reader of a table too wide to read column by column
+    applies itself (``reader.stacked``); ``resolved``: the inputs as a reader of them already
+    resolved them (``reader.specs``; no file is looked at again), instead of ``inputs``."""
     from .sources import resolve_inputs
 
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
-    specs = resolve_inputs(list(inputs), input_format)
+    specs = [copy.copy(s) for s in resolved] if resolved is not None else resolve_inputs(list(inputs), input_format)
     kinds = {s.format for s in specs}
     if len(kinds) > 1:
         raise SchemaError(f"inputs mix formats ({', '.join(sorted(kinds))})", hint="convert them separately")
@@ -136,6 +143,7 @@ def open_reader(
         cls, budget, errors=errors, header=header, delimiter=delimiter, column_types=column_types,
         skip_rows=skip_rows, comment=comment, max_expansion=max_expansion, threads=threads, columns=columns,
         lenient=lenient, na_values=na_values, column_names=column_names, text_column=text_column,
+        stack_columns=stack_columns,
     )  # fmt: skip
     reader = cls(specs, ropts)
     reader.format = kind
@@ -170,6 +178,7 @@ def _read_options(
     na_values: list[str] | None = None,
     column_names: list[str] | None = None,
     text_column: str | None = None,
+    stack_columns: list[str] | None = None,
 ):
     """The reader options of :func:`open_reader`'s keywords, refused where reader ``cls`` does
     not take them."""
@@ -203,4 +212,5 @@ def _read_options(
         columns=list(columns) if columns else None,
         lenient=lenient,
         text_column=text_column,
+        stack_columns=list(stack_columns) if stack_columns else None,
     )

@@ -89,6 +89,7 @@ def output_plan(reader: Reader, o: ConvertOptions) -> OutputPlan:
         ", ".join(s.name for s in reader.specs),
         columns=o.columns,
         stack_columns=o.stack_columns,
+        stacked=getattr(reader, "stacked", False),
         tokenizer=o.tokenizer,
         column=o.column,
         eos=o.eos,

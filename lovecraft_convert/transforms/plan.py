@@ -45,6 +45,7 @@ class OutputPlan:
         *,
         columns: list[str] | None = None,
         stack_columns: list[str] | None = None,
+        stacked: bool = False,
         tokenizer: str | None = None,
         column: str | None = None,
         eos: str | int | None = None,
@@ -54,7 +55,8 @@ class OutputPlan:
         on_overflow: str = "error",
     ) -> OutputPlan:
         """The plan of a reader's ``schema`` (``where``: its inputs, for messages) for the options
-        of the same names (the CLI's flags)."""
+        of the same names (the CLI's flags); ``stacked``: the reader stacked the ``stack_columns``
+        as it read (a table too wide to read column by column), so there is no stack step."""
         tokenize = None
         if tokenizer is not None:
             from .tokenize import Tokens
@@ -66,7 +68,7 @@ class OutputPlan:
             source = select_columns(schema, columns, stack_columns)
             out = source
         stack = None
-        if stack_columns:
+        if stack_columns and not stacked:
             stack = Stack(source, list(stack_columns), where)
             out = stack.schema
         per_col = {}
