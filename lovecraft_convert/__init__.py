@@ -5,7 +5,7 @@ The public API is imported lazily so that ``lovecraft --help`` stays instant.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _API = {
     "convert": "lovecraft_convert.jobs.convert:convert",

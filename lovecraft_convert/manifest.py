@@ -18,8 +18,8 @@ import posixpath
 from collections.abc import Iterator
 from typing import Any
 
-from . import __version__
 from .errors import DatasetError
+from .version import __version__
 
 MANIFEST_NAME = "_manifest.json"
 FORMAT_TAG = "lovecraft-dataset"

@@ -21,7 +21,7 @@ from .kinds import InputKind, names, register, unregister
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from .base import Reader
-    from .sources import InputSpec
+    from .spec import InputSpec
 
 # Missing values of CSV columns of numbers and booleans besides an empty field: R's NA (palmerpenguins and
 # most R exports write it) and what spreadsheets and SQL exports write. pandas, pyarrow and R read them so;
@@ -51,7 +51,7 @@ _LAZY = {
     "Part": ".base",
     "Reader": ".base",
     "ReadOptions": ".base",
-    "InputSpec": ".sources",
+    "InputSpec": ".spec",
     "resolve_inputs": ".sources",
 }
 

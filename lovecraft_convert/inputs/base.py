@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..schema import Batch, Schema
-from .sources import InputSpec
+from .spec import InputSpec
 from .split import split_points
 
 

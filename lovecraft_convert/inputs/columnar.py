@@ -19,7 +19,7 @@ from ..schema import Batch, Schema
 from ..selection import ColumnTypes
 from .arrowtypes import ARROW_ERRORS, Column, Converter, NeedsFloat, check_names, plan_columns, refusal, type_name
 from .base import Part, Reader, ReadOptions, SchemaChanged
-from .sources import InputSpec
+from .spec import InputSpec
 
 DAMAGED = "the file is damaged or not what its name says; re-create or re-download it"
 

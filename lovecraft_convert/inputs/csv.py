@@ -26,7 +26,7 @@ from .csvmatrix import MatrixParsing, record_line
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
 from .csvwide import MAX_COLUMNS, WideHeader, count_fields, too_wide
-from .sources import InputSpec
+from .spec import InputSpec
 from .streams import open_range, open_stream
 
 # User-facing column types and the Arrow type the CSV reader parses them as.

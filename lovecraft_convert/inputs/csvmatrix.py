@@ -20,7 +20,7 @@ from ..errors import InputError, OptionsError
 from ..schema import FIXED, MAX_COLUMNS, WIDE_COLUMNS, Batch, Field, Schema
 from .base import SchemaChanged
 from .csvwide import WideHeader, bad_rows, generated_header, not_numbers, plan
-from .sources import InputSpec
+from .spec import InputSpec
 
 __all__ = ["MatrixParsing", "fields_per_line", "record_line"]
 

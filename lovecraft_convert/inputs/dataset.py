@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InputError, SchemaError
 from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema, VarColumn, row_nbytes
 from .base import Part, Reader, ReadOptions
-from .sources import InputSpec
+from .spec import InputSpec
 
 
 def _as_var(col, f: Field) -> VarColumn:

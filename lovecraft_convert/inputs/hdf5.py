@@ -23,7 +23,7 @@ from ..errors import InputError, OptionsError
 from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, Schema, VarColumn, row_nbytes
 from .base import Part, Reader, ReadOptions
 from .npy import check_unicode, native
-from .sources import InputSpec
+from .spec import InputSpec
 
 CACHE_BYTES = 4 << 20  # HDF5's chunk cache per dataset while reading
 

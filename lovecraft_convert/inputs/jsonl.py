@@ -51,7 +51,7 @@ from .jsontypes import (
     state_name,
     union,
 )
-from .sources import InputSpec
+from .spec import InputSpec
 from .streams import open_range, open_stream
 
 BOM = b"\xef\xbb\xbf"

@@ -24,7 +24,7 @@ from ..arrowconv import numpy_to_arrow
 from ..errors import InputError, SchemaError, spelled
 from .base import Part, ReadOptions, SchemaChanged
 from .columnar import ColumnarReader, SourceFile, guarded
-from .sources import InputSpec
+from .spec import InputSpec
 
 KIND = "memory"
 

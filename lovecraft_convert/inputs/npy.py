@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import InputError
 from ..schema import Batch, Schema, field_for_array
 from .base import Part, Reader, ReadOptions
-from .sources import InputSpec
+from .spec import InputSpec
 from .streams import open_stream
 
 MAGIC = b"\x93NUMPY"

@@ -23,7 +23,7 @@ from ..errors import InputError, OptionsError
 from ..schema import Batch, Schema, field_for_array
 from .base import Part, Reader, ReadOptions
 from .npy import NpyHeader, check_claimed_rows, check_unicode, native, read_header
-from .sources import InputSpec
+from .spec import InputSpec
 
 LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip member's local header (before its data)
 

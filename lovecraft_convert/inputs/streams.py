@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from ..errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .sources import InputSpec
+    from .spec import InputSpec
 
 # A stream may inflate at most this many times its compressed size (after the first 64 MiB).
 DEFAULT_MAX_RATIO = 1000
