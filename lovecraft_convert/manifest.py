@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import DatasetError
+from .runtime.hashing import DEFAULT_HASH as DEFAULT_HASH  # the hashes are the runtime's: a file's
+from .runtime.hashing import HASHES as HASHES  # entry holds its digest under the algorithm's name
 from .version import __version__
 
 MANIFEST_NAME = "_manifest.json"
@@ -26,8 +28,6 @@ FORMAT_TAG = "lovecraft-dataset"
 VERSION = 1
 READABLE_VERSIONS = (1,)
 MAX_MANIFEST_BYTES = 64 << 20  # a manifest is read whole: larger ones are refused unread (and never written)
-HASHES = ("blake3", "sha256")  # a file's entry holds its digest under the algorithm's name
-DEFAULT_HASH = "blake3"
 MAX_ROW_BYTES = 1 << 30  # a schema claiming larger rows is refused (nothing that size is allocated)
 
 

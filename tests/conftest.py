@@ -18,7 +18,7 @@ from lovecraft_convert.cli import cli
 
 def pytest_configure(config: pytest.Config) -> None:
     """A shell's background job (``make test &``, nohup) starts with SIGINT ignored, which the
-    CLI rightly leaves alone (engine/interrupts.py); the tests that send SIGINT, in-process and to
+    CLI rightly leaves alone (runtime/interrupts.py); the tests that send SIGINT, in-process and to
     the commands they start, need it as an interactive shell leaves it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)

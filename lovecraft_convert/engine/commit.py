@@ -25,10 +25,10 @@ import shutil
 
 from .. import manifest as manifest_file
 from ..errors import Interrupted, OutputError
+from ..runtime.interrupts import committed, held
 from ..storage import locks
 from ..storage.overlap import check_local
 from ..util import format_size, fsync_path, remove_entries, trim_heap
-from .interrupts import committed, held
 
 
 def output_dir(

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Interrupted
+from ..runtime.interrupts import Signals, raise_pending
 from .commit import output_dir
 from .executors import make_executor
-from .interrupts import Signals, raise_pending
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
 from .meter import ByteBar
 from .pipeline import unit_bar

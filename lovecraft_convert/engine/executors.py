@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from .interrupts import held, raise_pending
+from ..runtime.interrupts import held, raise_pending
 
 
 def _worker_init(parent: int | None = None, plugins: list | None = None) -> None:

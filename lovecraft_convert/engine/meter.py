@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .interrupts import join
+from ..runtime.interrupts import join
 from .journal import SPILL
 
 PROGRESS = "progress"

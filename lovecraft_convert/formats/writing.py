@@ -59,7 +59,7 @@ class Writer:
         self.schema = schema
         self.options = options
         self.rows = 0
-        from ..engine.writer import preload_hash
+        from ..runtime.hashing import preload_hash
 
         preload_hash(options.hash)
 

@@ -501,7 +501,7 @@ class CsvReader(MatrixParsing, Reader):
     ) -> Iterator[Batch]:
         """Batches of one input (or of its byte range from ``base``; ``first``: the range starts
         the input). ``row0`` None: rows are not known here."""
-        from ..engine.pipeline import prefetch
+        from ..runtime.readahead import prefetch
 
         chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
         rows = 0

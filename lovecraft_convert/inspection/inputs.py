@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.pipeline import prefetch
 from ..errors import InputError, LovecraftError
 from ..formats import get as get_format
 from ..formats import names as format_names
 from ..formats.writing import WriteOptions
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
+from ..runtime.readahead import prefetch
 from ..schema import SEQUENCE, Batch, VarColumn
 from ..transforms.downcast import DowncastStats, downcast_array
 from ..transforms.plan import OutputPlan

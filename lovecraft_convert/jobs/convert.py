@@ -11,12 +11,13 @@ from typing import Any
 
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
-from ..engine.interrupts import Signals
-from ..engine.pipeline import Prefetch, Progress, coalesce
+from ..engine.pipeline import Progress, coalesce
 from ..errors import InputError, Interrupted, OptionsError, spelled
 from ..formats import get as get_format
 from ..formats.writing import FileRecord, WriteOptions
 from ..inputs import Reader, open_data, open_reader, paths_or_data
+from ..runtime.interrupts import Signals
+from ..runtime.readahead import Prefetch
 from ..schema import Schema
 from ..stats import BatchStats
 from ..transforms.plan import OutputPlan

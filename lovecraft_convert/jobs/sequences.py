@@ -229,7 +229,7 @@ class Sequences:
 
     def describe_sources(self) -> list[dict]:
         if self.kind == "dataset":
-            from ..engine.writer import hash_file
+            from ..runtime.hashing import hash_file
 
             return [
                 {

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.pipeline import prefetch
+from ..runtime.readahead import prefetch
 from ..schema import Batch, Schema, VarColumn
 from .common import Group, to_object_rows
 from .order import CHUNK_BYTES

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.pipeline import prefetch
+from ..runtime.readahead import prefetch
 from ..schema import Batch, VarColumn
 from .common import Group, Permutation, text_as_objects
 

@@ -119,7 +119,7 @@ class Store:
         way); (bytes, hex digest). A failed or interrupted upload is aborted."""
         import os
 
-        from ..engine.writer import new_hash
+        from ..runtime.hashing import new_hash
 
         h = new_hash(hash)
         size = os.path.getsize(local)

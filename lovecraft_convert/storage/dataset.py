@@ -92,7 +92,7 @@ def strays(uri: str, listed: set[str]) -> list[tuple[str, str]]:
 def download(uri: str, rel: str, dest: str, entry: dict | None, bufsize: int = 8 << 20) -> tuple[int, str | None]:
     """Copy the object ``rel`` of the dataset at ``uri`` to the local file ``dest``; (bytes, digest
     in the entry's algorithm, or None without an entry)."""
-    from ..engine.writer import new_hash
+    from ..runtime.hashing import new_hash
 
     store = store_for(uri)
     key = _key(uri, rel)

@@ -47,8 +47,8 @@ import secrets
 import shutil
 
 from .. import manifest as mf
-from ..engine.interrupts import committed, held
 from ..errors import OutputError
+from ..runtime.interrupts import committed, held
 from . import locks
 from .base import PreconditionFailed, part_cap, part_size
 from .overlap import check_remote

@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any
 
-from ..engine.interrupts import result
+from ..runtime.interrupts import result
 from .base import GROW_AFTER, MAX_PARTS, ObjectWriter, PreconditionFailed, StorageError, Store, stream_limit
 
 CONFIG_HINTS = {

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.interrupts import join
 from ..errors import OverflowErrorF16
+from ..runtime.interrupts import join
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 
 

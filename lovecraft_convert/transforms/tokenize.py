@@ -26,8 +26,8 @@ import os
 
 import numpy as np
 
-from ..engine.interrupts import result
 from ..errors import InputError, OptionsError, SchemaError
+from ..runtime.interrupts import result
 from ..schema import BINARY, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
 
 BUILTIN = ("bytes", "chars")

@@ -11,8 +11,8 @@ import threading
 from typing import Any
 
 from .. import manifest as mf
-from ..engine.interrupts import result
-from ..engine.writer import hash_file
+from ..runtime.hashing import hash_file
+from ..runtime.interrupts import result
 from ..storage import child_path
 from .structure import is_count
 

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from .. import manifest as mf
-from ..engine.pipeline import prefetch
 from ..errors import InputError, LovecraftError
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
 from ..jobs.convert import output_plan
 from ..jobs.options import ConvertOptions
+from ..runtime.readahead import prefetch
 from ..schema import FIXED, SEQUENCE, STRING_LIST, Batch, Field, Schema, VarColumn
 
 MANIFEST = mf.MANIFEST_NAME

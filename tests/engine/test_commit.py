@@ -306,7 +306,8 @@ def test_an_interrupt_during_the_commit_lets_it_finish(tmp_path, monkeypatch, co
     moved aside, with --overwrite), is held until the output is in place: the run completes, the
     output is the new one whole, and nothing is left beside it."""
     import lovecraft_convert as lc
-    from lovecraft_convert.engine import commit, interrupts
+    from lovecraft_convert.engine import commit
+    from lovecraft_convert.runtime import interrupts
 
     src = _inputs_for("shard" if command == "convert" else command, tmp_path)
     args = {"convert": [], "shard": ["--num-shards", "2"], "bucket": ["--num-buckets", "2", "--ragged"]}[command]

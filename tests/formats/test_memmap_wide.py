@@ -95,9 +95,9 @@ def test_many_files_are_finished_on_their_own_descriptors_and_made_durable(tmp_p
     import sys
     import threading
 
-    from lovecraft_convert.engine import writer as engine_writer
+    from lovecraft_convert.runtime import durable as durable
 
-    if system != "no syncfs" and engine_writer._syncfs_call() is None:
+    if system != "no syncfs" and durable._syncfs_call() is None:
         pytest.skip("no syncfs that reports errors here (Linux 5.8 or later)")
     src = tmp_path / "w.csv"
     _wide_csv(src, rows=20_000)
@@ -111,7 +111,7 @@ def test_many_files_are_finished_on_their_own_descriptors_and_made_durable(tmp_p
             with lock:
                 opened[os.path.basename(args[0])] = opened.get(os.path.basename(args[0]), 0) + 1
 
-    real_fsync, real_syncfs = os.fsync, engine_writer.FileSystemSync._syncfs
+    real_fsync, real_syncfs = os.fsync, durable.FileSystemSync._syncfs
 
     def counting_fsync(fd):
         with lock:
@@ -125,11 +125,11 @@ def test_many_files_are_finished_on_their_own_descriptors_and_made_durable(tmp_p
 
     sys.addaudithook(audit)  # cannot be removed: it ignores everything but .npy files
     monkeypatch.setattr(os, "fsync", counting_fsync)
-    monkeypatch.setattr(engine_writer.FileSystemSync, "_syncfs", counting_syncfs)
-    monkeypatch.setattr(engine_writer.FileSystemSync, "KICK", 64 << 10)  # a background syncfs every 64 KiB
-    monkeypatch.setattr(engine_writer, "dirty_bytes", lambda: 0 if system == "alone" else 1 << 40)
+    monkeypatch.setattr(durable.FileSystemSync, "_syncfs", counting_syncfs)
+    monkeypatch.setattr(durable.FileSystemSync, "KICK", 64 << 10)  # a background syncfs every 64 KiB
+    monkeypatch.setattr(durable, "dirty_bytes", lambda: 0 if system == "alone" else 1 << 40)
     if system == "no syncfs":
-        monkeypatch.setattr(engine_writer, "_syncfs_call", lambda: None)
+        monkeypatch.setattr(durable, "_syncfs_call", lambda: None)
     out = tmp_path / "out"
     r = lovecraft("convert", str(src), "-o", str(out), "--to", "memmap", "--max-memory", "16MiB", "-q")
     assert r.exit_code == 0, r.stderr
@@ -156,14 +156,14 @@ def test_a_failed_syncfs_is_followed_by_an_fsync_of_each_file_which_names_the_on
     import ctypes
     import errno
 
-    from lovecraft_convert.engine import writer as engine_writer
+    from lovecraft_convert.runtime import durable as durable
 
     def failing_syncfs(fd):
         ctypes.set_errno(errno.EIO)
         return -1
 
-    monkeypatch.setattr(engine_writer, "_syncfs_call", lambda: failing_syncfs)
-    monkeypatch.setattr(engine_writer, "dirty_bytes", lambda: 0)
+    monkeypatch.setattr(durable, "_syncfs_call", lambda: failing_syncfs)
+    monkeypatch.setattr(durable, "dirty_bytes", lambda: 0)
     real_fsync = os.fsync
     bad: list[int] = []
 
@@ -176,11 +176,11 @@ def test_a_failed_syncfs_is_followed_by_an_fsync_of_each_file_which_names_the_on
     for failing in (3, None):
         d = tmp_path / f"d{failing}"
         d.mkdir()
-        fs = engine_writer.FileSystemSync(str(d))
+        fs = durable.FileSystemSync(str(d))
         files = [(str(d / f"f{i}"), open(d / f"f{i}", "wb", buffering=0)) for i in range(6)]  # noqa: SIM115
         bad[:] = [] if failing is None else [files[failing][1].fileno()]
         with pytest.raises(OSError) as e:
-            engine_writer.finish_and_fsync(files, lambda pf: (None, *pf), fs=fs)
+            durable.finish_and_fsync(files, lambda pf: (None, *pf), fs=fs)
         fs.close()
         assert e.value.errno == errno.EIO
         assert e.value.filename == (str(d) if failing is None else files[failing][0])
@@ -191,7 +191,7 @@ def test_a_background_syncfs_error_is_raised_at_close(tmp_path, monkeypatch):
     import ctypes
     import errno
 
-    from lovecraft_convert.engine import writer as engine_writer
+    from lovecraft_convert.runtime import durable as durable
 
     calls = []
 
@@ -200,9 +200,9 @@ def test_a_background_syncfs_error_is_raised_at_close(tmp_path, monkeypatch):
         ctypes.set_errno(errno.EIO)
         return -1 if len(calls) == 1 else 0
 
-    monkeypatch.setattr(engine_writer, "_syncfs_call", lambda: syncfs)
-    monkeypatch.setattr(engine_writer, "dirty_bytes", lambda: 0)
-    fs = engine_writer.FileSystemSync(str(tmp_path))
+    monkeypatch.setattr(durable, "_syncfs_call", lambda: syncfs)
+    monkeypatch.setattr(durable, "dirty_bytes", lambda: 0)
+    fs = durable.FileSystemSync(str(tmp_path))
     fs.wrote(fs.KICK)  # a background syncfs, which fails
     with open(tmp_path / "f", "wb", buffering=0) as f, pytest.raises(OSError) as e:
         fs.sync_all([(str(tmp_path / "f"), f)])
@@ -213,7 +213,7 @@ def test_a_background_syncfs_error_is_raised_at_close(tmp_path, monkeypatch):
 def test_finish_and_fsync_names_the_file_and_closes_every_one(tmp_path, monkeypatch):
     import errno
 
-    from lovecraft_convert.engine import writer as engine_writer
+    from lovecraft_convert.runtime import durable as durable
 
     files = [(str(tmp_path / f"f{i}"), open(tmp_path / f"f{i}", "wb", buffering=0)) for i in range(12)]  # noqa: SIM115
     bad = files[5][1].fileno()
@@ -227,7 +227,7 @@ def test_finish_and_fsync_names_the_file_and_closes_every_one(tmp_path, monkeypa
     monkeypatch.setattr(os, "fsync", failing)
     finished = []
     with pytest.raises(OSError) as e:
-        engine_writer.finish_and_fsync(files, lambda pf: finished.append(pf[0]) or (None, *pf))
+        durable.finish_and_fsync(files, lambda pf: finished.append(pf[0]) or (None, *pf))
     assert e.value.filename == files[5][0] and e.value.errno == errno.EIO
     assert finished == [p for p, _ in files] and all(f.closed for _, f in files)
     # a file that fails to finish: the ones finished before it are synced and closed, it is not
@@ -241,7 +241,7 @@ def test_finish_and_fsync_names_the_file_and_closes_every_one(tmp_path, monkeypa
 
     monkeypatch.setattr(os, "fsync", real_fsync)
     with pytest.raises(OSError) as e:
-        engine_writer.finish_and_fsync(files, finish)
+        durable.finish_and_fsync(files, finish)
     assert e.value.errno == errno.ENOSPC and e.value.filename.endswith("g3")
     assert all(f.closed for _, f in files[:3]) and not any(f.closed for _, f in files[3:])
     for _, f in files[3:]:

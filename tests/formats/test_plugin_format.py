@@ -16,10 +16,10 @@ import pytest
 
 import lovecraft_convert as lc
 from lovecraft_convert.arrowconv import arrow_schema, batch_from_arrow, to_arrow
-from lovecraft_convert.engine.writer import HashingWriter
 from lovecraft_convert.errors import DatasetError
 from lovecraft_convert.formats import register, unregister
 from lovecraft_convert.formats.base import FileProblem, FileRecord, OutputFormat, PartReader, Writer, short
+from lovecraft_convert.runtime.durable import HashingWriter
 from tests.conftest import lovecraft
 from tests.readback import manifest
 

@@ -55,7 +55,7 @@ def test_list_matches_objects_prefixes_globs(s3, bucket):
 
 
 def test_multipart_upload_hashed_on_the_way(s3, bucket, tmp_path):
-    from lovecraft_convert.engine.writer import new_hash
+    from lovecraft_convert.runtime.hashing import new_hash
     from lovecraft_convert.storage import store_for
 
     data = os.urandom((12 << 20) + 12345)

@@ -22,8 +22,8 @@ from functools import partial
 
 import numpy as np
 
-from ...engine.interrupts import join, put_while
-from ...engine.writer import BackgroundSync
+from ...runtime.durable import BackgroundSync
+from ...runtime.interrupts import join, put_while
 from .fletcher import fletcher32
 
 QUEUED = 3  # lists waiting for the thread

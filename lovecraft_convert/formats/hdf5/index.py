@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from ...engine.writer import hash_fsynced
 from ...manifest import DEFAULT_HASH, MANIFEST_NAME
+from ...runtime.durable import hash_fsynced
 from ..checking import FileProblem, short
 from ..writing import FileRecord
 from .writer import create_file

@@ -18,8 +18,8 @@ from functools import partial
 
 import numpy as np
 
-from ...engine.writer import hash_fsynced
 from ...errors import SchemaError
+from ...runtime.durable import hash_fsynced
 from ...schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
 from ..writing import FileRecord, WriteOptions, Writer
 from .direct import DirectColumn, DirectGroup, Hdf5Thread, text_attributes
@@ -149,7 +149,7 @@ class Hdf5Writer(Writer):
         if self.held is None:
             self._create(options.expected_rows)
         else:  # imported while the first batches come (h5py's own modules: ~50 ms)
-            from ...engine.writer import preload
+            from ...runtime.hashing import preload
 
             preload("h5py")
 

@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 
-from ...engine.writer import HashingWriter
 from ...errors import SchemaError
+from ...runtime.durable import HashingWriter
 from ...schema import Batch, Schema, VarColumn
 from ...storage.stream import open_stream
 from ..writing import FileRecord, WriteOptions, Writer

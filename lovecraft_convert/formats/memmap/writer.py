@@ -17,8 +17,9 @@ import threading
 
 import numpy as np
 
-from ...engine.interrupts import join
-from ...engine.writer import FileSystemSync, HashingWriter, finish_and_fsync, hash_open
+from ...runtime.durable import FileSystemSync, HashingWriter, finish_and_fsync
+from ...runtime.hashing import hash_open
+from ...runtime.interrupts import join
 from ...schema import FIXED, Batch, Schema, VarColumn
 from ..writing import ColumnBlock, FileRecord, WriteOptions, Writer
 from .names import SCHEME, column_bases

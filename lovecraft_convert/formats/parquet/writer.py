@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 
-from ...engine.writer import HashingWriter, named
 from ...errors import SchemaError
+from ...runtime.durable import HashingWriter, named
 from ...schema import FIXED, WIDE_COLUMNS, Batch, Schema
 from ...storage.stream import move_streamed, open_stream
 from ..writing import FileRecord, WriteOptions, Writer

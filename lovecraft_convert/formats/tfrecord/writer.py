@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import zlib
 
-from ...engine.writer import HashingWriter
+from ...runtime.durable import HashingWriter
 from ...schema import Batch, Schema
 from ...storage.stream import open_stream
 from ..writing import FileRecord, WriteOptions, Writer

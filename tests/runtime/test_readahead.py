@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from lovecraft_convert.engine.pipeline import Prefetch, prefetch
+from lovecraft_convert.runtime.readahead import Prefetch, prefetch
 from lovecraft_convert.schema import Batch
 
 

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from lovecraft_convert.engine import interrupts
+from lovecraft_convert.runtime import interrupts
 
 
 class SignalInsideLock(queue.Queue):

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lovecraft_convert.engine import writer as util
-from lovecraft_convert.engine.writer import HashingWriter
+from lovecraft_convert.runtime import durable as util
+from lovecraft_convert.runtime.durable import HashingWriter
 from tests.readback import digest_of
 
 STAGE = HashingWriter.STAGE
