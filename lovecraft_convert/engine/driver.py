@@ -86,6 +86,7 @@ def run_job(
     finish: Callable[[str, dict], dict] | None = None,
     unit_noun: str = "shard",
     argv: list[str] | None = None,
+    setup: tuple | None = None,
 ) -> dict:
     """Run ``body`` in the work directory of ``output`` and commit what it returns (the manifest).
 
@@ -94,9 +95,9 @@ def run_job(
     worker can read it); ``sources``: what the manifest records of them, part of the fingerprint a
     ``--resume`` must match. ``finish(work, manifest)`` returns manifest keys for files written
     once every unit is done. ``unit_noun`` names the journalled units in the interrupted message.
+    ``setup``: what every worker runs first (see :func:`~.executors.make_executor`).
     """
     from .. import manifest as mf
-    from ..formats import plugins
 
     workers = o.workers or os.cpu_count() or 1
     protect = [s.path for s in specs if not s.is_stdin] + list(protect_more)
@@ -120,7 +121,7 @@ def run_job(
         journal = Journal(work)
         executor = make_executor(
             workers,
-            plugins(),
+            setup,
             engine=getattr(o, "engine", "local"),
             address=getattr(o, "ray_address", None),
             memory=o.budget() // 4,

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from ..runtime.interrupts import held, raise_pending
 
 
-def _worker_init(parent: int | None = None, plugins: list | None = None) -> None:
+def _worker_init(parent: int | None = None, setup: tuple | None = None) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -33,10 +33,9 @@ def _worker_init(parent: int | None = None, plugins: list | None = None) -> None
         pass
     if parent is not None and os.getppid() != parent:  # it died before the line above: follow it
         os._exit(1)
-    if plugins:  # formats registered at run time in the parent
-        from ..formats import load_plugins
-
-        load_plugins(plugins)
+    if setup is not None:  # what the run registered in the parent (plugin formats and input kinds)
+        fn, arg = setup
+        fn(arg)
     try:
         import pyarrow as pa
 
@@ -84,7 +83,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, workers: int, plugins: list | None = None) -> None:
+    def __init__(self, workers: int, setup: tuple | None = None) -> None:
         self.workers = workers
         self.pool = None
         if workers > 1:
@@ -93,7 +92,7 @@ class LocalExecutor:
 
             check_spawnable(workers)
             self.pool = ProcessPoolExecutor(
-                workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), plugins)
+                workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), setup)
             )
             for _ in range(workers):  # start the workers now: they import while the main process plans
                 self.pool.submit(int)
@@ -197,7 +196,7 @@ ENGINES = ("local", "ray")
 
 def make_executor(
     workers: int,
-    plugins: list | None = None,
+    setup: tuple | None = None,
     *,
     engine: str = "local",
     address: str | None = None,
@@ -205,9 +204,11 @@ def make_executor(
     work: str = "",
 ):
     """The executor of ``engine``: ``workers`` local processes, or Ray tasks (see
-    :mod:`.ray_executor`) of ``memory`` bytes each; formats of ``plugins`` known in every worker."""
+    :mod:`.ray_executor`) of ``memory`` bytes each; ``setup``: ``(fn, arg)``, called as ``fn(arg)`` in
+    every worker before its first unit (the jobs make every worker know the formats and input kinds
+    registered at run time: :func:`lovecraft_convert.formats.worker_setup`)."""
     if engine == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(workers, plugins, address=address, memory=memory, work=work)
-    return LocalExecutor(workers, plugins)
+        return RayExecutor(workers, setup, address=address, memory=memory, work=work)
+    return LocalExecutor(workers, setup)

@@ -33,12 +33,12 @@ def _await_disconnect() -> None:
         _disconnecting = None
 
 
-def _unit(fn, args: tuple, plugins: list, work: str):
-    """Run one unit in a Ray worker process (formats registered in the driver known here too)."""
-    if plugins:
-        from ..formats import load_plugins
-
-        load_plugins(plugins)
+def _unit(fn, args: tuple, setup: tuple | None, work: str):
+    """Run one unit in a Ray worker process (``setup``: what the driver registered, made known here
+    too: see :func:`~.executors.make_executor`)."""
+    if setup is not None:
+        setup_fn, arg = setup
+        setup_fn(arg)
     if work and not os.path.isdir(work):
         import socket
 
@@ -69,7 +69,7 @@ class RayExecutor:
     name = "ray"
 
     def __init__(
-        self, workers: int, plugins: list | None = None, *, address: str | None, memory: int, work: str = ""
+        self, workers: int, setup: tuple | None = None, *, address: str | None, memory: int, work: str = ""
     ) -> None:
         try:
             import ray
@@ -79,7 +79,7 @@ class RayExecutor:
             ) from None
         _await_disconnect()  # a previous run in this process still disconnecting: let it finish
         self.ray = ray
-        self.plugins = list(plugins or [])
+        self.setup = setup
         self.work = work
         self.memory = memory
         self.started = False  # a local Ray was started for this run
@@ -110,7 +110,7 @@ class RayExecutor:
         self.cancelled = False  # tasks were cancelled (an error or an interrupt)
 
     def _submit(self, fn, calls: list[tuple]) -> list:
-        refs = [self.remote.remote(fn, args, self.plugins, self.work) for args in calls]
+        refs = [self.remote.remote(fn, args, self.setup, self.work) for args in calls]
         self.pending.extend(refs)
         return refs
 

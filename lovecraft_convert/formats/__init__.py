@@ -100,6 +100,14 @@ def plugins() -> list:
     return [f for n, f in _loaded.items() if n not in _BUILTIN] + input_kinds()
 
 
+def worker_setup() -> tuple | None:
+    """What a worker process runs before its first unit so that it knows the formats and input
+    kinds registered here at run time: ``(load_plugins, plugins())`` (the engine calls
+    ``load_plugins(plugins())`` there), or None when none are."""
+    items = plugins()
+    return (load_plugins, items) if items else None
+
+
 def load_plugins(items: list) -> None:
     """Register the formats and input kinds of :func:`plugins` (in a worker process)."""
     from ..inputs.kinds import InputKind

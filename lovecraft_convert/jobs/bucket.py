@@ -39,6 +39,7 @@ from ..engine.journal import SPILL
 from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, OptionsError, SchemaError
 from ..formats import get as get_format
+from ..formats import worker_setup
 from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from ..stats import merged, raw
@@ -287,6 +288,7 @@ def bucket(inputs: list[str] | str, output: str, *, argv: list[str] | None = Non
         finish=get_format(o.to).finish_dataset,
         unit_noun="bucket shard" if o.layout != "packed" else "shard",
         argv=argv,
+        setup=worker_setup(),
     )
 
 

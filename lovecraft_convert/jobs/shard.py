@@ -36,6 +36,7 @@ from ..engine.journal import SPILL, intact, save_plan
 from ..engine.meter import UnitMeter
 from ..errors import LovecraftError, OverflowErrorF16, SchemaError
 from ..formats import get as get_format
+from ..formats import worker_setup
 from ..inputs import Part, open_reader
 from ..schema import Batch, Schema
 from ..stats import merged, raw
@@ -314,6 +315,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
         body=lambda run: _run(o, run, probe),
         argv=argv,
+        setup=worker_setup(),
     )
 
 

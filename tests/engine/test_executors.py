@@ -18,7 +18,7 @@ from tests.conftest import lovecraft, write
 def test_a_worker_that_cannot_see_the_work_directory_says_so(tmp_path):
     missing = str(tmp_path / "not-shared")
     with pytest.raises(OutputError) as e:
-        _unit(print, ("never",), [], missing)
+        _unit(print, ("never",), None, missing)
     assert e.value.one_line().startswith(f"{missing}: the work directory is not visible on Ray node ")
     assert e.value.one_line().endswith(
         "; the output (and its work directory) must be on storage every node reaches, e.g. a shared file system"
@@ -113,8 +113,8 @@ def test_a_ray_unit_puts_pyarrows_settings_back():
 
     before = (pa.cpu_count(), pa.default_memory_pool().backend_name)
     seen = []
-    assert _unit(lambda: seen.append((pa.cpu_count(), pa.default_memory_pool().backend_name)) or 7, (), [], "") == 7
+    assert _unit(lambda: seen.append((pa.cpu_count(), pa.default_memory_pool().backend_name)) or 7, (), None, "") == 7
     assert seen == [(1, "system")]
     with pytest.raises(ZeroDivisionError):
-        _unit(lambda: 1 / 0, (), [], "")
+        _unit(lambda: 1 / 0, (), None, "")
     assert (pa.cpu_count(), pa.default_memory_pool().backend_name) == before
