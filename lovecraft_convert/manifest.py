@@ -340,6 +340,20 @@ def is_dataset(path: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(path_of(path))
 
 
+def section_files(m: dict) -> dict[str, dict]:
+    """The files a format's own sections of manifest ``m`` name besides ``files`` (an index of
+    buckets: ``hdf5_index``), by path: every top-level object holding a string ``path``, a count
+    ``bytes`` and a digest (``HASHES``), as :func:`build` writes a file's entry. What a copy of the
+    dataset (an object store's commit, a local cache) carries beside ``files``; a format checks its
+    own (its descriptor's ``extra_files``)."""
+    out = {}
+    for v in m.values() if isinstance(m, dict) else ():
+        named = isinstance(v, dict) and isinstance(v.get("path"), str) and isinstance(v.get("bytes"), int)
+        if named and file_digest(v)[0] is not None:
+            out[v["path"]] = v
+    return out
+
+
 def shard_entries(frags: list[dict]) -> list[dict]:
     """The manifest's ``shards`` from the write units' journal fragments."""
     keys = ("index", "name", "rows", "files", "stats")

@@ -391,18 +391,11 @@ def run_of(m: dict | None) -> str | None:
 
 
 def manifest_files(m: dict) -> dict[str, dict]:
-    """Every file a manifest names (its ``files`` and the format's extra files such as an index):
-    relative path -> entry (``bytes`` and digest)."""
-    from ..formats import for_dataset
-
+    """Every file a manifest names (its ``files`` and the files of the format's own sections, such
+    as an index: :func:`~lovecraft_convert.manifest.section_files`): relative path -> entry
+    (``bytes`` and digest)."""
     out = {f["path"]: f for f in m.get("files") or []}
-    try:
-        extra = for_dataset(m.get("output_format"), mf.MANIFEST_NAME).extra_files(m) or {}
-    except Exception:  # noqa: BLE001 - a format without extra files
-        extra = {}
-    for idx in extra.values():
-        if isinstance(idx, dict) and isinstance(idx.get("path"), str):
-            out[idx["path"]] = idx
+    out.update(mf.section_files(m))
     return out
 
 
