@@ -10,25 +10,21 @@ buckets' batches in a seeded order per worker.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..runtime.readahead import prefetch
 from ..schema import Batch, Schema, VarColumn
-from .common import Group, to_object_rows
+from .common import BatchPlan, Group, to_object_rows
 from .order import CHUNK_BYTES
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .plan import Plan
 
-
-def rows_of(plan: Plan, g: Group, worker: tuple[int, int]) -> tuple[int, int]:
+def rows_of(plan: BatchPlan, g: Group, worker: tuple[int, int]) -> tuple[int, int]:
     w, n = worker
     return w * g.rows // n, (w + 1) * g.rows // n
 
 
-def buffer_epoch(plan: Plan, epoch: int, worker: tuple[int, int]) -> Iterator[tuple[Group, Batch]]:
+def buffer_epoch(plan: BatchPlan, epoch: int, worker: tuple[int, int]) -> Iterator[tuple[Group, Batch]]:
     groups = plan.ds.groups
     if len(groups) == 1:
         for b in _group_batches(plan, groups[0], epoch, worker):
@@ -45,7 +41,7 @@ def buffer_epoch(plan: Plan, epoch: int, worker: tuple[int, int]) -> Iterator[tu
             yield groups[k], b
 
 
-def _group_batches(plan: Plan, g: Group, epoch: int, worker: tuple[int, int]) -> Iterator[Batch]:
+def _group_batches(plan: BatchPlan, g: Group, epoch: int, worker: tuple[int, int]) -> Iterator[Batch]:
     ds = plan.ds
     bs = plan.batch_size
     a, b = rows_of(plan, g, worker)
@@ -69,7 +65,7 @@ def _group_batches(plan: Plan, g: Group, epoch: int, worker: tuple[int, int]) ->
     yield from rebatch(chunks, bs, plan.drop_remainder)
 
 
-def _chunks(plan: Plan, g: Group, pieces, chunk: int, rng) -> Iterator[Batch]:
+def _chunks(plan: BatchPlan, g: Group, pieces, chunk: int, rng) -> Iterator[Batch]:
     for p, lo, hi in pieces:
         lo, hi = max(lo, p.start), min(hi, p.start + p.rows)
         if lo < hi:

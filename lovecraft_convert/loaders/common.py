@@ -3,9 +3,12 @@ parts a dataset's rows are read in, and the conversion of stored columns to outp
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from ..errors import DatasetError
+from ..formats.reading import PartReader
 from ..schema import BINARY, SEQUENCE, STRING, STRING_LIST, Batch, Field, Schema, VarColumn
 
 DENSE_PERMUTATION_MAX = 1 << 25  # rows; above, a keyed bijection replaces the stored permutation
@@ -225,3 +228,42 @@ class Permutation:
             z ^= z >> np.uint64(29)
             left, right = right, left ^ (z & self.mask)
         return (left << self.half) | right
+
+
+# --------------------------------------------------------------------------------------------
+# what the orders, the plan and the buffer see of each other
+# --------------------------------------------------------------------------------------------
+
+
+class Parts(Protocol):
+    """What the orders of an epoch (:mod:`.order`) and the plan (:mod:`.plan`) read from a dataset:
+    its groups of parts and a part's reader. :class:`~.dataset.Dataset` is one; naming it here
+    keeps ``order.py`` and ``plan.py`` from importing ``dataset.py``, which imports them."""
+
+    path: str
+    format: str
+    schema: Schema
+    groups: list[Group]
+
+    @property
+    def random_access(self) -> bool: ...
+    @property
+    def fingerprint(self) -> str: ...
+    def storage_dtype(self, f: Field) -> np.dtype: ...
+    def reader(self, group: Group, part: Part, own: bool = False) -> PartReader: ...
+    def take_rows(self, g: Group, idx: np.ndarray) -> Batch: ...
+
+
+class BatchPlan(Protocol):
+    """What the shuffle buffer (:mod:`.buffer`) reads from the plan of a dataset's batches
+    (:class:`~.plan.Plan` is one, and runs the buffer): named here so the two do not import each
+    other."""
+
+    ds: Parts
+    batch_size: int
+    drop_remainder: bool
+    shuffle_buffer: int
+
+    def nbatches(self, rows: int) -> int: ...
+    def rng(self, *key: int) -> np.random.Generator: ...
+    def row_bytes(self, g: Group) -> int: ...

@@ -21,16 +21,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..runtime.readahead import prefetch
 from ..schema import Batch, VarColumn
-from .common import Group, Permutation, text_as_objects
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .dataset import Dataset
+from .common import Group, Parts, Permutation, text_as_objects
 
 CHUNK_BYTES = 8 << 20  # rows read per call when reading in order: large contiguous reads
 
@@ -64,7 +60,7 @@ def gather(b: Batch, idx: np.ndarray) -> Batch:
     return Batch(cols, len(idx))
 
 
-def read_range(ds: Dataset, g: Group, lo: int, hi: int) -> Batch:
+def read_range(ds: Parts, g: Group, lo: int, hi: int) -> Batch:
     """Rows ``[lo, hi)`` of group ``g`` (random-access formats), across its parts."""
     pieces = []
     k = int(np.searchsorted(g.starts, lo, side="right")) - 1
@@ -89,7 +85,7 @@ class Cursor:
 
 
 class ExactCursor(Cursor):
-    def __init__(self, ds: Dataset, g: Group, perm: Permutation) -> None:
+    def __init__(self, ds: Parts, g: Group, perm: Permutation) -> None:
         self.ds, self.g, self.perm = ds, g, perm
         if len(g.parts) == 1:
             self.take = ds.reader(g, g.parts[0]).take
@@ -104,7 +100,7 @@ class RangeCursor(Cursor):
     """No shuffle, random access: large contiguous reads, sliced (one reader), or the runs asked
     for (a reader of several, which skips the others' rows)."""
 
-    def __init__(self, ds: Dataset, g: Group, wanted: Wanted, row_bytes: int) -> None:
+    def __init__(self, ds: Parts, g: Group, wanted: Wanted, row_bytes: int) -> None:
         self.ds, self.g = ds, g
         self.chunk = max(1, CHUNK_BYTES // row_bytes) if wanted.everything else 0
         self.buf: Batch | None = None
@@ -129,7 +125,7 @@ class StreamCursor(Cursor):
     thread; rows the reader does not want are read through, or skipped by starting again further
     on when the gap is large (Parquet starts at a row group, TFRecord at a block of its index)."""
 
-    def __init__(self, ds: Dataset, g: Group, row_bytes: int, background: bool) -> None:
+    def __init__(self, ds: Parts, g: Group, row_bytes: int, background: bool) -> None:
         self.ds, self.g = ds, g
         self.chunk = max(1, CHUNK_BYTES // row_bytes)
         self.background = background
@@ -180,7 +176,7 @@ class StreamCursor(Cursor):
 class BlockLayout:
     """A group's blocks in the order of one epoch, cut into windows of about ``window`` rows."""
 
-    def __init__(self, ds: Dataset, g: Group, rng: np.random.Generator, window: int) -> None:
+    def __init__(self, ds: Parts, g: Group, rng: np.random.Generator, window: int) -> None:
         parts, blocks, sizes = [], [], []
         for i, p in enumerate(g.parts):
             starts = np.asarray(ds.reader(g, p).block_starts(), dtype=np.int64)
@@ -225,7 +221,7 @@ class BlockCursor(Cursor):
     one built in a background thread while this one is served."""
 
     def __init__(
-        self, ds: Dataset, g: Group, layout: BlockLayout, seed_key: tuple, wanted: Wanted, background: bool
+        self, ds: Parts, g: Group, layout: BlockLayout, seed_key: tuple, wanted: Wanted, background: bool
     ) -> None:
         self.ds, self.g, self.layout, self.key, self.wanted = ds, g, layout, seed_key, wanted
         self.background = background

@@ -17,18 +17,15 @@ batches of an epoch for one reader, from any position of it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import DatasetError
 from ..schema import FIXED, Batch, row_nbytes
 from .buckets import BucketEmitter
-from .common import Group, Permutation, convert_column, target_dtype
+from .common import Group, Parts, Permutation, convert_column, target_dtype
 from .order import ALL, BlockCursor, BlockLayout, Cursor, ExactCursor, RangeCursor, StreamCursor, Wanted
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .dataset import Dataset
 
 SHUFFLE_BUFFER_BYTES = 64 << 20  # a window of the block order (shared by the buckets read at once)
 MODES = ("exact", "blocks", "buffer")
@@ -40,7 +37,7 @@ class Plan:
 
     def __init__(
         self,
-        ds: Dataset,
+        ds: Parts,
         batch_size: int,
         shuffle: bool | str,
         seed: int | None,
