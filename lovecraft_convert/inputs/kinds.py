@@ -28,7 +28,7 @@ READERS = {
     "parquet": "lovecraft_convert.inputs.parquet:ParquetReader",
     "arrow": "lovecraft_convert.inputs.arrow:ArrowReader",
     "hf": "lovecraft_convert.inputs.arrow:HfReader",
-    "dataset": "lovecraft_convert.inputs.dataset:DatasetReader",
+    "dataset": "lovecraft_convert.loaders.asinput:DatasetReader",  # built on the loaders (a layer above)
 }
 EXTENSIONS = {
     ".csv": "csv", ".tsv": "csv", ".txt": "text", ".text": "text",

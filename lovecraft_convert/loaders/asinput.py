@@ -1,9 +1,12 @@
 """A lovecraft dataset directory as input (``convert`` or ``shard`` it again: another format,
-other shards): read through :func:`lovecraft_convert.loaders.open_dataset`, so only a complete
-dataset whose files match its manifest is read, in the manifest's order; its shards are the parts
-of parallel workers. Values come back as the dataset's schema says (a format that stores float16
-as float32, such as TFRecord, gives float16 again). A bucketed dataset (rows grouped and padded
-by length) is refused: convert the dataset it was made from.
+other shards): the input kind ``dataset``, a reader built on the loaders (the kinds table of
+:mod:`lovecraft_convert.inputs.kinds` names it by module path, as it names every reader, so the
+inputs layer does not import the loaders above it). It reads through
+:func:`~lovecraft_convert.loaders.open_dataset`, so only a complete dataset whose files match its
+manifest is read, in the manifest's order; its shards are the parts of parallel workers. Values
+come back as the dataset's schema says (a format that stores float16 as float32, such as TFRecord,
+gives float16 again). A bucketed dataset (rows grouped and padded by length) is refused: convert
+the dataset it was made from.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import InputError, SchemaError
+from ..inputs.base import Part, Reader, ReadOptions
+from ..inputs.spec import InputSpec
 from ..schema import BINARY, FIXED, STRING, Batch, Field, Schema, VarColumn, row_nbytes
-from .base import Part, Reader, ReadOptions
-from .spec import InputSpec
 
 
 def _as_var(col, f: Field) -> VarColumn:
@@ -38,7 +41,7 @@ def _as_var(col, f: Field) -> VarColumn:
 class DatasetReader(Reader):
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         super().__init__(specs, options)
-        from ..loaders import open_dataset
+        from .dataset import open_dataset
 
         self.datasets = []
         for spec in specs:
