@@ -18,7 +18,7 @@ from lovecraft_convert.engine.frames import (
     write_frame,
     write_grouped,
 )
-from lovecraft_convert.errors import OutputError
+from lovecraft_convert.errors import OutputError, surface
 from lovecraft_convert.schema import Batch, Field, Schema, VarColumn
 
 SCHEMA = Schema(
@@ -30,6 +30,14 @@ SCHEMA = Schema(
     )
 )
 HINT = "; run the same command with --resume: the part that wrote it is read again"
+
+
+@pytest.fixture(autouse=True)
+def _cli():
+    """A damaged spill frame is met in a run's worker and shown by the command: its messages are
+    checked as the command line spells them (its ``--resume``)."""
+    with surface("cli"):
+        yield
 
 
 def _batch(n: int, seed: int = 0) -> Batch:
