@@ -1,7 +1,9 @@
-"""The shape of the code, checked: no import cycles between modules (function-local imports
-included), no module over 800 lines, no module importing another's private names, and outside the
-format packages no code that names a particular output format (everything dispatches through the
-format registry)."""
+"""The shape of the code, checked: the layers (bottom up, below) with no import running up a layer
+and no import loop, counting every import (at module level, inside functions and under ``if
+TYPE_CHECKING:``: a loop an annotation closes is still one a reader must hold in their head); no
+module over 800 lines, no module importing another's private names, and outside the format
+packages no code that names a particular output format (everything dispatches through the format
+registry)."""
 
 from __future__ import annotations
 
@@ -32,61 +34,47 @@ def _modules() -> dict[str, str]:
 MODULES = _modules()
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(name: str, path: str) -> list[tuple[str, list[str], int]]:
-    """(module imported, names imported from it, line) for every import, function-local ones
-    included, ``if TYPE_CHECKING:`` blocks excluded (they never run)."""
+    """(module imported, names imported from it, line) for every import of the module: at module
+    level, inside functions and classes, and under ``if TYPE_CHECKING:``."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
     package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
     out = []
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for c in child.orelse:
-                    visit(c)
-                continue
-            if isinstance(child, ast.Import):
-                for a in child.names:
-                    out.append((a.name, [], child.lineno))
-            elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.split(".")
-                    base = base[: len(base) - (child.level - 1)]
-                    mod = ".".join(base + ([child.module] if child.module else []))
-                else:
-                    mod = child.module or ""
-                out.append((mod, [a.name for a in child.names], child.lineno))
-            visit(child)
-
-    visit(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out.append((a.name, [], node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append((mod, [a.name for a in node.names], node.lineno))
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    """Module -> package modules it imports (``from pkg import mod`` counts as importing ``mod``)."""
-    graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for name, path in MODULES.items():
-        for mod, names, _line in _imports(name, path):
+def _graph(modules: dict[str, str] | None = None) -> dict[str, dict[str, int]]:
+    """Module -> {package module it imports: line} (``from pkg import mod`` counts as importing
+    ``mod``), for ``modules`` (name -> path; the package's by default)."""
+    modules = MODULES if modules is None else modules
+    graph: dict[str, dict[str, int]] = {m: {} for m in modules}
+    for name, path in modules.items():
+        for mod, names, line in _imports(name, path):
             if not mod.startswith("lovecraft_convert"):
                 continue
-            targets = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in MODULES]
+            targets = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in modules]
             if len(targets) < len(names) or not names:
                 targets.append(mod)  # names that are attributes, not submodules
             for t in targets:
-                if t in MODULES and t != name:
-                    graph[name].add(t)
+                if t in modules and t != name:
+                    graph[name].setdefault(t, line)
     return graph
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+def _cycles(graph) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -128,18 +116,108 @@ def _parents(name: str) -> set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
-def test_no_import_cycles():
-    graph = _graph()
+def _loops(modules: dict[str, str] | None = None) -> list[list[str]]:
+    graph = {name: set(targets) for name, targets in _graph(modules).items()}
     # a package's __init__ is imported before any of its modules: an edge from a module to its
-    # own package is not a cycle of ours unless the package imports the module back
+    # own package is not a loop of ours unless the package imports the module back
     for name in graph:
         graph[name] -= {p for p in _parents(name) if p not in graph or name not in graph.get(p, set())}
-    assert _cycles(graph) == []
+    return _cycles(graph)
+
+
+def test_no_import_cycles():
+    assert _loops() == []
 
 
 def test_the_cycle_check_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+# --------------------------------------------------------------------------------------------
+# the layers
+# --------------------------------------------------------------------------------------------
+
+# Bottom up. A module may import modules of its own layer (without a loop) and of the layers below,
+# never one above. A name stands for the module and everything under it; the longest name that
+# matches a module places it. docs/design/layers.md says what each layer is and why it sits there.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("runtime", ("runtime", "errors", "version", "util")),
+    ("core", ("schema", "selection", "stats", "arrowconv", "manifest", "result", "storage")),
+    ("transforms", ("transforms",)),
+    ("inputs", ("inputs",)),
+    ("engine", ("engine",)),
+    ("formats", ("formats",)),
+    ("loaders", ("loaders",)),
+    ("jobs", ("jobs",)),
+    ("commands", ("verification", "inspection")),
+    ("cli", ("cli", "__main__")),
+    ("api", ("",)),  # the package's __init__: the public API, imported lazily
+]
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the layer ``module`` is in (by its longest matching name)."""
+    rel = module.removeprefix("lovecraft_convert").removeprefix(".")
+    best, found = -1, None
+    for i, (_layer, names) in enumerate(LAYERS):
+        for n in names:
+            if (rel == n or rel.startswith(n + ".") or n == "") and len(n) > best:
+                best, found = len(n), i
+    assert found is not None, module
+    return found
+
+
+def _upward(modules: dict[str, str] | None = None) -> list[str]:
+    """Every import that runs up a layer: ``module:line imports target (layer -> layer)``."""
+    out = []
+    for name, targets in _graph(modules).items():
+        for target, line in sorted(targets.items()):
+            a, b = layer_of(name), layer_of(target)
+            if b > a:
+                out.append(f"{name}:{line} imports {target} ({LAYERS[a][0]} -> {LAYERS[b][0]})")
+    return out
+
+
+def test_every_module_has_a_layer():
+    api = [m for m in MODULES if LAYERS[layer_of(m)][0] == "api"]
+    assert api == ["lovecraft_convert"]  # only the package's __init__ falls through to the top
+
+
+def test_no_import_runs_up_a_layer():
+    assert _upward() == []
+
+
+def _with_extra_line(module: str, code: str, tmp_path) -> dict[str, str]:
+    """The package's modules with ``code`` appended to a copy of ``module``."""
+    src = tmp_path / (module.replace(".", "_") + ".py")
+    with open(MODULES[module], encoding="utf-8") as f:
+        src.write_text(f.read() + "\n" + code + "\n", encoding="utf-8")
+    return {**MODULES, module: str(src)}
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from ..loaders import open_dataset",
+        "def f():\n    from ..loaders import open_dataset",
+        "if TYPE_CHECKING:\n    from ..loaders.dataset import Dataset",
+    ],
+    ids=["module level", "function-local", "annotation only"],
+)
+def test_the_layer_check_finds_a_hand_made_upward_import(code, tmp_path):
+    modules = _with_extra_line("lovecraft_convert.storage.uri", code, tmp_path)
+    found = sorted(set(_upward(modules)) - set(_upward()))
+    assert len(found) == 1 and found[0].startswith("lovecraft_convert.storage.uri:")
+    assert found[0].endswith("(core -> loaders)")
+
+
+def test_the_loop_check_counts_an_annotation_only_import(tmp_path):
+    """schema.py is imported by stats.py; stats.py named by schema.py under TYPE_CHECKING makes a loop."""
+    modules = _with_extra_line(
+        "lovecraft_convert.schema", "if TYPE_CHECKING:\n    from .stats import BatchStats", tmp_path
+    )
+    assert ["lovecraft_convert.schema", "lovecraft_convert.stats"] in _loops(modules)
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
