@@ -126,7 +126,8 @@ def _loops(modules: dict[str, str] | None = None) -> list[list[str]]:
 
 
 def test_no_import_cycles():
-    assert _loops() == []
+    loops = _loops()
+    assert not loops, "import loops (every import counted):\n" + "\n".join(" <-> ".join(c) for c in loops)
 
 
 def test_the_cycle_check_finds_a_cycle():
@@ -185,7 +186,8 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_runs_up_a_layer():
-    assert _upward() == []
+    up = _upward()
+    assert not up, "imports that run up a layer (tests/test_structure.py: LAYERS):\n" + "\n".join(up)
 
 
 def _with_extra_line(module: str, code: str, tmp_path) -> dict[str, str]:
