@@ -127,7 +127,7 @@ def _loops(modules: dict[str, str] | None = None) -> list[list[str]]:
 
 def test_no_import_cycles():
     loops = _loops()
-    assert not loops, "import loops (every import counted):\n" + "\n".join(" <-> ".join(c) for c in loops)
+    assert not loops, "modules in one import loop (every import counted):\n" + "\n".join(", ".join(c) for c in loops)
 
 
 def test_the_cycle_check_finds_a_cycle():
