@@ -27,7 +27,10 @@ from .decode import decode_fixed, decode_records, decode_span, kinds_of
 from .framing import RecordRuns, Records
 
 RECORD = "record"  # the column of a records reader's batches
-GROUP_BYTES = 8 << 20  # records of several blocks decoded together, up to about this many bytes
+# records of several blocks decoded together, up to about this many bytes: enough records per call
+# to spread NumPy's cost per call, few enough bytes for the records and their columns to stay in a
+# core's cache while each column's pass goes over them
+GROUP_BYTES = 2 << 20
 
 
 class TfrecordReader(PartReader):
@@ -101,7 +104,7 @@ class TfrecordReader(PartReader):
 
     def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
         """Several blocks (``(k, rows)`` as :meth:`read_block` takes them), in that order: their
-        records decoded together, some 8 MiB at a time (a block is about 1 MiB: decoded alone, a
+        records decoded together, some 2 MiB at a time (a block is up to about 1 MiB: decoded alone, a
         window of many would pay NumPy's cost per call once per block and column). Fixed-shape
         numeric records keep their one-layout decoder, a block at a time."""
         if self.all_fixed or self.raw:
