@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .dataset import Dataset
 
 CHUNK_BYTES = 8 << 20  # rows read per call when reading in order: large contiguous reads
+GATHER_BYTES = 2 << 20  # rows of a window gathered at once (in the window's bytes), then sliced into batches
 
 
 class Wanted:
@@ -214,19 +215,29 @@ class BlockLayout:
 
 
 class Window:
-    """The rows of one window a reader asks for, decoded, and the window's permutation."""
+    """The rows of one window a reader asks for, decoded, and the window's permutation. A reader
+    that wants every position is served from runs of :data:`GATHER_BYTES` of them, gathered at
+    once and sliced (one gather and one Arrow take per column for many batches)."""
 
-    __slots__ = ("index", "lo", "hi", "perm", "batch", "where", "text")
+    __slots__ = ("index", "lo", "hi", "perm", "batch", "where", "text", "run", "run_lo", "run_hi", "run_rows")
 
     def __init__(
         self, index: int, lo: int, hi: int, perm: np.ndarray, batch: Batch, where: np.ndarray | None, text: dict
     ) -> None:
         self.index, self.lo, self.hi, self.perm, self.batch, self.where = index, lo, hi, perm, batch, where
         self.text = text
+        self.run: Batch | None = None
+        self.run_lo = self.run_hi = lo
+        self.run_rows = max(1, GATHER_BYTES * batch.num_rows // max(1, batch.nbytes))
 
     def rows(self, lo: int, hi: int) -> Batch:
-        local = self.perm[lo - self.lo : hi - self.lo]
-        return gather(self.batch, local if self.where is None else self.where[local], self.text)
+        if self.where is not None:  # some positions only: those asked for, one batch at a time
+            local = self.perm[lo - self.lo : hi - self.lo]
+            return gather(self.batch, self.where[local], self.text)
+        if not (self.run_lo <= lo and hi <= self.run_hi):
+            self.run_lo, self.run_hi = lo, min(self.hi, max(hi, lo + self.run_rows))
+            self.run = gather(self.batch, self.perm[lo - self.lo : self.run_hi - self.lo], self.text)
+        return self.run.slice(lo - self.run_lo, hi - self.run_lo)
 
 
 class BlockCursor(Cursor):
