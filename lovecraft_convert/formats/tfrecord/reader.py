@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ...engine.pipeline import Prefetch
 from ...schema import FIXED, Batch, Schema, row_nbytes
 from ..base import PartReader
 from .blocks import block_records_for, decode_blocks, scan_index
@@ -105,11 +106,21 @@ class TfrecordReader(PartReader):
     def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
         """Several blocks (``(k, rows)`` as :meth:`read_block` takes them), in that order: their
         records decoded together, some 2 MiB at a time (a block is up to about 1 MiB: decoded alone, a
-        window of many would pay NumPy's cost per call once per block and column). Fixed-shape
-        numeric records keep their one-layout decoder, a block at a time."""
+        window of many would pay NumPy's cost per call once per block and column). The records are
+        read and framed (both CRCs checked: mostly Python) in a reader thread, a group or two ahead of
+        their decoding here (NumPy, which releases the GIL), so the two overlap; the thread ends
+        before this returns or raises. Fixed-shape numeric records keep their one-layout decoder, a
+        block at a time."""
         if self.all_fixed or self.raw:
             return super().read_blocks(blocks)
-        pieces: list[Batch] = []
+        with Prefetch(self._groups(blocks), depth=2) as groups:
+            pieces = [self._records(recs) for recs in groups]
+        if not pieces:
+            return self._decode(iter(()), 0, None)
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+
+    def _groups(self, blocks: list[tuple[int, np.ndarray | None]]) -> Iterator[Records]:
+        """The records of ``blocks`` (framed, both CRCs checked), some :data:`GROUP_BYTES` at a time."""
         group: list[Records] = []
         size = 0
         for k, rows in blocks:
@@ -120,13 +131,10 @@ class TfrecordReader(PartReader):
                 group.append(recs)
                 size += int(recs.lens.sum()) if len(recs) else 0
                 if size >= GROUP_BYTES:
-                    pieces.append(self._records(Records.concat(group)))
+                    yield Records.concat(group)
                     group, size = [], 0
         if group:
-            pieces.append(self._records(Records.concat(group)))
-        if not pieces:
-            return self._decode(iter(()), 0, None)
-        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+            yield Records.concat(group)
 
     def _selected(self, runs, first: int, rows: np.ndarray | None) -> Iterator[Records]:
         """The records of ``runs`` (which start at record ``first``), only ``rows`` of them (sorted,
