@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 import lovecraft_convert as lc
 from lovecraft_convert.errors import DatasetError
 from lovecraft_convert.formats.base import PartReader
+from lovecraft_convert.formats.tfrecord import reader as tfrecord_reader
 from lovecraft_convert.loaders import open_dataset
 from lovecraft_convert.loaders.checked import CheckedReader
 from lovecraft_convert.schema import FIXED, Batch, Field, Schema
@@ -56,9 +59,14 @@ def test_rows_missing_from_read_blocks_are_one_line_naming_the_part():
     assert str(e.value).splitlines()[0].startswith("part 0: 10 rows read where the manifest's counts promise 11")
 
 
-def test_tfrecord_blocks_through_the_checked_reader_are_the_formats_own(tmp_path):
+@pytest.mark.parametrize("group_bytes", [None, 4096])
+def test_tfrecord_blocks_through_the_checked_reader_are_the_formats_own(tmp_path, monkeypatch, group_bytes):
     """A real TFRecord part of text and float64 rows: the checked reader's ``read_blocks`` gives the
-    blocks asked for (whole, or some rows of them), in that order, with the CSV's values."""
+    blocks asked for (whole, or some rows of them), in that order, with the CSV's values; also when
+    they are framed and decoded in many small groups (by the decoding threads, out of step), whose
+    threads are gone when it returns."""
+    if group_bytes:
+        monkeypatch.setattr(tfrecord_reader, "GROUP_BYTES", group_bytes)
     n = 30_000
     src = tmp_path / "t.csv"
     text = [f"row {i} " + "word " * (i % 13) for i in range(n)]
@@ -78,3 +86,4 @@ def test_tfrecord_blocks_through_the_checked_reader_are_the_formats_own(tmp_path
     np.testing.assert_array_equal(got.columns["id"], expect)
     assert got.columns["text"].to_pylist("string") == [text[i] for i in expect]
     np.testing.assert_array_equal(got.columns["v"], expect / 7)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("lovecraft-decode", "lovecraft-reader"))]

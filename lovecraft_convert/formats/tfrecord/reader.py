@@ -16,7 +16,9 @@ gzip file without one can only be read from its start.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -32,6 +34,7 @@ RECORD = "record"  # the column of a records reader's batches
 # to spread NumPy's cost per call, few enough bytes for the records and their columns to stay in a
 # core's cache while each column's pass goes over them
 GROUP_BYTES = 2 << 20
+DECODE_THREADS = 2  # groups of a window decoded at once
 
 
 class TfrecordReader(PartReader):
@@ -107,14 +110,25 @@ class TfrecordReader(PartReader):
         """Several blocks (``(k, rows)`` as :meth:`read_block` takes them), in that order: their
         records decoded together, some 2 MiB at a time (a block is up to about 1 MiB: decoded alone, a
         window of many would pay NumPy's cost per call once per block and column). The records are
-        read and framed (both CRCs checked: mostly Python) in a reader thread, a group or two ahead of
-        their decoding here (NumPy, which releases the GIL), so the two overlap; the thread ends
-        before this returns or raises. Fixed-shape numeric records keep their one-layout decoder, a
-        block at a time."""
+        read and framed (both CRCs checked: mostly Python) in a reader thread, a group or two ahead,
+        and the groups decoded by :data:`DECODE_THREADS` threads (NumPy, which releases the GIL), so
+        that all of it overlaps; the threads end before this returns or raises, and at most a few
+        groups are in flight. Fixed-shape numeric records keep their one-layout decoder, a block
+        at a time."""
         if self.all_fixed or self.raw:
             return super().read_blocks(blocks)
-        with Prefetch(self._groups(blocks), depth=2) as groups:
-            pieces = [self._records(recs) for recs in groups]
+        pieces: list[Batch] = []
+        pending: deque = deque()
+        pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="lovecraft-decode")
+        try:
+            with Prefetch(self._groups(blocks), depth=2) as groups:
+                for recs in groups:
+                    pending.append(pool.submit(self._records, recs))
+                    while len(pending) > DECODE_THREADS:
+                        pieces.append(pending.popleft().result())
+                pieces.extend(f.result() for f in pending)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         if not pieces:
             return self._decode(iter(()), 0, None)
         return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
