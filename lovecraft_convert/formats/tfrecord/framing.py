@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...errors import DatasetError, InputError
-from .crcspan import run_crcs_ok
+from .crcspan import length_crcs, run_crcs_ok
 
 MASK_DELTA = 0xA282EAD8
 MAX_RECORD = 2 << 30
@@ -241,9 +241,7 @@ class RecordRuns:
         """Both CRCs of walked records (the data CRCs from record ``skip`` on); how many records there
         are, or the error naming the first damaged one (the walk may have gone on past a damaged
         length: nothing after it is used)."""
-        distinct, which = np.unique(lens, return_inverse=True)  # few distinct lengths: one CRC each
-        expect = np.array([mask_int(crc(int(x).to_bytes(8, "little"))) for x in distinct.tolist()], np.uint32)
-        bad = np.flatnonzero(expect[which] != words)
+        bad = np.flatnonzero(mask_array(length_crcs(lens)) != words)
         k = int(bad[0]) if bad.size else len(lens)
         a = heads[skip:k] + 12
         b = a + lens[skip:k]

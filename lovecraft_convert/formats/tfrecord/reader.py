@@ -16,10 +16,13 @@ gzip file without one can only be read from its start.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ...engine.pipeline import Prefetch
 from ...schema import FIXED, Batch, Schema, row_nbytes
 from ..base import PartReader
 from .blocks import block_records_for, decode_blocks, scan_index
@@ -27,7 +30,11 @@ from .decode import decode_fixed, decode_records, decode_span, kinds_of
 from .framing import RecordRuns, Records
 
 RECORD = "record"  # the column of a records reader's batches
-GROUP_BYTES = 8 << 20  # records of several blocks decoded together, up to about this many bytes
+# records of several blocks decoded together, up to about this many bytes: enough records per call
+# to spread NumPy's cost per call, few enough bytes for the records and their columns to stay in a
+# core's cache while each column's pass goes over them
+GROUP_BYTES = 2 << 20
+DECODE_THREADS = 2  # groups of a window decoded at once
 
 
 class TfrecordReader(PartReader):
@@ -101,12 +108,33 @@ class TfrecordReader(PartReader):
 
     def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
         """Several blocks (``(k, rows)`` as :meth:`read_block` takes them), in that order: their
-        records decoded together, some 8 MiB at a time (a block is about 1 MiB: decoded alone, a
-        window of many would pay NumPy's cost per call once per block and column). Fixed-shape
-        numeric records keep their one-layout decoder, a block at a time."""
+        records decoded together, some 2 MiB at a time (a block is up to about 1 MiB: decoded alone, a
+        window of many would pay NumPy's cost per call once per block and column). The records are
+        read and framed (both CRCs checked: mostly Python) in a reader thread, a group or two ahead,
+        and the groups decoded by :data:`DECODE_THREADS` threads (NumPy, which releases the GIL), so
+        that all of it overlaps; the threads end before this returns or raises, and at most a few
+        groups are in flight. Fixed-shape numeric records keep their one-layout decoder, a block
+        at a time."""
         if self.all_fixed or self.raw:
             return super().read_blocks(blocks)
         pieces: list[Batch] = []
+        pending: deque = deque()
+        pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="lovecraft-decode")
+        try:
+            with Prefetch(self._groups(blocks), depth=2) as groups:
+                for recs in groups:
+                    pending.append(pool.submit(self._records, recs))
+                    while len(pending) > DECODE_THREADS:
+                        pieces.append(pending.popleft().result())
+                pieces.extend(f.result() for f in pending)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if not pieces:
+            return self._decode(iter(()), 0, None)
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+
+    def _groups(self, blocks: list[tuple[int, np.ndarray | None]]) -> Iterator[Records]:
+        """The records of ``blocks`` (framed, both CRCs checked), some :data:`GROUP_BYTES` at a time."""
         group: list[Records] = []
         size = 0
         for k, rows in blocks:
@@ -117,13 +145,10 @@ class TfrecordReader(PartReader):
                 group.append(recs)
                 size += int(recs.lens.sum()) if len(recs) else 0
                 if size >= GROUP_BYTES:
-                    pieces.append(self._records(Records.concat(group)))
+                    yield Records.concat(group)
                     group, size = [], 0
         if group:
-            pieces.append(self._records(Records.concat(group)))
-        if not pieces:
-            return self._decode(iter(()), 0, None)
-        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+            yield Records.concat(group)
 
     def _selected(self, runs, first: int, rows: np.ndarray | None) -> Iterator[Records]:
         """The records of ``runs`` (which start at record ``first``), only ``rows`` of them (sorted,
