@@ -187,10 +187,13 @@ class Prefetcher:
                 self._prev = done.pop()
             self._cv.notify_all()
             slot = self._slots[0]
-            own = slot.state == "new"
-            if own:
-                slot.state = "busy"
-            while not own and slot.state == "busy":
+            own = False
+            while True:
+                if slot.state == "new":  # not fetched (no room for a prefetch): the reader fetches it
+                    slot.state, own = "busy", True
+                    break
+                if slot.state != "busy":
+                    break
                 self._cv.wait()
         for s in done:
             if s.held is not None:
