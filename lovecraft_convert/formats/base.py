@@ -195,6 +195,17 @@ class PartReader:
         """Rows ``idx`` (int64, any order) as one batch, in that order."""
         raise NotImplementedError
 
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]] | None:
+        """(file, first byte, end) of the bytes that reading rows ``[start, stop)`` reads, in the
+        order it reads them: what a remote dataset's loader fetches ahead of the reader. None when
+        the format cannot say (its files are then fetched whole)."""
+        return None
+
+    def block_ranges(self, k: int) -> list[tuple[str, int, int]] | None:
+        """:meth:`byte_ranges` of block ``k`` (:meth:`block_starts`)."""
+        starts = self.block_starts()
+        return self.byte_ranges(int(starts[k]), int(starts[k + 1]))
+
     def close(self) -> None:
         pass
 

@@ -25,6 +25,7 @@ from ..errors import DatasetError
 from ..schema import FIXED, Batch, row_nbytes
 from .buckets import BucketEmitter
 from .common import Group, Permutation, convert_column, target_dtype
+from .fetch import attach
 from .order import ALL, BlockCursor, BlockLayout, Cursor, ExactCursor, RangeCursor, StreamCursor, Wanted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -231,9 +232,9 @@ class Plan:
                 k, t = int(seq[m]), int(occ[m])
                 g = groups[k]
                 cur = cursors.get(k)
-                if cur is None:
-                    cur = cursors[k] = self.cursor(g, epoch, ALL, background=False)
                 lo = t * bs
+                if cur is None:  # from its first row read (nothing before it is asked for)
+                    cur = cursors[k] = self.cursor(g, epoch, Wanted(lo, 1, 0, 1) if lo else ALL, background=False)
                 yield g, cur.rows(lo, min(g.rows, lo + bs)), min(total, m - j + n)
         finally:
             for c in cursors.values():
@@ -252,14 +253,16 @@ class Plan:
         """Reads positions of ``g``'s order in ``epoch`` (see :mod:`.order`)."""
         ds = self.ds
         if self.mode == "exact":
-            return ExactCursor(ds, g, self.permutation(g, epoch))
-        if self.mode == "blocks":
+            c: Cursor = ExactCursor(ds, g, self.permutation(g, epoch))
+        elif self.mode == "blocks":
             layout = BlockLayout(ds, g, self.rng(epoch, 0, g.index), self.shuffle_buffer)
             key = (self.seed or 0, epoch, 3, g.index)
-            return BlockCursor(ds, g, layout, key, wanted, background)
-        if ds.random_access:
-            return RangeCursor(ds, g, wanted, self.row_bytes(g))
-        return StreamCursor(ds, g, self.row_bytes(g), background)
+            c = BlockCursor(ds, g, layout, key, wanted, background)
+        elif ds.random_access:
+            c = RangeCursor(ds, g, wanted, self.row_bytes(g))
+        else:
+            c = StreamCursor(ds, g, self.row_bytes(g), background)
+        return attach(ds, g, c, wanted.start)  # a remote dataset's: what it reads, fetched ahead
 
     @staticmethod
     def row_bytes(g: Group) -> int:

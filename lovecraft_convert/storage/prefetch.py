@@ -22,6 +22,7 @@ from .cache import Cache, Held, Piece
 
 SEARCH = 64  # slots ahead in which a piece the reader asks for is looked for
 NO_ROOM_WAIT = 0.05  # seconds a fetcher waits for room before it looks again
+_local = threading.local()  # .filling: this thread is listing a prefetch's pieces
 
 
 class _Slot:
@@ -70,9 +71,14 @@ class Prefetcher:
 
     # -- the sequence -------------------------------------------------------------------------
 
-    def _fill(self, n: int) -> None:
-        """Make the first ``n`` slots exist (pulling from the source); called without the condition held."""
-        with self._src_lock:
+    def _fill(self, n: int, wait: bool = True) -> None:
+        """Make the first ``n`` slots exist (pulling from the source; without ``wait``, only if no
+        other thread is pulling); called without the condition held. The source may read (a
+        footer, an index): those reads are not served by this prefetch (:data:`_local`)."""
+        if not self._src_lock.acquire(blocking=wait):
+            return
+        _local.filling = True
+        try:
             while not self._src_done:
                 with self._cv:
                     if len(self._slots) >= n or self._closed:
@@ -88,23 +94,28 @@ class Prefetcher:
                 with self._cv:
                     self._slots.append(_Slot(piece))
                     self._cv.notify_all()
+        finally:
+            _local.filling = False
+            self._src_lock.release()
 
     def _window(self) -> int:
-        """How many slots from the current one are to be fetched now (at least one)."""
+        """How many slots from the current one are to be fetched now: the current one, and those
+        after it within ``ahead_bytes`` and ``ahead_pieces`` (at least one more)."""
         total = 0
         for i, s in enumerate(self._slots):
-            if i >= self.ahead_pieces:
+            if i > self.ahead_pieces:
                 return i
-            total += s.piece.nbytes
-            if i and total > self.ahead_bytes:
-                return i
+            if i:
+                total += s.piece.nbytes
+                if i > 1 and total > self.ahead_bytes:
+                    return i
         return len(self._slots)
 
     # -- the fetchers -------------------------------------------------------------------------
 
     def _next_job(self) -> _Slot | None:
         while True:
-            self._fill(self.ahead_pieces)
+            self._fill(self.ahead_pieces, wait=False)  # (another thread listing: fetch what is listed)
             with self._cv:
                 if self._closed:
                     return None
@@ -146,26 +157,36 @@ class Prefetcher:
 
     def _find(self, uri: str, pos: int) -> int | None:
         for i, s in enumerate(self._slots):
-            if i >= SEARCH:
+            if i >= SEARCH and self.advance:
                 return None
             p = s.piece
             if p.uri == uri and p.start <= pos < p.stop:
                 return i
         return None
 
+    def holds(self, uri: str, start: int, stop: int) -> bool:
+        """Is a fetched piece of the sequence holding bytes ``[start, stop)`` of ``uri`` (nothing moves)?"""
+        with self._cv:
+            slots = list(self._slots) + ([self._prev] if self._prev is not None else [])
+        if self.advance:
+            slots = slots[:SEARCH] + slots[-1:]
+        return any(s.state == "held" and s.piece.uri == uri and s.piece.covers(start, stop) for s in slots)
+
     def take(self, uri: str, pos: int) -> Held | None:
         """The reader reads byte ``pos`` of ``uri`` now: the pinned piece of the sequence that holds
         it (waiting for its fetch; the prefetcher keeps the pin: do not release it), the pieces
         before it released as read. None when the sequence does not have it next (the reader
         fetches it itself)."""
+        if getattr(_local, "filling", False):
+            return None  # a read made to list the pieces (a footer): not one of them
         with self._cv:
             prev = self._prev
             p = prev.piece if prev is not None and prev.held is not None else None
             if p is not None and p.uri == uri and p.start <= pos < p.stop:
                 return prev.held
             i = self._find(uri, pos)
-        if i is None:
-            self._fill(SEARCH)
+        if i is None:  # not listed yet (the reader may be ahead of the listing): list further
+            self._fill(SEARCH if self.advance else self.ahead_pieces)
         with self._cv:
             i = self._find(uri, pos)
             if i is None:

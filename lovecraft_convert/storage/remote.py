@@ -49,6 +49,12 @@ class Sessions:
         if self._pid != os.getpid():  # a forked child: its parent's threads are not here
             self._items, self._pid = [], os.getpid()
 
+    def holds(self, uri: str, start: int, stop: int) -> bool:
+        with self._lock:
+            self._check()
+            items = list(self._items)
+        return any(p.holds(uri, start, stop) for p in items)
+
     def take(self, uri: str, pos: int) -> Held | None:
         with self._lock:
             self._check()
@@ -75,6 +81,7 @@ class RemoteFile:
     ) -> None:
         self.uri, self.size, self.digest, self.cache = uri, int(size), digest, cache
         self.sessions = sessions if sessions is not None else Sessions()
+        self.block = max(4 << 10, min(DEMAND_BLOCK, cache.limit // 16))  # an unplanned read's range
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.uri!r}, {self.size})"
@@ -87,11 +94,14 @@ class RemoteFile:
 
     def demand_piece(self, pos: int) -> Piece:
         """The piece an unplanned read at ``pos`` fetches: the whole object when it is no larger
-        than :data:`DEMAND_BLOCK`, else the aligned range of that size holding ``pos``."""
-        if self.size <= DEMAND_BLOCK:
+        than :data:`DEMAND_BLOCK` (or 1/16 of the cache's limit, when smaller), else the aligned
+        range of that size holding ``pos`` (in the last such range: the object's tail)."""
+        if self.size <= self.block:
             return self.piece()
-        a = pos - pos % DEMAND_BLOCK
-        return self.piece(a, min(self.size, a + DEMAND_BLOCK))
+        if pos >= self.size - self.block:  # the tail: a footer's read costs one range, not two
+            return self.piece(self.size - self.block, self.size)
+        a = pos - pos % self.block
+        return self.piece(a, min(self.size, a + self.block))
 
     def hold(self, pos: int) -> tuple[Held, bool]:
         """A pinned piece holding byte ``pos``, and whether the caller must release it."""
@@ -125,6 +135,26 @@ class RemoteFile:
                 raise EOFError(f"{self.uri}: the cached piece ended early")  # a bug: pieces are checked
             pos += n
         return pos - offset
+
+    def cached(self, start: int, stop: int) -> bool:
+        """Do the cache or a prefetch hold bytes ``[start, stop)`` now (a hint: it may evict them)?"""
+        if self.sessions.holds(self.uri, start, stop) or os.path.exists(self.cache.path_of(self.piece())):
+            return True
+        p = self.demand_piece(start)
+        return p.covers(start, stop) and os.path.exists(self.cache.path_of(p))
+
+    def read_direct(self, spans: list[tuple[int, int]], threads: int = 16) -> list[bytes]:
+        """The bytes of each ``[start, stop)`` of ``spans`` by ranged GETs, ``threads`` at once,
+        without the cache (rows read at random: a GET each costs less than fetching the range
+        around each into the cache)."""
+        from .rangefile import read_range
+
+        if len(spans) <= 1 or threads <= 1:
+            return [read_range(self.uri, a, b) for a, b in spans]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(spans)), thread_name_prefix="lovecraft-rows") as pool:
+            return list(pool.map(lambda ab: read_range(self.uri, ab[0], ab[1]), spans))
 
     def read(self, offset: int, n: int) -> bytes:
         buf = bytearray(max(0, min(n, self.size - offset)))

@@ -1,0 +1,150 @@
+"""What a reader of a remote dataset will read, in its order, for the prefetch (storage/prefetch.py).
+
+The order of an epoch is a pure function of (seed, epoch, reader, position) (:mod:`.order`), so
+the bytes a cursor will read from its position on are known before it reads them:
+
+* **in order** (no shuffle): the parts from the one holding the position, each part's bytes from
+  that row on: a file no larger than the dataset's ``whole_max`` whole (checked against the
+  manifest's digest), a larger one in ranges of ``piece_bytes``, the files of one part (a memmap's
+  columns) interleaved as the reader reads them;
+* **blocks**: the blocks of the epoch's block order from the window holding the position, each by
+  the byte ranges of its files the format says reading it reads (a Parquet row group's column
+  chunks, a TFRecord block's records, a memmap block's rows); formats that cannot say fetch whole
+  files no larger than ``whole_max``, and leave larger ones to be read as asked;
+* **exact** (random rows of every file at once): the files that fit half the cache whole, kept for
+  the epoch; the rows of the others are read as asked, by ranged GETs.
+
+:func:`attach` gives a cursor its prefetch; closing the cursor stops it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .order import BlockCursor, Cursor, ExactCursor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .common import Group
+    from .dataset import Dataset
+
+
+class Fetching(Cursor):
+    """A cursor whose reads are fetched ahead by a prefetch; closing it stops the prefetch."""
+
+    def __init__(self, inner: Cursor, remote, pf) -> None:
+        self.inner, self.remote, self.pf = inner, remote, pf
+
+    def rows(self, lo: int, hi: int):
+        return self.inner.rows(lo, hi)
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            if self.pf is not None:
+                self.remote.stop(self.pf)
+                self.pf = None
+
+
+def attach(ds: Dataset, g: Group, cursor: Cursor, start: int) -> Cursor:
+    """``cursor`` with a prefetch of what it will read from position ``start`` on (a remote
+    dataset's), or ``cursor`` itself."""
+    remote = getattr(ds, "remote", None)
+    if remote is None:
+        return cursor
+    if isinstance(cursor, ExactCursor):
+        # every batch reads rows of every file: the files that fit half the cache are fetched whole
+        # and kept for the epoch, the rows of the others read as asked (storage/remote_array.py)
+        files, room = [], remote.limit // 2
+        for f in (remote.file(u) for p in g.parts for u in _uris(ds, p)):
+            if f.size <= room or remote.ranged is False:
+                files.append(f)
+                room -= f.size
+        if not files:
+            return cursor
+        pf = remote.prefetch((f.piece() for f in files), keep_all=True)
+    elif isinstance(cursor, BlockCursor):
+        pf = remote.prefetch(_block_pieces(ds, g, cursor, start))
+    else:
+        pf = remote.prefetch(_ordered_pieces(ds, g, start))
+    return Fetching(cursor, remote, pf)
+
+
+def _uris(ds: Dataset, part) -> list[str]:
+    from ..storage import child_path
+
+    return [child_path(ds.path, rel) for rel in part.files]
+
+
+def _whole_files(ds: Dataset, part, small_only: bool) -> Iterator:
+    remote = ds.remote
+    for u in _uris(ds, part):
+        f = remote.file(u)
+        if f.size <= remote.whole_max or not small_only:
+            yield f.piece()
+
+
+def _split(f, a: int, b: int, step: int) -> list:
+    return [f.piece(x, min(b, x + step)) for x in range(a, b, step)]
+
+
+def _range_pieces(ds: Dataset, ranges: list[tuple[str, int, int]], through: bool) -> Iterator:
+    """Pieces of byte ``ranges`` (in reading order). ``through``: the reader reads them through
+    (in order), so a small file is fetched whole and a large one in ranges of ``piece_bytes``,
+    interleaved across files as a reader of several files at once reads them."""
+    remote = ds.remote
+    step = remote.piece_bytes
+    lists = []
+    for uri, a, b in ranges:
+        f = remote.file(uri)
+        if b <= a:
+            continue
+        if remote.ranged is False or (f.size <= remote.whole_max and (through or b - a >= f.size // 2)):
+            lists.append([f.piece()])
+        else:
+            lists.append(_split(f, a, b, step if through else 4 * step))  # a block: one piece unless large
+    if len(lists) == 1:
+        yield from lists[0]
+        return
+    seen = set()
+    keyed = [
+        [((p.start - lst[0].start) / max(1, lst[-1].stop - lst[0].start), i, p) for p in lst]
+        for i, lst in enumerate(lists)
+    ]
+    for _, _, p in heapq.merge(*keyed, key=lambda t: (t[0], t[1])):
+        if p.key not in seen or not p.whole:
+            seen.add(p.key)
+            yield p
+
+
+def _ordered_pieces(ds: Dataset, g: Group, start: int) -> Iterator:
+    """In order: the parts from the one holding ``start``, each from that row on."""
+    import numpy as np
+
+    k = int(np.searchsorted(g.starts, start, side="right")) - 1
+    for p in g.parts[max(0, k) :]:
+        a = max(0, start - p.start)
+        if a >= p.rows:
+            continue
+        ranges = ds.reader(g, p).byte_ranges(a, p.rows)
+        if ranges is None:
+            yield from _whole_files(ds, p, small_only=False)
+        else:
+            yield from _range_pieces(ds, ranges, through=True)
+
+
+def _block_pieces(ds: Dataset, g: Group, cursor: BlockCursor, start: int) -> Iterator:
+    """The blocks of the epoch's block order from the window holding ``start``."""
+    layout = cursor.layout
+    w = layout.window_of(start)
+    if w >= layout.windows:
+        return
+    for j in range(int(layout.first[w]), len(layout.size)):
+        p = g.parts[int(layout.part[j])]
+        ranges = ds.reader(g, p).block_ranges(int(layout.block[j]))
+        if ranges is None:
+            yield from _whole_files(ds, p, small_only=True)
+        else:
+            yield from _range_pieces(ds, ranges, through=False)
