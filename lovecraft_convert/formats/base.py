@@ -158,6 +158,9 @@ class PartReader:
     """
 
     random_access = False
+    # which end of each file opening it reads ("head": a header, "tail": a footer, None): the loaders
+    # of a remote dataset fetch it with the part (storage/remote.py's range at that end)
+    opens_at: str | None = None
 
     def __init__(self, rows: int, schema: Schema) -> None:
         self.rows = rows

@@ -78,11 +78,12 @@ def _uris(ds: Dataset, part) -> list[str]:
     return [child_path(ds.path, rel) for rel in part.files]
 
 
-def _whole_files(ds: Dataset, part, small_only: bool) -> Iterator:
+def _small_files(ds: Dataset, part) -> Iterator:
+    """The part's files no larger than ``whole_max``, whole (larger ones are read as asked)."""
     remote = ds.remote
     for u in _uris(ds, part):
         f = remote.file(u)
-        if f.size <= remote.whole_max or not small_only:
+        if f.size <= remote.whole_max:
             yield f.piece()
 
 
@@ -119,32 +120,77 @@ def _range_pieces(ds: Dataset, ranges: list[tuple[str, int, int]], through: bool
             yield p
 
 
+def _opening(reader, files: list) -> list:
+    """The ranges opening the part's files reads (a header, a footer), as unplanned reads fetch
+    them: listed with the part, they stay pinned while its readers (in any process) open it."""
+    if reader.opens_at == "head":
+        return [f.demand_piece(0) for f in files]
+    if reader.opens_at == "tail":
+        return [f.demand_piece(max(0, f.size - 1)) for f in files]
+    return []
+
+
 def _ordered_pieces(ds: Dataset, g: Group, start: int) -> Iterator:
-    """In order: the parts from the one holding ``start``, each from that row on."""
+    """In order: the parts from the one holding ``start``, each from that row on: one unit of its
+    files whole when they are small, else a unit per block (what is read at once) of its ranges.
+    What listing a part reads (its footer, its headers) is marked (:class:`Opening`)."""
     import numpy as np
 
+    from ..storage.prefetch import Opening
+
+    remote = ds.remote
     k = int(np.searchsorted(g.starts, start, side="right")) - 1
+    unit = 0
     for p in g.parts[max(0, k) :]:
         a = max(0, start - p.start)
         if a >= p.rows:
             continue
-        ranges = ds.reader(g, p).byte_ranges(a, p.rows)
-        if ranges is None:
-            yield from _whole_files(ds, p, small_only=False)
-        else:
-            yield from _range_pieces(ds, ranges, through=True)
+        uris = _uris(ds, p)
+        files = [remote.file(u) for u in uris]
+        unit += 1
+        if remote.ranged is False or all(f.size <= remote.whole_max for f in files):
+            for f in files:
+                yield unit, f.piece()
+            continue
+        yield Opening(uris)
+        r = ds.reader(g, p)
+        starts = np.asarray(r.block_starts(), dtype=np.int64)
+        first = int(np.searchsorted(starts, a, side="right")) - 1
+        blocks = []
+        for b in range(max(0, first), len(starts) - 1):
+            ranges = r.block_ranges(b) if b > first or a == starts[b] else r.byte_ranges(a, int(starts[b + 1]))
+            if ranges is None:  # the format cannot say: its files through, from their start
+                blocks = None
+                break
+            blocks.append(ranges)
+        yield Opening(())
+        for piece in _opening(r, files):  # what opening it reads, kept with its first block
+            yield unit, piece
+        if blocks is None:
+            for piece in _range_pieces(ds, [(f.uri, 0, f.size) for f in files], through=True):
+                unit += 1
+                yield unit, piece
+            continue
+        for ranges in blocks:
+            unit += 1
+            for piece in _range_pieces(ds, ranges, through=True):
+                yield unit, piece
 
 
 def _block_pieces(ds: Dataset, g: Group, cursor: BlockCursor, start: int) -> Iterator:
     """The blocks of the epoch's block order from the window holding ``start``."""
+    from ..storage.prefetch import Opening
+
     layout = cursor.layout
     w = layout.window_of(start)
     if w >= layout.windows:
         return
     for j in range(int(layout.first[w]), len(layout.size)):
         p = g.parts[int(layout.part[j])]
+        uris = _uris(ds, p)
+        yield Opening(uris)
         ranges = ds.reader(g, p).block_ranges(int(layout.block[j]))
-        if ranges is None:
-            yield from _whole_files(ds, p, small_only=True)
-        else:
-            yield from _range_pieces(ds, ranges, through=False)
+        yield Opening(())
+        pieces = _small_files(ds, p) if ranges is None else _range_pieces(ds, ranges, through=False)
+        for piece in pieces:  # one unit: a block's pieces are read in any order (a row group's columns)
+            yield j, piece

@@ -13,14 +13,17 @@ directory every process of a node may share (DataLoader workers, the ranks of on
   a reader) and renamed into ``objects/`` once checked. Its writer holds an exclusive ``flock`` on
   it; a partial file no one holds is a dead process's, removed (never trusted) by the next sweep.
 * ``locks/<key>``: one lock per piece. A shared ``flock`` is a *pin* (the piece is in use and is
-  never evicted); an exclusive one is held while the piece is downloaded (so a node downloads it
-  once: everyone else waits for it) or evicted. A process that dies drops its locks with it.
+  never evicted); an exclusive one is held while it is evicted. ``locks/<key>.dl`` is held
+  exclusively while the piece is downloaded, so a node downloads it once: everyone else waits for
+  that download. A process that dies drops its locks with it.
 * ``.lock``: held briefly while space is counted, reserved and freed; ``.boot`` holds the boot id
   of the machine the pieces were written on (a piece renamed into place just before a crash may
   hold unwritten pages, so after a reboot the cache starts empty rather than trust it).
 
 Eviction makes room for a new piece when the cache would go over its limit: pieces marked *done*
-(read, :meth:`Held.release`) first, oldest first, then the least recently used; never a pinned one.
+(read, :meth:`Held.release`) first, oldest first, then the least recently used, and headers and
+footers (small ranges at the ends of objects, which every process opening a file reads) last;
+never a pinned one.
 A fetch the reader waits for (``demand``) that still does not fit goes over the limit (the rest of
 the cache is in use: refusing would stall the readers that hold it); a prefetch never does.
 """
@@ -45,6 +48,8 @@ DEFAULT_LIMIT = 4 << 30
 PART = 8 << 20  # a large piece is fetched in ranged parts of this size, several at once
 CHUNK = 1 << 20  # bytes read from a response body at a time
 FETCH_THREADS = 4
+DOWNLOADING = ".dl"  # locks/<key>.dl: held exclusively by the process downloading the piece
+META_MAX = 256 << 10  # a range at an end of an object no larger than this is its header or footer
 DONE_SHIFT = 10 * 365 * 86400  # a piece marked done sorts this many seconds before its time (evicted first)
 RETRIES = 3  # attempts at a response body that breaks mid-way, each going on where it stopped
 
@@ -121,6 +126,12 @@ class Piece:
             base = "uri-" + hashlib.sha256(f"{self.uri}\0{self.size}".encode()).hexdigest()[:40]
         return base if self.whole else f"{base}.{self.start}-{self.stop}"
 
+    @property
+    def meta(self) -> bool:
+        """A small range at either end of the object: its header or footer, which every process
+        opening it reads (evicted after everything else)."""
+        return not self.whole and self.nbytes <= META_MAX and (self.start == 0 or self.stop == self.size)
+
     def covers(self, start: int, stop: int) -> bool:
         return self.start <= start and stop <= self.stop
 
@@ -146,6 +157,13 @@ def _lock(path: str, how: int) -> int | None:
         if same:
             return fd
         os.close(fd)
+
+
+def _touch(path: str, piece: Piece) -> None:
+    """Mark a piece used now (a header or footer: far in the future, the last to be evicted)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        os.utime(path, (now, now + DONE_SHIFT if piece.meta else now))
 
 
 def _boot_id() -> str:
@@ -193,7 +211,7 @@ class Held:
             os.close(fd)
         if lock is None:
             return
-        if done:
+        if done and not self.piece.meta:
             now = time.time()
             with contextlib.suppress(OSError):
                 os.utime(self.path, (now, now - DONE_SHIFT))
@@ -287,14 +305,15 @@ class Cache:
             finally:
                 os.close(fd)
         for name in os.listdir(self.locks):
-            if os.path.exists(os.path.join(self.objects, name)):
+            piece = name.removesuffix(DOWNLOADING)
+            if os.path.exists(os.path.join(self.objects, piece)):
                 continue
             path = os.path.join(self.locks, name)
             fd = _lock(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if fd is None:
                 continue
             try:
-                if not os.path.exists(os.path.join(self.objects, name)):
+                if not os.path.exists(os.path.join(self.objects, piece)):
                     os.unlink(path)
                     n += 1
             finally:
@@ -354,13 +373,12 @@ class Cache:
         return os.path.join(self.objects, piece.key)
 
     def peek(self, piece: Piece) -> Held | None:
-        """The piece pinned when the cache holds it (waiting for a download of it under way), else None."""
+        """The piece pinned when the cache holds it, else None (a download under way is not waited for)."""
         key = piece.key
-        fd = _lock(os.path.join(self.locks, key), fcntl.LOCK_SH)
+        fd = _lock(os.path.join(self.locks, key), fcntl.LOCK_SH)  # waits only for an eviction, which is brief
         path = os.path.join(self.objects, key)
         if os.path.exists(path):
-            with contextlib.suppress(OSError):
-                os.utime(path)  # recently used
+            _touch(path, piece)
             return Held(self, piece, path, fd)
         os.close(fd)
         return None
@@ -376,24 +394,26 @@ class Cache:
                 hint="raise the cache limit (cache_limit= or LOVECRAFT_CACHE_LIMIT) above the largest file",
             )
         key = piece.key
-        lock = os.path.join(self.locks, key)
         path = os.path.join(self.objects, key)
-        while True:
-            held = self.peek(piece)
-            if held is not None:
-                return held
-            fd = _lock(lock, fcntl.LOCK_EX)  # the downloader; or wait for the one downloading it
-            try:
-                if not os.path.exists(path) and not self._download(piece, path, demand):
-                    os.close(fd)
-                    return None
-                fcntl.flock(fd, fcntl.LOCK_SH)  # not atomic: the piece is checked for again below
-            except BaseException:
-                os.close(fd)
-                raise
-            if os.path.exists(path):
-                return Held(self, piece, path, fd)
-            os.close(fd)  # evicted in the instant between: fetch it again
+        # the pin is taken first and held throughout: once the piece is there nothing can evict it
+        pin = _lock(os.path.join(self.locks, key), fcntl.LOCK_SH)
+        try:
+            if not os.path.exists(path):
+                # the download lock (apart from the pin, which other readers hold for long): one
+                # process downloads, the others wait for it here and then find the piece
+                dl = _lock(os.path.join(self.locks, key + DOWNLOADING), fcntl.LOCK_EX)
+                try:
+                    if not os.path.exists(path) and not self._download(piece, path, demand):
+                        os.close(pin)
+                        return None
+                finally:
+                    os.close(dl)
+            else:
+                _touch(path, piece)
+        except BaseException:
+            os.close(pin)
+            raise
+        return Held(self, piece, path, pin)
 
     # -- downloading --------------------------------------------------------------------------
 
@@ -476,6 +496,8 @@ class Cache:
                         os.rename(tmp, path)
                     except OSError as e:
                         raise self._disk_error(e, piece) from None
+                    if piece.meta:
+                        _touch(path, piece)
                     with self._count:
                         self.gets += 1
                         self.fetched += piece.nbytes

@@ -138,6 +138,8 @@ class RemoteDataset:
             self.files[rel] = RemoteFile(
                 child_path(uri, rel), int(entry.get("bytes", 0)), (alg, hexd) if alg else None, cache, self.sessions
             )
+        for f in self.files.values():
+            f.whole_only = ranged is False
         self.by_uri = {f.uri: f for f in self.files.values()}
         register(list(self.files.values()))
 
@@ -162,6 +164,12 @@ class RemoteDataset:
         """The largest file fetched whole for a reader that reads it through (an eighth of the
         limit: the file read, the next ones, and other readers' fit)."""
         return self.limit if self.ranged is False else self.limit // 8
+
+    @property
+    def read_bytes(self) -> int:
+        """What a loader reading in order reads at a time (its chunks): at most 1/16 of the limit,
+        so that what it reads at once, and the read-ahead, stay in the cache together."""
+        return max(64 << 10, self.limit // 16)
 
     @property
     def piece_bytes(self) -> int:
@@ -189,7 +197,9 @@ class RemoteDataset:
                 threads=self.cache.threads,
             )
         else:
-            pf = Prefetcher(self.cache, pieces, ahead_bytes=max(self.piece_bytes, self.limit // 4))
+            pf = Prefetcher(
+                self.cache, pieces, ahead_bytes=max(self.piece_bytes, self.limit // 4), behind_bytes=self.limit // 8
+            )
         self.sessions.add(pf)
         return pf
 

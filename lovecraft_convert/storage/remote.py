@@ -25,6 +25,7 @@ from .cache import Cache, Held, Piece
 from .prefetch import Prefetcher
 
 DEMAND_BLOCK = 256 << 10  # an unplanned read fetches the aligned range of this size around it
+TAIL = 64 << 10  # ... or, in the object's last bytes, those (a footer)
 
 
 class Sessions:
@@ -56,6 +57,7 @@ class Sessions:
         return any(p.holds(uri, start, stop) for p in items)
 
     def take(self, uri: str, pos: int) -> Held | None:
+        """The pinned piece of a prefetch holding byte ``pos`` (the prefetch keeps the pin)."""
         with self._lock:
             self._check()
             items = list(self._items)
@@ -63,6 +65,17 @@ class Sessions:
             h = p.take(uri, pos)
             if h is not None:
                 return h
+        return None
+
+    def recent(self, uri: str, pos: int) -> Piece | None:
+        """A piece a prefetch released lately that holds byte ``pos`` (maybe still cached)."""
+        with self._lock:
+            self._check()
+            items = list(self._items)
+        for p in items:
+            piece = p.recent(uri, pos)
+            if piece is not None:
+                return piece
         return None
 
     def __getstate__(self) -> dict:
@@ -82,6 +95,7 @@ class RemoteFile:
         self.uri, self.size, self.digest, self.cache = uri, int(size), digest, cache
         self.sessions = sessions if sessions is not None else Sessions()
         self.block = max(4 << 10, min(DEMAND_BLOCK, cache.limit // 16))  # an unplanned read's range
+        self.whole_only = False  # every read through the whole file, checked (open_dataset(ranged=False))
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.uri!r}, {self.size})"
@@ -96,10 +110,10 @@ class RemoteFile:
         """The piece an unplanned read at ``pos`` fetches: the whole object when it is no larger
         than :data:`DEMAND_BLOCK` (or 1/16 of the cache's limit, when smaller), else the aligned
         range of that size holding ``pos`` (in the last such range: the object's tail)."""
-        if self.size <= self.block:
+        if self.size <= self.block or self.whole_only:
             return self.piece()
-        if pos >= self.size - self.block:  # the tail: a footer's read costs one range, not two
-            return self.piece(self.size - self.block, self.size)
+        if pos >= self.size - TAIL:  # a footer's read (Parquet's reads its last 64 KiB) costs one range
+            return self.piece(max(0, self.size - TAIL), self.size)
         a = pos - pos % self.block
         return self.piece(a, min(self.size, a + self.block))
 
@@ -111,6 +125,11 @@ class RemoteFile:
         h = self.cache.peek(self.piece())
         if h is not None:
             return h, True
+        back = self.sessions.recent(self.uri, pos)  # a reader going back (HDF5's metadata)
+        if back is not None and not back.whole:
+            h = self.cache.peek(back)
+            if h is not None:
+                return h, True
         p = self.demand_piece(pos)
         if not p.whole:
             h = self.cache.peek(p)
@@ -137,8 +156,13 @@ class RemoteFile:
         return pos - offset
 
     def cached(self, start: int, stop: int) -> bool:
-        """Do the cache or a prefetch hold bytes ``[start, stop)`` now (a hint: it may evict them)?"""
-        if self.sessions.holds(self.uri, start, stop) or os.path.exists(self.cache.path_of(self.piece())):
+        """Do the cache or a prefetch hold bytes ``[start, stop)`` now (a hint: it may evict them)?
+        Always, for a file read whole only (its rows are then read from the checked file)."""
+        if (
+            self.whole_only
+            or self.sessions.holds(self.uri, start, stop)
+            or os.path.exists(self.cache.path_of(self.piece()))
+        ):
             return True
         p = self.demand_piece(start)
         return p.covers(start, stop) and os.path.exists(self.cache.path_of(p))

@@ -67,6 +67,7 @@ class Hdf5Reader(PartReader):
     """
 
     random_access = True
+    opens_at = "head"  # its header
 
     def __init__(
         self, rows: int, schema: Schema, path: str, cache: ChunkCache | None = None, key: object = None
@@ -119,7 +120,7 @@ class Hdf5Reader(PartReader):
         (h5py reads Python file objects with its ``fileobj`` driver)."""
         from ...storage import is_remote, open_input
 
-        return open_input(self.path) if is_remote(self.path) else self.path
+        return open_input(self.path, buffering=0) if is_remote(self.path) else self.path  # HDF5 reads what it needs
 
     def close(self) -> None:
         f, self._f = self._f, None

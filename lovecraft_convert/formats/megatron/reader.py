@@ -13,6 +13,7 @@ from .idx import open_index
 
 class MegatronReader(PartReader):
     random_access = True
+    opens_at = "head"  # its header
 
     def __init__(self, rows: int, schema: Schema, bin_path: str, idx_path: str) -> None:
         super().__init__(rows, schema)

@@ -16,6 +16,7 @@ class MemmapReader(PartReader):
     """``np.load(mmap_mode="r")`` of each column's files; slices and ``np.take`` copy into RAM."""
 
     random_access = True
+    opens_at = "head"  # its header
 
     def __init__(self, rows: int, schema: Schema, files: dict[str, dict[str, str]]) -> None:
         super().__init__(rows, schema)

@@ -18,11 +18,18 @@ class ParquetReader(PartReader):
     A part may be several files (a wide table's writer starts a new file to bound its footer):
     their row groups are the part's blocks, in order."""
 
-    def __init__(self, rows: int, schema: Schema, paths: list[str], file_rows: list[int]) -> None:
-        """``file_rows``: the rows of each of ``paths``, as the manifest lists them."""
+    opens_at = "tail"  # its footer
+
+    def __init__(
+        self, rows: int, schema: Schema, paths: list[str], file_rows: list[int], footers: dict | None = None
+    ) -> None:
+        """``file_rows``: the rows of each of ``paths``, as the manifest lists them; ``footers``:
+        path -> parsed footer, shared by the readers of a dataset in a process (a remote file's
+        footer is then fetched once, not once per reader and thread)."""
         super().__init__(rows, schema)
         self.paths = list(paths)
         self.file_rows = list(file_rows)
+        self.footers = footers if footers is not None else {}
         self._pfs: list | None = None
         self._pid = None
 
@@ -36,7 +43,9 @@ class ParquetReader(PartReader):
             for fi, (path, want) in enumerate(zip(self.paths, self.file_rows, strict=True)):
                 try:
                     if is_remote(path):  # ranges of it fetched: its pages' checksums are checked as read
-                        pf = pq.ParquetFile(open_input(path), page_checksum_verification=True)
+                        meta = self.footers.get(path)
+                        pf = pq.ParquetFile(open_input(path), metadata=meta, page_checksum_verification=True)
+                        self.footers[path] = pf.metadata
                     else:
                         pf = pq.ParquetFile(path)
                 except (OSError, ValueError) as e:
