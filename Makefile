@@ -5,6 +5,8 @@
 # make docs  : build the documentation site into site/ and serve it on 127.0.0.1:8000 (docs-build: build only)
 # make lint  : ruff check + format check
 # make fuzz  : mutate seed inputs and datasets for 3 minutes; crashing inputs go to fuzz/crashes/
+# make .venv-peers : the peers' own venv (webdataset, MosaicML Streaming, litdata, datatrove), which
+#              tests/peers and the benchmarks call as a subprocess (docs/design/peers.md); test and bench build it
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -12,8 +14,11 @@ PIP    := $(VENV)/bin/pip
 CORE   := $(VENV)/.core-installed
 FULL   := $(VENV)/.full-installed
 DOCS   := $(VENV)/.docs-installed
+PEERS  := .venv-peers
+PEERS_LOCK  := tests/peers/requirements.txt tests/peers/constraints.txt
+PEERS_STAMP := $(PEERS)/.installed
 
-.PHONY: demo test test-slow bench docs docs-build fuzz lint format clean
+.PHONY: demo test test-slow bench docs docs-build fuzz lint format clean $(PEERS)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +37,19 @@ $(DOCS): pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q -e '.[docs]'
 	touch $(CORE) $@
 
+# Peers whose packages would change .venv's (a CUDA torch through torchvision, datatrove's own pins)
+# live in a venv of their own, rebuilt from scratch when the lock changes: every version pinned in
+# tests/peers/constraints.txt; mosaicml-streaming without its declared dependencies (see
+# tests/peers/requirements.txt). Several GB (torch's CUDA libraries), taken from the local wheels.
+$(PEERS_STAMP): $(PEERS_LOCK)
+	rm -rf $(PEERS)
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q -r tests/peers/requirements.txt -c tests/peers/constraints.txt
+	$(PEERS)/bin/pip install -q --no-deps -c tests/peers/constraints.txt mosaicml-streaming
+	touch $@
+
+$(PEERS): $(PEERS_STAMP)
+
 demo: $(CORE)
 	rm -rf demo_out && mkdir -p demo_out
 	$(VENV)/bin/lovecraft convert sample_data/data.csv -o demo_out/csv_parquet --to parquet --column-type zip=string
@@ -41,16 +59,16 @@ demo: $(CORE)
 	$(VENV)/bin/lovecraft shard sample_data/data.csv -o demo_out/shards --to parquet --num-shards 4 --shuffle --seed 7 --column-type zip=string
 	@echo "demo outputs are in demo_out/ (each directory has a _manifest.json)"
 
-test: $(FULL)
+test: $(FULL) $(PEERS_STAMP)
 	$(PY) -m pytest -q
 
-test-slow: $(FULL)
+test-slow: $(FULL) $(PEERS_STAMP)
 	$(PY) -m pytest -q -m slow
 
 fuzz: $(FULL)
 	$(PY) fuzz/fuzz_readers.py --minutes 3
 
-bench: $(FULL)
+bench: $(FULL) $(PEERS_STAMP)
 	$(PY) bench/results.py
 
 DOCS_ADDR ?= 127.0.0.1:8000
@@ -70,4 +88,4 @@ format: $(FULL)
 	$(VENV)/bin/ruff format lovecraft_convert tests bench fuzz sample_data
 
 clean:
-	rm -rf $(VENV) demo_out out site .pytest_cache .hypothesis
+	rm -rf $(VENV) $(PEERS) demo_out out site .pytest_cache .hypothesis

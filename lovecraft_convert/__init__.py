@@ -16,6 +16,11 @@ _API = {
     "BucketOptions": "lovecraft_convert.jobs.options:BucketOptions",
     "LovecraftError": "lovecraft_convert.errors:LovecraftError",
     "OptionsError": "lovecraft_convert.errors:OptionsError",
+    "InputError": "lovecraft_convert.errors:InputError",
+    "SchemaError": "lovecraft_convert.errors:SchemaError",
+    "OutputError": "lovecraft_convert.errors:OutputError",
+    "DatasetError": "lovecraft_convert.errors:DatasetError",
+    "DependencyError": "lovecraft_convert.errors:DependencyError",
     "open_dataset": "lovecraft_convert.loaders:open_dataset",
     "inspect": "lovecraft_convert.inspection:inspect",
     "verify": "lovecraft_convert.verification:verify",
@@ -33,3 +38,8 @@ def __getattr__(name: str):
         module, _, attr = _API[name].partition(":")
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'lovecraft_convert' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazily imported API too (``dir()``, editors and ``help()`` list ``open_dataset``)."""
+    return sorted({*globals(), *_API})

@@ -53,8 +53,11 @@ def logical_of(t: pa.DataType) -> Logical | None:
     return None
 
 
-def arrow_type(f: Field) -> pa.DataType:
-    """The Arrow type that holds a field; N-d rows become nested fixed-size lists."""
+def arrow_type(f: Field, fixed_as_list: bool = False) -> pa.DataType:
+    """The Arrow type that holds a field; N-d rows become nested fixed-size lists, or, with
+    ``fixed_as_list``, rows of one dimension a (variable) list whose rows all hold ``shape[0]``
+    values (the padded buckets of one Parquet dataset: each bucket's width differs, and readers of a
+    directory unify its files' schemas, which fixed-size lists of different sizes do not)."""
     if f.logical is not None and not f.shape and f.kind in (FIXED, STRING):
         return logical_type(f.logical)
     if f.kind == STRING:
@@ -72,20 +75,36 @@ def arrow_type(f: Field) -> pa.DataType:
         ) from None
     if f.kind == SEQUENCE:
         return pa.list_(base)
+    if fixed_as_list and len(f.shape) == 1:
+        return pa.list_(base)
     t = base
     for dim in reversed(f.shape):
         t = pa.list_(t, dim)
     return t
 
 
-def arrow_schema(schema: Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, arrow_type(f), nullable=holds_nulls(f)) for f in schema])
+def arrow_schema(schema: Schema, fixed_as_list: bool = False) -> pa.Schema:
+    return pa.schema([pa.field(f.name, arrow_type(f, fixed_as_list), nullable=holds_nulls(f)) for f in schema])
 
 
 def holds_nulls(f: Field) -> bool:
     """Whether a field's Arrow column holds nulls: a temporal one's NaT (a null for every reader:
     pandas' NaT, polars' and duckdb's null); no other column holds any."""
     return f.logical is not None and f.logical.temporal and not f.shape and f.kind == FIXED
+
+
+def same_rows(got: pa.DataType, want: pa.DataType) -> bool:
+    """Does a file's column of type ``got`` hold what ``want`` does? Equal types, or a list where
+    ``want`` is a fixed-size list of numbers (rows of one width written as a list, see
+    :func:`arrow_type`; :func:`column_from_arrow` checks each row's width)."""
+    if got == want:
+        return True
+    return (
+        pa.types.is_fixed_size_list(want)
+        and not pa.types.is_nested(want.value_type)
+        and (pa.types.is_list(got) or pa.types.is_large_list(got))
+        and got.value_type == want.value_type
+    )
 
 
 def to_arrow(batch: Batch, schema: Schema) -> pa.RecordBatch:
@@ -97,10 +116,10 @@ class ArrowBatches:
     """Batches of one schema to record batches, with the schema's Arrow types worked out once
     (a 2,000-column table's batches would otherwise pay for them every time)."""
 
-    def __init__(self, schema: Schema, aschema: pa.Schema | None = None) -> None:
+    def __init__(self, schema: Schema, aschema: pa.Schema | None = None, fixed_as_list: bool = False) -> None:
         self.schema = schema
-        self.aschema = aschema if aschema is not None else arrow_schema(schema)
-        self.types = [arrow_type(f) for f in schema]
+        self.aschema = aschema if aschema is not None else arrow_schema(schema, fixed_as_list)
+        self.types = [arrow_type(f, fixed_as_list) for f in schema]
         self.names = [f.name for f in schema]
         # a table of scalar columns of one native number type (a wide feature table) may arrive as
         # one [columns, rows] matrix: then each column is a slice of one buffer. ``dtype``: that
@@ -169,6 +188,13 @@ def _arrays(batch: Batch, schema: Schema, types: list) -> list:
                 arrays.append(pa.ListArray.from_buffers(t, len(col), [None, offsets], children=[values]))
             else:
                 arrays.append(pa.Array.from_buffers(t, len(col), [None, offsets, pa.py_buffer(col.values)]))
+        elif pa.types.is_list(t):  # rows of one width written as a list (arrow_type's fixed_as_list)
+            n, width = len(col), f.shape[0]
+            if n * width >= 2**31:
+                raise SchemaError(f"column '{f.name}': one batch holds over 2 GiB of values", hint="lower --max-memory")
+            offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int32) * np.int32(width))
+            values = numpy_to_arrow(col.reshape(-1))
+            arrays.append(pa.ListArray.from_buffers(t, n, [None, offsets], children=[values]))
         else:
             arr = numpy_to_arrow(col.reshape(-1))
             sizes = list(f.shape)
@@ -301,11 +327,31 @@ def column_from_arrow(arr: pa.Array, f: Field):
         values = arrow_to_numpy(arr.values)
         base = offs[0]
         return VarColumn(values[base : offs[-1]], offs - base)
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        return _regular_rows(arr, f)
     a = arr
     while pa.types.is_fixed_size_list(a.type):
         a = a.flatten()
     values = arrow_to_numpy(a)
     return values.reshape((len(arr), *f.shape))
+
+
+def _regular_rows(arr: pa.Array, f: Field) -> np.ndarray:
+    """A list column whose rows all hold ``f.shape[0]`` values as a ``[rows, width]`` array (a view
+    of the values); a SchemaError naming the first row of another width."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    width = f.shape[0] if len(f.shape) == 1 else -1
+    offs = offsets_of(arr)
+    lens = np.diff(offs)
+    bad = np.flatnonzero(lens != width)
+    if bad.size:
+        r = int(bad[0])
+        raise SchemaError(
+            f"column '{f.name}': row {r + 1} of the batch holds {int(lens[r])} values, the schema says {f.shape}"
+        )
+    values = arrow_to_numpy(arr.values)
+    return values[offs[0] : offs[-1]].reshape((len(arr), width))
 
 
 def batch_from_arrow(rb: pa.RecordBatch, schema: Schema) -> Batch:

@@ -120,6 +120,26 @@ class DatasetError(LovecraftError):
     kind = "dataset"
 
 
+class DependencyError(LovecraftError):
+    """An optional package a feature needs (PyTorch, TensorFlow, ...) is not installed."""
+
+    kind = "dependency"
+
+
+def need(module: str, what: str, install: str):
+    """``module`` imported, or a DependencyError saying that ``what`` needs it and how to install it
+    (``import torch`` failing deep in a loader says neither)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        if e.name is not None and e.name.split(".")[0] != top:
+            raise  # the package is there but broken (one of its own imports is missing): a real error
+        raise DependencyError(f"{what} needs {top}, which is not installed", hint=install) from None
+
+
 class Interrupted(LovecraftError):
     """The run was interrupted (SIGINT/SIGTERM); nothing was left at the output path."""
 

@@ -220,12 +220,16 @@ class VarColumn:
         return VarColumn(_cut(self.values, int(base), int(offs[-1])), offs - base)
 
     def take(self, idx: np.ndarray) -> VarColumn:
-        lens = self.lengths()[idx]
+        idx = np.asarray(idx)
+        idx = np.flatnonzero(idx) if idx.dtype == np.bool_ else idx.astype(np.int64, copy=False)
+        if len(idx) and idx.min() < 0:
+            idx = np.where(idx < 0, idx + len(self), idx)
+        starts = self.offsets[idx]
+        lens = self.offsets[idx + 1] - starts  # the rows taken only (a batch from a large window)
         offs = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
         if len(idx) == 0:
             return VarColumn(_cut(self.values, 0, 0), offs)
-        starts = self.offsets[idx]
         # Gather every element: position j of row k comes from starts[k] + j.
         rel = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], lens)
         where = np.repeat(starts, lens) + rel

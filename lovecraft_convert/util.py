@@ -85,6 +85,11 @@ def number(v) -> str:
     return str(v)
 
 
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` things for people: ``1 file``, ``4 files``, ``336,776 rows`` (``plural``: when not word + s)."""
+    return f"{number(n)} {word if n == 1 else (plural or word + 's')}"
+
+
 def remove_entries(directory: str, names: tuple[str, ...]) -> None:
     """Remove the files or directories ``names`` of ``directory`` (a run's scratch: spill, journal,
     plan) where they exist; a symbolic link is removed, never followed."""

@@ -71,15 +71,18 @@ def assert_manifest_matches_disk(out: str) -> dict[str, str]:
 
 
 def read_memmap(out: str) -> dict[str, object]:
+    """Each column from its files, found by the manifest's ``column`` and ``role`` of each file
+    (a name that could not be a file name, or could collide, is escaped)."""
     m = manifest(out)
+    files = {(f["column"], f.get("role") or "data"): os.path.join(out, f["path"]) for f in m["files"]}
     cols: dict[str, object] = {}
     for f in m["schema"]:
         name = f["name"]
         if f["kind"] == "fixed":
-            cols[name] = np.load(os.path.join(out, f"{name}.npy"), mmap_mode="r")
+            cols[name] = np.load(files[name, "data"], mmap_mode="r")
         else:
-            values = np.load(os.path.join(out, f"{name}.values.npy"), mmap_mode="r")
-            offsets = np.load(os.path.join(out, f"{name}.offsets.npy")).tolist()
+            values = np.load(files[name, "values"], mmap_mode="r")
+            offsets = np.load(files[name, "offsets"]).tolist()
             if f["kind"] == "string":
                 raw = values.tobytes()
                 cols[name] = [raw[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]

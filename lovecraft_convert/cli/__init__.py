@@ -122,6 +122,9 @@ def main() -> None:
     # --max-memory 64MiB, 23 MiB less CSV -> Parquet at the default budget, and no slower)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     _few_malloc_arenas()
+    from ..engine.interrupts import ignore_after_commit
+
+    ignore_after_commit()  # a run whose output is complete exits 0, whatever signal comes after
     try:
         cli(prog_name="lovecraft")
     except SystemExit as e:

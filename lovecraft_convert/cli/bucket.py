@@ -119,10 +119,12 @@ def bucket(**params) -> None:  # fmt: skip
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])
     if not params["quiet"] and not params["as_json"] and not manifest.get("nothing_to_do") and "bucketing" in manifest:
+        from ..util import number
+
         b = manifest["bucketing"]
         click.echo(
             f"  {len(manifest['buckets'])} buckets, boundaries {','.join(map(str, b['boundaries']))}; "
             f"padding efficiency {b['padding_efficiency']:.1%} (one bucket: "
-            f"{b['tokens'] / b['single_bucket_padded_tokens']:.1%}), {b['padded_tokens_saved']} padded tokens saved",
+            f"{b['tokens'] / b['single_bucket_padded_tokens']:.1%}), {number(b['padded_tokens_saved'])} padded tokens saved",
             err=True,
         )

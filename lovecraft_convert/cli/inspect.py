@@ -50,6 +50,14 @@ made it, and the code that loads it. For a .tfrecord file or a Megatron .idx: wh
 @click.option(
     "--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."
 )
+@click.option(
+    "--tokenizer",
+    metavar="bytes|chars|FILE.json",
+    help="Measure the text column's lengths in tokens (as bucket counts them): buckets and --plot in tokens.",
+)
+@click.option("--column", metavar="NAME", help="With --tokenizer: the text column (default: text).")
+@click.option("--eos", metavar="TOKEN", help="With --tokenizer: a token after every document, counted as bucket does.")
+@click.option("--bos", metavar="TOKEN", help="With --tokenizer: a token before every document.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 def inspect(**params) -> None:
@@ -75,6 +83,10 @@ def inspect(**params) -> None:
         max_memory=params["max_memory"],
         plot=params["plot"],
         progress=False if params["quiet"] else None,
+        tokenizer=params["tokenizer"],
+        column=params["column"],
+        eos=params["eos"],
+        bos=params["bos"],
     )
     if params["as_json"]:
         click.echo(json.dumps(report, indent=1, default=_default))

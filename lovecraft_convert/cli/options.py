@@ -253,10 +253,11 @@ def print_summary(manifest: dict, output: str, as_json: bool, quiet: bool) -> No
     if manifest.get("nothing_to_do"):
         click.echo(f"{output}: already complete, made by the same command and inputs; nothing to do", err=True)
         return
-    from ..util import format_size
+    from ..util import counted, format_size
 
     click.echo(
-        f"wrote {s['rows']} rows to {output} ({s['format']}, {len(s['files'])} files, {format_size(s['bytes'])}) in {s['seconds']:.1f}s",
+        f"wrote {counted(s['rows'], 'row')} to {output} ({s['format']}, {counted(len(s['files']), 'file')}, "
+        f"{format_size(s['bytes'])}) in {s['seconds']:.1f}s",
         err=True,
     )
     for name, r in s["float16"].items():

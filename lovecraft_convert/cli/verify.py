@@ -18,6 +18,7 @@ lengths match the manifest. With --against, the INPUTS are re-read as they were 
 compared with the dataset (row by row, or as a multiset when shuffled; a bucketed dataset with
 the sequences bucket makes of them).
 Prints one line per problem, `FILE: what is wrong`, and exits 1 when there is any; 0 otherwise.
+Files no reader of the dataset would read (a README, .DS_Store) are warnings on stderr.
 """
 
 
@@ -57,5 +58,7 @@ def verify(paths: tuple[str, ...], against: bool, max_memory: int, quiet: bool, 
         for line in report.lines():
             click.echo(line)
         if not quiet:
+            for line in report.warning_lines():
+                click.echo(f"warning: {line}", err=True)
             click.echo(report.summary(), err=not report.ok)
     raise SystemExit(0 if report.ok else 1)

@@ -1,27 +1,34 @@
 """Writing a dataset directory without ever leaving a complete-looking partial output.
 
-1. Lock ``.<name>.lock`` beside the output (``fcntl.flock``); refuse an existing output unless
-   overwriting; remove stale temporaries of earlier runs (we hold the lock, so they are stale).
+0. Refuse, before any work, an output that is, holds or lies inside an input (compared by real
+   path and by device and inode: :mod:`~lovecraft_convert.storage.overlap`), and an output path
+   the final rename could not replace: a symbolic link, a mount point.
+1. Lock ``.<name>.lock`` beside the output (``fcntl.flock``, checked to still be the file at that
+   path: :mod:`~lovecraft_convert.storage.locks`); then, locked, refuse an existing output unless
+   overwriting (a run that held the lock before may have committed it); remove stale temporaries
+   of earlier runs (we hold the lock, so they are stale).
 2. Write everything into the temporary sibling ``.<name>.tmp-<pid>``.
 3. Writers close and fsync each file and record its size and digest.
 4. The manifest is written last (temporary name, fsync, rename), the temporary directory is
    fsynced and renamed into place, and the parent is fsynced.
 On any error or interrupt the temporary directory is removed; the output path is never touched.
-The commit (step 4) is not cut by an interrupt: it completes, then the interrupt is ignored.
+The commit (step 4) is not cut by an interrupt: it completes, and the run is then complete: an
+interrupt that arrives meanwhile or later is ignored (:func:`~.interrupts.committed`).
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import glob
 import os
 import shutil
 
 from .. import manifest as manifest_file
 from ..errors import Interrupted, OutputError
+from ..storage import locks
+from ..storage.overlap import check_local
 from ..util import format_size, fsync_path, remove_entries, trim_heap
-from .interrupts import held
+from .interrupts import committed, held
 
 
 def output_dir(
@@ -40,7 +47,9 @@ def output_dir(
         from ..storage.output import RemoteOutputDir
         from .journal import JOURNAL, PLAN
 
-        return RemoteOutputDir(path, overwrite=overwrite, resume=resume, budget=budget, state=(PLAN, JOURNAL))
+        return RemoteOutputDir(
+            path, overwrite=overwrite, protect=protect, resume=resume, budget=budget, state=(PLAN, JOURNAL)
+        )
     return OutputDir(local_path(path), overwrite=overwrite, protect=protect, resume=resume)
 
 
@@ -55,7 +64,7 @@ class OutputDir:
         self.parent = os.path.dirname(self.path)
         self.name = os.path.basename(self.path)
         self.overwrite = overwrite
-        self.protect = [os.path.abspath(p) for p in (protect or [])]
+        self.protect = list(protect or [])  # the inputs: never replaced, never written into
         self.resumable = resume is not None
         self.resume = bool(resume)
         self.keep = False  # set by a resumable run that was interrupted
@@ -80,20 +89,15 @@ class OutputDir:
             raise Interrupted(f"interrupted; nothing was written to {self.path}") from None
 
     def _enter(self) -> OutputDir:
-        for p in self.protect:
-            if p == self.path or p.startswith(self.path + os.sep):
-                raise OutputError(
-                    f"{self.path}: the output would replace the input {p}", hint="choose another output directory"
-                )
-        if os.path.exists(self.path) and not self.overwrite:
-            raise OutputError(
-                f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path"
-            )
-        if os.path.exists(self.path) and not os.path.isdir(self.path):
-            raise OutputError(f"{self.path}: exists and is not a directory", hint="remove it or choose another path")
+        check_local(self.path, self.protect)
+        self._check_target()  # before anything is made: the usual refusals cost nothing
         try:
             os.makedirs(self.parent, exist_ok=True)
-            self._lock_fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+            self._lock_fd = locks.acquire(self.lock_path)
+        except locks.Busy:
+            raise OutputError(
+                f"{self.path}: another lovecraft run is writing this output", hint="wait for it or choose another path"
+            ) from None
         except OSError as e:
             blocker = _file_in_the_way(self.parent)
             if blocker is not None:
@@ -105,17 +109,14 @@ class OutputDir:
                 f"{self.path}: cannot create the output ({e.strerror})", hint="check the path and permissions"
             ) from None
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-            raise OutputError(
-                f"{self.path}: another lovecraft run is writing this output", hint="wait for it or choose another path"
-            ) from None
+            self._check_target()  # again, locked: a run that held the lock may have committed meanwhile
+        except OutputError:
+            self._unlock()
+            raise
         for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.tmp-*")):
             shutil.rmtree(stale, ignore_errors=True)
         for stale in glob.glob(os.path.join(self.parent, f".{glob.escape(self.name)}.old-*")):
-            shutil.rmtree(stale, ignore_errors=True)
+            _remove(stale)
         partial = os.path.join(self.parent, f".{self.name}.partial")
         if os.path.exists(partial):
             if self.resumable and self.resume:
@@ -130,6 +131,29 @@ class OutputDir:
         os.mkdir(self.tmp)
         return self
 
+    def _check_target(self) -> None:
+        """Refuse an output path the commit could not replace, before any work: a symbolic link
+        (the rename would replace the link, not the directory it names), a mount point (it cannot
+        be renamed), an existing output without ``--overwrite``, a file."""
+        if os.path.islink(self.path):
+            raise OutputError(
+                f"{self.path}: is a symbolic link (to {os.readlink(self.path)}), which the output cannot replace",
+                hint="name the directory itself, or remove the link",
+            )
+        if not os.path.exists(self.path):
+            return
+        if os.path.isdir(self.path) and is_mount_point(self.path):
+            raise OutputError(
+                f"{self.path}: is a mount point, which the output cannot replace (it is renamed into place)",
+                hint=f"write into a directory inside it (e.g. {os.path.join(self.path, 'dataset')}) or choose another path",
+            )
+        if not self.overwrite:
+            raise OutputError(
+                f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path"
+            )
+        if not os.path.isdir(self.path):
+            raise OutputError(f"{self.path}: exists and is not a directory", hint="remove it or choose another path")
+
     def reset(self) -> None:
         """Empty the temporary directory (a run that starts over)."""
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -139,20 +163,35 @@ class OutputDir:
         """Write the manifest, remove the scratch entries ``drop`` of the temporary directory (a
         resumable run's journal, plan and spill), and rename it into place (an old output moved
         aside first, then removed). No interrupt cuts it: one that arrives meanwhile waits until the
-        output is in place, so an overwrite never loses the old output and a resumable run keeps
-        its journal until its output is complete."""
+        output is in place, and once it is the run is complete (:func:`~.interrupts.committed`), so
+        an overwrite never loses the old output and a resumable run keeps its journal until its
+        output is complete."""
         with held():
+            if not self.overwrite and os.path.lexists(self.path):  # made by something else than a run of ours
+                raise OutputError(
+                    f"{self.path}: appeared while this run wrote; nothing was written",
+                    hint="pass --overwrite to replace it or choose another path",
+                )
             manifest_file.write(self.tmp, manifest)
             remove_entries(self.tmp, drop)
             fsync_path(self.tmp)
             old = None
-            if os.path.exists(self.path):
-                old = os.path.join(self.parent, f".{self.name}.old-{os.getpid()}")
-                os.rename(self.path, old)
-            os.rename(self.tmp, self.path)
+            try:
+                if os.path.lexists(self.path):
+                    old = os.path.join(self.parent, f".{self.name}.old-{os.getpid()}")
+                    os.rename(self.path, old)
+                os.rename(self.tmp, self.path)
+            except OSError as e:
+                if old is not None and not os.path.lexists(self.path):
+                    os.rename(old, self.path)  # the old output back where it was
+                raise OutputError(
+                    f"{self.path}: cannot put the output in place ({e.strerror}); nothing was written",
+                    hint="choose another output path",
+                ) from None
+            committed()
             fsync_path(self.parent)
             if old:
-                shutil.rmtree(old, ignore_errors=True)
+                _remove(old)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if os.path.exists(self.tmp) and not self.keep:
@@ -180,12 +219,43 @@ class OutputDir:
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
-            try:
-                os.unlink(self.lock_path)
-            except OSError:
-                pass
-            os.close(self._lock_fd)
+            locks.release(self.lock_path, self._lock_fd)
             self._lock_fd = None
+
+
+def _remove(path: str) -> None:
+    """Remove a directory tree, or the link or file at ``path``."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def is_mount_point(path: str) -> bool:
+    """Is ``path`` where a file system is mounted (another device, or a bind mount of the same one,
+    which only the kernel's mount table tells)?"""
+    if os.path.ismount(path):
+        return True
+    real = os.fsencode(os.path.realpath(path))
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            for line in f:
+                fields = line.split(b" ")
+                if len(fields) > 4 and _unescape(fields[4]) == real:
+                    return True
+    except OSError:  # not Linux
+        pass
+    return False
+
+
+def _unescape(field: bytes) -> bytes:
+    """A mount table path: space, tab, newline and backslash are written as octal escapes."""
+    import re
+
+    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field)
 
 
 def _no_space(exc: OSError) -> str:

@@ -172,6 +172,9 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
         m, problem = stored.load(path)
         if problem is not None and problem[0] == "missing":
             return None
+        from ..storage.scratch import sweep
+
+        sweep()  # a run killed after its commit left its local scratch: this run ends here
         sizes = stored.sizes(path)
     else:
         path = os.path.abspath(output.rstrip("/") or output)
@@ -206,6 +209,10 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
                 f"{full}: the finished dataset's file is missing or of another size",
                 hint="run `lovecraft verify` on it, or pass --overwrite to write it again",
             )
+    if remote:
+        from ..storage.output import clear_committed_state
+
+        clear_committed_state(path, m)
     return {**m, "nothing_to_do": True}
 
 

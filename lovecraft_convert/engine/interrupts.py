@@ -20,6 +20,11 @@ Inside :func:`held` a signal is only recorded; :func:`raise_pending` raises it a
 point (a waiting loop calls it at least every fraction of a second); a commit finishes first.
 :class:`Signals` installs the handler for a run (SIGTERM then behaves like Ctrl-C; pyarrow's own
 handlers are turned off); without it the interpreter's own SIGINT handler applies and nothing is held.
+
+Once the output is in place (:func:`committed`) the run is complete, and an interrupt can only
+make a complete run look failed: from then on the handler ignores SIGINT and SIGTERM, and a
+process that ends with the run (the CLI, :func:`ignore_after_commit`) keeps ignoring them after
+the run's :class:`Signals` block, until it exits 0 with its summary.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-_state = {"holding": 0, "pending": False, "installed": 0}
+_state = {"holding": 0, "pending": False, "installed": 0, "committed": False, "after_commit": False}
 
 
 def _handler(signum, frame) -> None:
+    if _state["committed"]:  # the output is complete: nothing left to interrupt
+        return
     if _state["holding"]:
         _state["pending"] = True
         return
@@ -61,17 +68,37 @@ class Signals:
         except ValueError:  # not the main thread
             pass
         if self.old:
+            if not _state["installed"]:
+                _state["committed"] = False  # a new run
             _state["installed"] += 1
         return self
 
     def __exit__(self, *exc) -> bool:
+        keep_ignoring = _state["committed"] and _state["after_commit"]
         for sig, old in self.old.items():
-            signal.signal(sig, old)
+            signal.signal(sig, signal.SIG_IGN if keep_ignoring else old)
         if self.old:
             _state["installed"] -= 1
             if not _state["installed"]:
                 _state["pending"] = False
         return False
+
+
+def committed() -> None:
+    """The run's output is in place: the run is complete, and an interrupt that arrived during the
+    commit (held) or arrives later is dropped (see the module's docstring). Signals reach the main
+    thread only: a run in another thread marks nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _state["committed"] = True
+    _state["pending"] = False
+
+
+def ignore_after_commit() -> None:
+    """For a process that ends when its run does (the CLI, never a library caller): once a run has
+    committed its output, its :class:`Signals` block leaves SIGINT and SIGTERM ignored instead of
+    restoring the handlers it found, so no signal turns the complete run into a failed exit."""
+    _state["after_commit"] = True
 
 
 @contextmanager

@@ -61,6 +61,9 @@ class WriteOptions:
     row_group_bytes: int = 64 << 20  # in-memory bytes gathered before a block is written
     expected_rows: int | None = None  # known up front (files can be preallocated), or None
     memory: int = 64 << 20  # what the writer may hold: per-column costs are sized from it / columns
+    # the dataset's files hold fixed 1-d columns whose widths differ from unit to unit (a padded
+    # bucket each): a format whose readers unify its files' schemas writes them as lists (Parquet)
+    widths_vary: bool = False
 
 
 class Writer:
@@ -190,6 +193,12 @@ class PartReader:
         if rows is None:
             return self.read(a, b)
         return self.take(np.asarray(rows, dtype=np.int64) + a)
+
+    def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
+        """Several blocks (``(k, rows)`` pairs as :meth:`read_block` takes them), in that order, as
+        one batch (a format may decode them together)."""
+        pieces = [self.read_block(k, rows) for k, rows in blocks]
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
 
     def read(self, start: int, stop: int) -> Batch:
         raise NotImplementedError
@@ -383,8 +392,10 @@ class OutputFormat:
             )
         return mine[0]
 
-    def tf_dataset(self, ds, plan, input_context) -> tuple[Any, int] | None:
-        """A native tf.data pipeline and its batch count, or None to use the generic one."""
+    def tf_dataset(self, ds, plan, input_context, start: tuple[int, int] = (0, 0)) -> tuple[Any, int] | None:
+        """A native tf.data pipeline of ``plan``'s batches from ``start = (epoch, position)`` (each
+        further pass the next epoch) and the batch count of its first pass, or None to use the
+        generic one. Called for datasets that are not bucketed."""
         return None
 
     # -- verify -------------------------------------------------------------------------------
@@ -413,6 +424,15 @@ class OutputFormat:
     def check_extra(self, ctx: CheckContext, path: str) -> list[FileProblem]:
         """Problems of a file of :meth:`extra_files` (its size and hash are checked by verify)."""
         return []
+
+    def stray_reason(self, name: str) -> str | None:
+        """Why a file the manifest does not list (``name``: its path in the dataset) would change
+        what this format's readers read: ``verify`` reports it as a problem; None: only a warning
+        (a README, ``.DS_Store``). By default, a file of the format's own extensions, which a glob
+        of the dataset's files would take."""
+        if name.endswith(self.extensions):
+            return f"a {self.extensions[0]} file: a glob of the dataset's files would take it"
+        return None
 
     # -- inspect ------------------------------------------------------------------------------
 
@@ -444,8 +464,36 @@ def py_str(s: str) -> str:
 
 
 def py_ident(name: str) -> str:
-    """A Python identifier made from a column name (for generated code)."""
-    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    if not s or s[0].isdigit():
+    """A Python identifier made from a column name (for generated code): characters an identifier
+    cannot hold become ``_``; a keyword gets a trailing ``_``."""
+    import keyword
+
+    s = "".join(c if ("_" + c).isidentifier() else "_" for c in name)
+    if not s.isidentifier():
         s = "_" + s
-    return s
+    return s + "_" if keyword.iskeyword(s) or keyword.issoftkeyword(s) else s
+
+
+class Idents:
+    """Distinct identifiers for the variables of generated code: two columns never share one
+    (``a.b`` and ``a_b``, or ``ﬁle`` and ``file``, which Python reads as one name), and none
+    shadows a name the code itself uses (``reserved``: ``np``, a file handle)."""
+
+    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
+        self.used = {self._key(r) for r in reserved}
+
+    @staticmethod
+    def _key(ident: str) -> str:
+        import unicodedata
+
+        return unicodedata.normalize("NFKC", ident)  # how Python compares identifiers
+
+    def take(self, name: str, suffixes: tuple[str, ...] = ("",)) -> str:
+        """A base identifier made from ``name`` such that base + each suffix is still free; all
+        of those are taken."""
+        base = py_ident(name)
+        cand, k = base, 2
+        while any(self._key(cand + sfx) in self.used for sfx in suffixes):
+            cand, k = f"{base}_{k}", k + 1
+        self.used.update(self._key(cand + sfx) for sfx in suffixes)
+        return cand

@@ -1,4 +1,5 @@
-"""Inputs: one module per input kind (text, CSV, JSON Lines, NPY), each a :class:`~.base.Reader` of bounded
+"""Inputs: one module per input kind (text, CSV, JSON Lines, JSON arrays, NPY, NPZ, HDF5, Parquet, Arrow,
+Hugging Face and lovecraft datasets), each a :class:`~.base.Reader` of bounded
 batches that can also split itself into parts for parallel workers.
 
 :func:`open_reader` resolves what the user named (paths, globs, ``-``), detects compression and
@@ -77,12 +78,14 @@ def open_reader(
     lenient: bool = False,
     na_values: list[str] | None = None,
     column_names: list[str] | None = None,
+    text_column: str | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
     ``columns``: the columns that will be used (``--columns``; readers of columnar inputs read only
     those, JSON Lines parses only those keys); ``lenient``: leave out columns no output can hold
-    instead of refusing them (``inspect``). ``na_values`` (CSV): the strings read as missing in columns
+    instead of refusing them (``inspect``); ``text_column``: the one of ``columns`` a tokenizer
+    reads (an input without it says so). ``na_values`` (CSV): the strings read as missing in columns
     of numbers and booleans besides an empty field (None: :data:`DEFAULT_NA_VALUES`);
     ``column_names`` (CSV): the names of the columns of a file without a header."""
     from .base import ReadOptions
@@ -123,6 +126,7 @@ def open_reader(
         threads=threads,
         columns=list(columns) if columns else None,
         lenient=lenient,
+        text_column=text_column,
     )
     reader = cls(specs, ropts)
     reader.format = kind

@@ -40,6 +40,7 @@ class ReadOptions:
     threads: bool = True  # False in shard workers: one process, one core
     piece_bytes: int | None = None  # CSV: the size of the pieces read (None: from batch_bytes; tests make it tiny)
     columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow, JSON Lines)
+    text_column: str | None = None  # one of ``columns``: the text a tokenizer reads (named so when missing)
     lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
 
 
@@ -70,6 +71,7 @@ class Reader:
     takes_logical_types = False  # --column-type takes timestamp, date, category (CSV, JSON Lines, columnar)
     late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
+    columnar = False  # named columns, each read apart (Parquet, Arrow, HDF5): a job may read one alone
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         self.specs = specs

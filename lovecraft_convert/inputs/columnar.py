@@ -73,6 +73,7 @@ class SourceFile:
 class ColumnarReader(Reader):
     takes_column_types = True
     takes_logical_types = True
+    columnar = True
     title = "Arrow"
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -265,8 +266,12 @@ class ColumnarReader(Reader):
         if len(mine) == 1:
             return dict(mine[0].info)
         out: dict = {"files": len(mine)}
+        inside: set[str] = set()
         for f in mine:
             for k, v in f.info.items():
                 if isinstance(v, int) and not isinstance(v, bool):
                     out[k] = out.get(k, 0) + v
+            inside.update(f.info.get("compression_inside", "").split("+"))
+        if inside - {""}:
+            out["compression_inside"] = "+".join(sorted(inside - {""}))
         return out

@@ -172,7 +172,9 @@ class ExactParser:
             return _DECODER.decode(text)
         except json.JSONDecodeError as e:
             hint = "fix the line"
-            if first and text.strip() in ("[", "{"):
+            if first and text.strip() == "[":
+                hint = "this looks like a JSON array, not JSON Lines: pass --input-format json (or name the file .json)"
+            elif first and text.strip() == "{":
                 hint = "this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')"
             at = "" if e.msg.endswith(" at") else " at"  # ("Unterminated string starting at")
             raise LineError(line, None, f"not valid JSON ({e.msg}{at} character {e.colno})", hint) from None

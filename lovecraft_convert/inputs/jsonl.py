@@ -68,6 +68,7 @@ class JsonlReader(Reader):
     takes_column_types = True
     takes_logical_types = True
     late_columns = True
+    unit, a_unit = "line", "a line"  # what messages count records in (a JSON array's reader: elements)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         super().__init__(specs, options)
@@ -86,6 +87,8 @@ class JsonlReader(Reader):
         self._is_nl = np.empty(0, dtype=bool)
         self._probe()
         self._settle()
+        if options.text_column is not None and options.text_column in self.pending:
+            self._check_pending()  # the text to tokenize is not in the first records: is it anywhere?
 
     # -- columns ------------------------------------------------------------------------------
 
@@ -289,9 +292,9 @@ class JsonlReader(Reader):
 
     def _long_line(self, spec: InputSpec, line: int, e: _LongLine) -> InputError:
         return InputError(
-            f"a line longer than {e.args[0]} bytes",
-            where=f"{spec.name}, line {line + 1}",
-            hint="raise --max-memory (a line must fit in 1/32 of it)",
+            f"{self.a_unit} longer than {e.args[0]} bytes",
+            where=f"{spec.name}, {self.unit} {line + 1}",
+            hint=f"raise --max-memory ({self.a_unit} must fit in 1/32 of it)",
         )
 
     def _chunk(self) -> int:
@@ -416,7 +419,7 @@ class JsonlReader(Reader):
         try:
             return self.parser.parse(bytes(piece), line0)
         except LineError as e:
-            where = f"{spec.name}, line {e.line}" + (f", key '{e.key}'" if e.key is not None else "")
+            where = f"{spec.name}, {self.unit} {e.line}" + (f", key '{e.key}'" if e.key is not None else "")
             raise InputError(e.message, where=where, hint=e.hint) from None
 
     def _columns(self, arrays: dict, rows: int, fast: bool, digits, spec, line0: int, row_lines, base: int, nulls):
@@ -449,7 +452,9 @@ class JsonlReader(Reader):
             except Bad as e:
                 row = base + (e.row or 0)
                 line = line0 + 1 + (int(row_lines[row]) if row_lines is not None else row) if fast else row_lines[row]
-                raise InputError(e.message, where=f"{spec.name}, line {line}, key '{name}'", hint=e.hint) from None
+                raise InputError(
+                    e.message, where=f"{spec.name}, {self.unit} {line}, key '{name}'", hint=e.hint
+                ) from None
             nulls[name] = nulls.get(name, 0) + arr.null_count
         return Batch(cols, rows)
 
@@ -552,6 +557,11 @@ class JsonlReader(Reader):
                 raise SchemaError(
                     f"--column-type {name}=...: no key '{name}' in {self.source_of(name)}",
                     hint=f"keys in the first records are {listed}",
+                )
+            if name == self.options.text_column:
+                raise SchemaError(
+                    f"{self.source_of(name)}: no column '{name}' to tokenize",
+                    hint=f"columns in the first records are {listed}; pass --column NAME",
                 )
             raise OptionsError(
                 f"--columns: no column '{name}' in {self.source_of(name)}",

@@ -12,21 +12,28 @@ READERS = {
     "text": "lovecraft_convert.inputs.text:TextReader",
     "csv": "lovecraft_convert.inputs.csv:CsvReader",
     "jsonl": "lovecraft_convert.inputs.jsonl:JsonlReader",
+    "json": "lovecraft_convert.inputs.jsonarray:JsonArrayReader",
     "npy": "lovecraft_convert.inputs.npy:NpyReader",
+    "npz": "lovecraft_convert.inputs.npz:NpzReader",
+    "hdf5": "lovecraft_convert.inputs.hdf5:Hdf5Reader",
     "parquet": "lovecraft_convert.inputs.parquet:ParquetReader",
     "arrow": "lovecraft_convert.inputs.arrow:ArrowReader",
     "hf": "lovecraft_convert.inputs.arrow:HfReader",
     "dataset": "lovecraft_convert.inputs.dataset:DatasetReader",
 }
 EXTENSIONS = {
-    ".csv": "csv", ".tsv": "csv", ".txt": "text", ".text": "text", ".jsonl": "jsonl", ".ndjson": "jsonl",
-    ".npy": "npy", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".arrows": "arrow",
+    ".csv": "csv", ".tsv": "csv", ".txt": "text", ".text": "text",
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
+    ".npy": "npy", ".npz": "npz", ".h5": "hdf5", ".hdf5": "hdf5", ".he5": "hdf5",
+    ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".arrows": "arrow",
 }  # fmt: skip
-# JSON Lines by content: a first line that opens an object with a key (or an empty object)
 MAGICS = [
     (b"\x93NUMPY", "npy"), (b"PAR1", "parquet"), (b"ARROW1", "arrow"), (b"\xff\xff\xff\xff", "arrow"),
-    (b'{"', "jsonl"), (b'{ "', "jsonl"), (b"{}", "jsonl"), (b'\xef\xbb\xbf{"', "jsonl"),
+    (b"\x89HDF\r\n\x1a\n", "hdf5"), (b"PK\x03\x04", "npz"),
 ]  # fmt: skip
+# Text by its first bytes that are not white space (after a BOM): JSON Lines, a first line that
+# opens an object with a key (or an empty object); a JSON array
+TEXT_MAGICS = [(b'{"', "jsonl"), (b'{ "', "jsonl"), (b"{}", "jsonl"), (b"[", "json")]
 # Directories, by a file inside them: a lovecraft dataset; a Hugging Face ``save_to_disk`` dataset
 # (or DatasetDict, which the reader refuses naming its splits).
 DIRECTORIES = [("_manifest.json", "dataset"), ("state.json", "hf"), ("dataset_dict.json", "hf")]
@@ -38,7 +45,10 @@ HELP = {
     "text": "one record per line, UTF-8",
     "csv": "CSV/TSV with a header (types inferred over the whole file)",
     "jsonl": "JSON Lines: one object per line; nested keys become dotted columns",
+    "json": "a JSON array of objects (or scalars), streamed element by element",
     "npy": "NumPy arrays; several files of equal length become the columns",
+    "npz": "NumPy .npz archives (savez, savez_compressed): each array a column",
+    "hdf5": "HDF5 files: each dataset a column (groups as dotted names)",
     "parquet": "Parquet files, read by row group",
     "arrow": "Arrow IPC files and streams, Feather v2",
     "hf": "a Hugging Face save_to_disk directory",

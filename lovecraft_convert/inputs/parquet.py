@@ -58,18 +58,22 @@ class ParquetReader(ColumnarReader):
                 pf = self._open(spec.path)
                 md = pf.metadata
                 schema = pf.schema_arrow
-                blocks, nulls = [], set()
+                blocks, nulls, codecs = [], set(), set()
                 for g in range(md.num_row_groups):
                     rg = md.row_group(g)
                     size = 0
                     for j in range(rg.num_columns):
                         col = rg.column(j)
                         size += col.total_compressed_size
+                        codecs.add(col.compression)
                         st = col.statistics
                         if st is not None and st.has_null_count and st.null_count:
                             nulls.add(col.path_in_schema)
                     blocks.append(Block(rg.num_rows, size, rg.total_byte_size))
             info = {"rows": md.num_rows, "row_groups": md.num_row_groups}
+            inside = sorted(c.lower() for c in codecs if c != "UNCOMPRESSED")
+            if inside:  # the pages' codecs (inspect: a snappy file is not "not compressed")
+                info["compression_inside"] = "+".join(inside)
             if md.created_by:
                 info["created_by"] = md.created_by
             files.append(SourceFile(i, spec.path, spec.name, schema, info, blocks, nulls))

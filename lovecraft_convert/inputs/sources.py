@@ -191,16 +191,20 @@ def detect_compression(spec: InputSpec) -> str | None:
 def detect_format(spec: InputSpec) -> str:
     """The input kind of ``spec``: from its extension (before any compression extension), else from
     the first bytes of its (decompressed) content."""
-    from .kinds import EXTENSIONS, MAGICS, names
+    from .kinds import EXTENSIONS, MAGICS, TEXT_MAGICS, names
 
     ext = spec.base_ext
     if ext in EXTENSIONS:
         return EXTENSIONS[ext]
     if not spec.is_stdin:
         with open_stream(spec) as f:
-            head = f.read(16)
+            head = f.read(4096)
         for magic, kind in MAGICS:
             if head.startswith(magic):
+                return kind
+        text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+        for magic, kind in TEXT_MAGICS:
+            if text.startswith(magic):
                 return kind
     raise InputError(
         f"{spec.name}: cannot tell the input format from its name or content",

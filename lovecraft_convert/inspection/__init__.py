@@ -32,6 +32,10 @@ def inspect(
     estimate: bool = True,
     plot: str | None = None,
     progress: bool | None = False,
+    tokenizer: str | None = None,
+    column: str | None = None,
+    eos: str | int | None = None,
+    bos: str | int | None = None,
 ) -> dict[str, Any]:
     """Inspect inputs (paths, globs, ``-``) or one dataset directory; returns a JSON-able dict.
 
@@ -40,7 +44,9 @@ def inspect(
     ``plot``: write a PNG of the length histograms with the suggested boundaries and their padding
     efficiency, and of the numeric columns' value histograms (needs matplotlib).
     The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ``skip_rows``,
-    ``comment``, ``na_values``, ``column_names``, ...).
+    ``comment``, ``na_values``, ``column_names``, ...). ``tokenizer`` (with ``column``, ``eos``, ``bos``
+    as ``bucket`` takes them): the text column's lengths, suggested buckets and plot are in tokens, as
+    ``bucket`` counts them.
     """
     from ..formats import get, names
 
@@ -85,8 +91,13 @@ def inspect(
         errors=errors,
         max_expansion=max_expansion,
         max_memory=max_memory,
+        tokenizer=tokenizer,
+        column=column,
+        eos=eos,
+        bos=bos,
     )
     o.validate_inputs()
+    o.validate_tokens()
     if plot:
         from .plot import check_plot_path, require_matplotlib
 

@@ -19,17 +19,20 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
     files = [f for f in m.get("files") or [] if isinstance(f, dict)]
     by_path = {f.get("path"): f for f in files}
     shards = []
-    units = m.get("shards") or [sub for b in m.get("buckets") or [] for sub in (b.get("shards") or [b])]
-    for s in units:
+    units = [(None, s) for s in m.get("shards") or []] or [
+        (b.get("index"), sub) for b in m.get("buckets") or [] for sub in (b.get("shards") or [{**b, "index": 0}])
+    ]
+    for bucket, s in units:
         names = list(s.get("files") or [])
-        shards.append(
-            {
-                "index": s.get("index"),
-                "rows": s.get("rows"),
-                "files": names,
-                "bytes": sum(int(by_path.get(n, {}).get("bytes") or 0) for n in names),
-            }
-        )
+        entry = {
+            "index": s.get("index"),
+            "rows": s.get("rows"),
+            "files": names,
+            "bytes": sum(int(by_path.get(n, {}).get("bytes") or 0) for n in names),
+        }
+        if bucket is not None:  # a bucket's shard: its index within the bucket
+            entry["bucket"] = bucket
+        shards.append(entry)
     total = sum(int(f.get("bytes") or 0) for f in files)
     report: dict[str, Any] = {
         "kind": "dataset",
@@ -62,7 +65,7 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
         fmt = for_dataset(m.get("output_format"), path)
     except DatasetError:
         fmt = None
-    for key in (*(fmt.manifest_keys if fmt is not None else ()), "tokenizer", "packing"):  # format's, tokens'
+    for key in (*(fmt.manifest_keys if fmt is not None else ()), "tokenizer", "packing", "bucketing"):
         if m.get(key):
             report[key] = m[key]
     report["load"] = load_snippets(path, m)

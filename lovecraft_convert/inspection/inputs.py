@@ -152,6 +152,7 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
     reader = open_reader(inputs, budget=budget, lenient=True, **o.read_kwargs())
     while True:
         schema = select_columns(reader, o.columns)
+        tokens = _tokens(reader, schema, o)  # (column, Tokens): its lengths in tokens, as bucket counts them
         profiles = [Profile(f, plot) for f in schema]
         kept: list = []
         kept_bytes = 0
@@ -180,7 +181,8 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
                     truncated = True
                 done = after
                 for p in profiles:
-                    p.update(batch.columns[p.f.name])
+                    col = batch.columns[p.f.name]
+                    p.update(tokens[1].encode(col) if tokens is not None and p.f.name == tokens[0] else col)
                 rows += batch.num_rows
                 if estimate and kept_bytes < SAMPLE_BYTES and batch.num_rows:
                     kept.append(batch)
@@ -228,6 +230,10 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
         "sample_rows": rows if not exact else None,
         "columns": [p.to_dict(num_buckets) for p in profiles],
     }
+    if tokens is not None:
+        c = next(c for c in report["columns"] if c["name"] == tokens[0])
+        c["length_unit"] = "tokens"
+        c["tokenizer"] = tokens[1].describe()
     _add_input_figures(report, reader)
     if estimate and kept:
         report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows)
@@ -236,6 +242,18 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
             report["estimated_bytes_float16"] = estimate_sizes(kept, schema, total_rows or rows, dtype="float16")
         report["estimated_exact"] = False
     return report
+
+
+def _tokens(reader, schema, o):
+    """The text column ``--tokenizer`` measures (``--column``, else ``text``, else the only text
+    column) and the tokenizer with the markers, or None without ``--tokenizer``."""
+    if o.tokenizer is None:
+        return None
+    from ..transforms.tokenize import Tokenize, Tokens
+
+    where = ", ".join(s.name for s in reader.specs)
+    t = Tokenize(schema, Tokens(o.tokenizer, o.eos, o.bos), o.column, None, where)
+    return t.column, t.tokens
 
 
 def _add_input_figures(report: dict[str, Any], reader) -> None:

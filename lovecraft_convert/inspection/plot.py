@@ -101,7 +101,7 @@ def draw_plot(report: dict[str, Any], path: str) -> None:
 
 def _lengths_row(sub, c: dict[str, Any]) -> None:
     ln = c["lengths"]
-    unit = "bytes" if c["kind"] in ("string", "binary") else "elements"
+    unit = c.get("length_unit") or ("bytes" if c["kind"] in ("string", "binary") else "elements")
     ax, eff = sub.subplots(1, 2, width_ratios=[3.3, 1])
     _histogram(ax, ln, unit)
     _efficiency(eff, ln)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import get as get_format
-from ..util import format_size, number
+from ..util import counted, format_size, number
 
 BAR = 40
 
@@ -39,10 +39,12 @@ def format_text(r: dict[str, Any]) -> str:
     out = []
     for i in r["inputs"]:
         comp = i["compression"] or "not compressed"
+        if not i["compression"] and i.get("compression_inside"):  # compressed inside the file's format
+            comp = f"{i['compression_inside']}-compressed inside"
         size = format_size(i["size"]) if i["size"] is not None else "size unknown"
         more = "".join(
-            f", {number(i[k])} {k.replace('_', ' ')}"
-            for k in ("row_groups", "record_batches", "files", "shards")
+            f", {counted(i[k], k.replace('_', ' ')[:-1])}"
+            for k in ("row_groups", "record_batches", "files", "shards", "arrays", "datasets")
             if k in i
         )
         out.append(f"{i['name']}: {i['format']}, {comp}, {size}{more}")
@@ -72,7 +74,7 @@ def format_text(r: dict[str, Any]) -> str:
             )
         if "lengths" in c and c["lengths"].get("rows"):
             ln = c["lengths"]
-            unit = "bytes" if c["kind"] in ("string", "binary") else "elements"
+            unit = c.get("length_unit") or ("bytes" if c["kind"] in ("string", "binary") else "elements")
             out.append(
                 f"  length ({unit}): min {number(ln['min'])}  mean {ln['mean']:.1f}  p50 {number(ln['p50'])}  "
                 f"p90 {number(ln['p90'])}  p99 {number(ln['p99'])}  max {number(ln['max'])}  ({number(c.get('empty'))} empty)"
@@ -126,7 +128,7 @@ def _format_dataset(r: dict[str, Any]) -> str:
     opts = r.get("options") or {}
     shown = {k: v for k, v in opts.items() if v not in (None, False, {}, [], "") and k != "overwrite"}
     if shown:
-        out.append("options: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+        out.append("options: " + ", ".join(f"{k}={_option(k, v)}" for k, v in shown.items()))
     if r.get("shuffle"):
         out.append(f"shuffled: {r['shuffle']}")
     out.append("schema:")
@@ -150,18 +152,15 @@ def _format_dataset(r: dict[str, Any]) -> str:
         shape = f" {tuple(f.get('shape'))}" if f.get("shape") else ""
         out.append(f"  {f.get('name')}: {desc}{shape}  {'; '.join(bits)}".rstrip())
     out.extend(f"note: {n}" for n in r.get("notes") or [])
-    out.append(f"shards: {r['num_shards']}")
-    for s in r["shards"][:8]:
-        out.append(f"  {s['index']}: {number(s['rows'])} rows, {format_size(s['bytes'])}: {', '.join(s['files'])}")
-    if len(r["shards"]) > 8:
-        out.append(f"  ... {len(r['shards']) - 8} more")
     if r.get("buckets"):
-        out.append(f"buckets: {len(r['buckets'])}")
-        for b in r["buckets"]:
-            out.append(
-                f"  {b.get('index')}: lengths {b.get('min_length')}..{b.get('max_length')}, {number(b.get('rows'))} rows"
-            )
-    tok = r.get("tokenizer") or (r.get("packing") or {}).get("tokenizer")
+        out.extend(_buckets(r))
+    else:
+        out.append(f"shards: {r['num_shards']}")
+        for s in r["shards"][:8]:
+            out.append(f"  {s['index']}: {_shard(s)}")
+        if len(r["shards"]) > 8:
+            out.append(f"  ... {len(r['shards']) - 8} more")
+    tok = r.get("tokenizer") or (r.get("packing") or r.get("bucketing") or {}).get("tokenizer")
     if tok:
         marks = ", ".join(f"{k[:3]} {tok[k]}" for k in ("bos_id", "eos_id") if tok.get(k) is not None)
         out.append(f"tokenizer: {tok.get('path') or tok.get('name')} (vocabulary {number(tok.get('vocab_size'))}"
@@ -185,6 +184,49 @@ def _format_dataset(r: dict[str, Any]) -> str:
         out.extend("    " + line if line else "" for line in code.splitlines())
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _shard(s: dict) -> str:
+    return f"{counted(s['rows'], 'row')}, {format_size(s['bytes'])}: {', '.join(s['files'])}"
+
+
+def _buckets(r: dict[str, Any]) -> list[str]:
+    """Each bucket with its lengths, rows and files (a bucket of several shards: each on a line)."""
+    b = r.get("bucketing") or {}
+    bounds = ",".join(map(str, b.get("boundaries") or []))
+    eff = (
+        f"; padding efficiency {b['padding_efficiency']:.1%}" if isinstance(b.get("padding_efficiency"), float) else ""
+    )
+    layout = f", {b['layout']} layout" if b.get("layout") else ""
+    out = [f"buckets: {len(r['buckets'])}" + (f" (boundaries {bounds}{layout}{eff})" if bounds else "")]
+    shards: dict[Any, list[dict]] = {}
+    for s in r["shards"]:
+        shards.setdefault(s.get("bucket"), []).append(s)
+    for k, bk in enumerate(r["buckets"][:16]):
+        mine = shards.get(bk.get("index"), [])
+        head = f"  bucket {bk.get('index')}: lengths {bk.get('min_length')}..{bk.get('max_length')}"
+        if len(mine) == 1:
+            out.append(f"{head}, {_shard(mine[0])}")
+            continue
+        out.append(f"{head}, {counted(bk.get('rows') or 0, 'row')} in {len(mine)} shards")
+        out.extend(f"    shard {s['index']}: {_shard(s)}" for s in mine[:8])
+        if len(mine) > 8:
+            out.append(f"    ... {len(mine) - 8} more")
+        if k == 15 and len(r["buckets"]) > 16:
+            out.append(f"  ... {len(r['buckets']) - 16} more buckets")
+    return out
+
+
+def _option(key: str, v: Any) -> str:
+    """An option's value as a flag would give it (a dict as k=v pairs, a list comma-separated, bytes
+    as a size)."""
+    if key in ("max_memory", "part_bytes", "shard_size") and isinstance(v, int) and not isinstance(v, bool):
+        return format_size(v).replace(" ", "")
+    if isinstance(v, dict):
+        return ",".join(f"{k}={x}" for k, x in v.items())
+    if isinstance(v, list | tuple):
+        return ",".join(map(str, v))
+    return str(v)
 
 
 def _dtype_name(d) -> str:

@@ -245,7 +245,9 @@ def write_unit(ctx: SeqContext, unit: dict) -> dict[str, Any]:
     step = max(1 << 20, ctx.budget() // 16)
     source = _emit(_pieces(ctx, unit, dtype), width, pad, dtype, column, step)
     rows = unit["b"] - unit["a"]
-    files, stats, extra = write_unit_files(ctx.work, unit["id"], unit["name"], schema, source, o, ctx.budget(), rows)
+    files, stats, extra = write_unit_files(
+        ctx.work, unit["id"], unit["name"], schema, source, o, ctx.budget(), rows, widths_vary=width is not None
+    )
     return {
         "phase": 2,
         "unit": unit["id"],

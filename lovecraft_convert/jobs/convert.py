@@ -193,22 +193,32 @@ def check_memory(schema: Schema, fmt, budget: int, source: str) -> None:
         )
 
 
-def write_options(o: ConvertOptions, budget: int, rows: int | None) -> WriteOptions:
+def write_options(o: ConvertOptions, budget: int, rows: int | None, widths_vary: bool = False) -> WriteOptions:
     return WriteOptions(
         compression=o.compression,
         hash=o.hash,
         row_group_bytes=max(1 << 20, budget // 12),  # a row group costs about three times its size to write
         expected_rows=rows,
         memory=budget // 4,
+        widths_vary=widths_vary,
     )
 
 
 def write_unit_files(
-    work: str, k: int, name: str, schema: Schema, source, o: ConvertOptions, budget: int, rows: int, down=None
+    work: str,
+    k: int,
+    name: str,
+    schema: Schema,
+    source,
+    o: ConvertOptions,
+    budget: int,
+    rows: int,
+    down=None,
+    widths_vary: bool = False,
 ):
     """Write the batches of ``source`` as the files of unit ``k`` named ``name`` (statistics and
     downcast on the way) and commit them into ``work``; returns (file records, statistics, the
-    writer's manifest keys)."""
+    writer's manifest keys). ``widths_vary``: see :class:`~lovecraft_convert.formats.base.WriteOptions`."""
     fmt = get_format(o.to)
     stats = BatchStats(schema)
 
@@ -217,7 +227,7 @@ def write_unit_files(
             write_step(batch, down, stats, writer)
 
     files, extra = commit_unit(
-        work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows)), feed
+        work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows, widths_vary)), feed
     )
     return files, stats, extra
 

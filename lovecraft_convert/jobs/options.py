@@ -171,8 +171,16 @@ class ConvertOptions:
     def read_kwargs(self) -> dict[str, Any]:
         """The keywords of :func:`lovecraft_convert.inputs.open_reader` these options give. When
         ``--columns`` names a stacked column, whose members the reader's columns decide, every column
-        is read (the selection is made after reading)."""
+        is read (the selection is made after reading).
+
+        Tokenizing, the text column (``--column``, else ``text``) is read besides the ``--columns``
+        kept: ``--columns id --column body`` reads ``id`` and ``body`` and writes ``id`` and the
+        tokens of ``body``."""
         kw = {k: getattr(self, k) for k in READ_KEYS}
+        if self.tokenizer is not None and self.columns:
+            text = self.column or "text"
+            kw["columns"] = list(dict.fromkeys([*self.columns, text]))
+            kw["text_column"] = text
         if self.columns and self.stack_columns:
             from ..transforms.stack import parse
 

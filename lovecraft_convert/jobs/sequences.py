@@ -117,35 +117,36 @@ class Sequences:
             self.column = "values"
             self.source_column = "text"
             return
-        if fmt == "npy":
+        if fmt in ("npy", "npz"):
             raise SchemaError(
                 f"{self.name}: an NPY array has rows of one length, there is nothing to bucket",
                 hint="bucket text lines, ragged CSV rows (--ragged) or a dataset's variable-length column",
             )
         self.reader = probe
-        from ..inputs.columnar import ColumnarReader
-
-        if isinstance(probe, ColumnarReader):
+        if probe.columnar:  # Parquet, Arrow, HDF5: the column read alone
             self._columnar(inputs, probe, o, budget, threads, kw)
             return
         if fmt == "csv":
             names = probe.schema.names
-            if o.column is None:
+            column = o.column
+            if column is None and "text" in names and probe.schema["text"].kind == "string":
+                column = "text"  # the default, as convert --tokenizer takes it
+            if column is None:
                 raise SchemaError(
                     f"{self.name}: say which CSV column holds the text (columns: {', '.join(names)}), "
                     "or pass --ragged to read each row as a sequence of numbers",
                     hint="pass --column NAME or --ragged",
                 )
-            if o.column not in names:
-                raise SchemaError(f"{self.name}: no column '{o.column}'", hint=f"columns are {', '.join(names)}")
-            if probe.schema[o.column].kind != "string":
+            if column not in names:
+                raise SchemaError(f"{self.name}: no column '{column}'", hint=f"columns are {', '.join(names)}")
+            if probe.schema[column].kind != "string":
                 raise SchemaError(
-                    f"{self.name}: column '{o.column}' is {probe.schema[o.column].describe()}, not text",
+                    f"{self.name}: column '{column}' is {probe.schema[column].describe()}, not text",
                     hint="give a text column, or --ragged for rows of numbers",
                 )
             self.kind = "csv"
-            self.source_column = o.column
-        elif fmt == "jsonl":
+            self.source_column = column
+        elif fmt in ("jsonl", "json"):
             self._jsonl(inputs, probe, kw, budget, threads)
         else:
             if o.column is not None:
@@ -162,21 +163,24 @@ class Sequences:
         """A JSON Lines key holding text: read alone (the other keys are not built), as text
         whatever it holds (numbers as their JSON text), so no later value widens it."""
         names = probe.schema.names
-        if self.o.column is None:
+        column = self.o.column
+        if column is None and "text" in names and probe.schema["text"].kind == "string":
+            column = "text"  # the default, as convert --tokenizer takes it
+        if column is None:
             raise SchemaError(
                 f"{self.name}: say which key holds the text (columns: {', '.join(names)})", hint="pass --column NAME"
             )
-        if self.o.column not in names:
-            raise SchemaError(f"{self.name}: no column '{self.o.column}'", hint=f"columns are {', '.join(names)}")
-        if probe.schema[self.o.column].kind != "string":
+        if column not in names:
+            raise SchemaError(f"{self.name}: no column '{column}'", hint=f"columns are {', '.join(names)}")
+        if probe.schema[column].kind != "string":
             raise SchemaError(
-                f"{self.name}: column '{self.o.column}' is {probe.schema[self.o.column].describe()}, not text",
+                f"{self.name}: column '{column}' is {probe.schema[column].describe()}, not text",
                 hint="give a key that holds text",
             )
-        kw = {**kw, "columns": [self.o.column], "column_types": {self.o.column: "string"}}
+        kw = {**kw, "columns": [column], "column_types": {column: "string"}}
         self.reader = open_reader(inputs, budget=budget, threads=threads, **kw)
         self.kind = "jsonl"
-        self.source_column = self.o.column
+        self.source_column = column
 
     def _columnar(self, inputs: list[str], probe, o: BucketOptions, budget: int, threads: bool, kw: dict) -> None:
         """A Parquet, Arrow or Hugging Face input: its one variable-length column (or ``--column``),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DatasetError
-from ..schema import BINARY, STRING, STRING_LIST, Field, Schema, VarColumn
+from ..schema import BINARY, SEQUENCE, STRING, STRING_LIST, Batch, Field, Schema, VarColumn
 
 DENSE_PERMUTATION_MAX = 1 << 25  # rows; above, a keyed bijection replaces the stored permutation
 
@@ -26,24 +26,54 @@ def to_object_rows(c, kind: str) -> np.ndarray:
             out[:] = [bytes(x) for x in c]
             return out
         return c
+    if kind in (STRING, BINARY):
+        return _strings(c, kind == STRING)
     n = len(c)
     out = np.empty(n, dtype=object)
     o = c.offsets.tolist()
-    if kind in (STRING, BINARY):
-        data = c.values.tobytes()
-        if kind == STRING:
-            try:
-                out[:] = [data[o[i] : o[i + 1]].decode("utf-8") for i in range(n)]
-            except UnicodeDecodeError as e:
-                raise DatasetError(
-                    f"a text column holds invalid UTF-8 ({e.reason})",
-                    hint="the dataset is damaged; run `lovecraft verify` or re-create it",
-                ) from None
-        else:
-            out[:] = [data[o[i] : o[i + 1]] for i in range(n)]
-    else:
-        out[:] = [c.values[o[i] : o[i + 1]] for i in range(n)] if n else []
+    out[:] = [c.values[o[i] : o[i + 1]] for i in range(n)] if n else []
     return out
+
+
+def text_as_objects(b: Batch, schema: Schema) -> Batch:
+    """``b`` with its text and bytes columns as object arrays (``str``, ``bytes``), made once for a
+    whole chunk or window that many batches are then cut from (cutting object arrays costs
+    nothing; making their objects a batch at a time costs Arrow's overhead per call)."""
+    cols = None
+    for f in schema:
+        c = b.columns.get(f.name)
+        if f.kind in (STRING, BINARY) and isinstance(c, VarColumn):
+            cols = dict(b.columns) if cols is None else cols
+            cols[f.name] = _strings(c, f.kind == STRING)
+    return b if cols is None else Batch(cols, b.num_rows)
+
+
+def _strings(c: VarColumn, text: bool) -> np.ndarray:
+    """Text (``str``, UTF-8 checked) or bytes rows as an object array, made by Arrow (its objects
+    are made in C: several times faster than slicing and decoding row by row in Python)."""
+    import pyarrow as pa
+
+    offs = np.ascontiguousarray(c.offsets, dtype=np.int64)
+    values = np.ascontiguousarray(c.values[int(offs[0]) : int(offs[-1])] if len(offs) else c.values[:0])
+    if len(offs) and offs[0]:
+        offs = offs - offs[0]
+    kind = pa.large_string() if text else pa.large_binary()
+    arr = pa.Array.from_buffers(kind, len(c), [None, pa.py_buffer(offs), pa.py_buffer(values.view(np.uint8))])
+    if text:
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            data = values.tobytes()  # the first row that is not UTF-8, for the message
+            for a, b in zip(offs[:-1].tolist(), offs[1:].tolist(), strict=True):
+                try:
+                    data[a:b].decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DatasetError(
+                        f"a text column holds invalid UTF-8 ({e.reason})",
+                        hint="the dataset is damaged; run `lovecraft verify` or re-create it",
+                    ) from None
+            raise
+    return arr.to_numpy(zero_copy_only=False)
 
 
 def pad_rows(c, dtype: np.dtype, length: int | None, pad_value=0) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +133,42 @@ def convert_column(name: str, kind: str, target: np.dtype, col, pad_value, lengt
         return {name: to_object_rows(col, kind)}
     padded, lens = pad_rows(col, target, length, pad_value)
     return {name: padded, f"{name}_length": lens}
+
+
+INDEX_DTYPE = np.dtype(np.int64)
+# integer dtypes PyTorch takes as they are: int64 (indices, targets) and uint8 (pixels, raw bytes;
+# a valid cross-entropy target). Every other integer dtype is refused by nn.Embedding or
+# F.cross_entropy (int8/16/32, uint16/32/64), so a framework gets it as int64.
+FRAMEWORK_INTS = (np.dtype(np.int64), np.dtype(np.uint8))
+
+
+def int64_columns(ds) -> frozenset[str]:
+    """The columns of ``ds`` (a dataset or a mixture) that ``to_torch``/``to_tf_dataset`` hand over
+    as int64 unless told to keep the stored dtypes (``keep_dtype=True``): token ids, whatever their
+    stored dtype (integer sequences, and a packed dataset's token rows), and every other integer
+    column of a dtype the frameworks' index and target arguments refuse (all but int64 and uint8).
+    Storage stays compact: the widening is per batch, at the framework's door."""
+    members = getattr(ds, "members", None)
+    first = members[0] if members else ds
+    packed = "packing" in first.manifest
+    out = set()
+    for f in first.schema:
+        dt = f.np_dtype
+        if dt.kind not in "iu" or dt == INDEX_DTYPE:
+            continue
+        if f.kind == SEQUENCE or packed or dt not in FRAMEWORK_INTS:
+            out.add(f.name)
+    return frozenset(out)
+
+
+def widen(batch: dict, names: frozenset[str]) -> dict:
+    """``batch`` with the integer columns ``names`` as int64 (a copy of those columns only)."""
+    if not names:
+        return batch
+    return {
+        k: v.astype(INDEX_DTYPE) if k in names and isinstance(v, np.ndarray) and v.dtype != INDEX_DTYPE else v
+        for k, v in batch.items()
+    }
 
 
 def target_dtype(f: Field, float32: bool) -> np.dtype:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..engine.pipeline import prefetch
 from ..schema import Batch, VarColumn
-from .common import Group, Permutation
+from .common import Group, Permutation, text_as_objects
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dataset import Dataset
@@ -123,7 +123,7 @@ class RangeCursor(Cursor):
         while lo < hi:
             if not self.lo <= lo < self.hi:
                 self.lo, self.hi = lo, min(self.g.rows, max(hi, lo + self.chunk))
-                self.buf = read_range(self.ds, self.g, self.lo, self.hi)
+                self.buf = text_as_objects(read_range(self.ds, self.g, self.lo, self.hi), self.g.schema)
             b = min(hi, self.hi)
             pieces.append(self.buf.slice(lo - self.lo, b - self.lo))
             lo = b
@@ -155,7 +155,8 @@ class StreamCursor(Cursor):
         for p in g.parts[k:]:
             a = max(0, at - p.start)
             if a < p.rows:
-                yield from self.ds.reader(g, p).chunks(a, p.rows, self.chunk, None)
+                for b in self.ds.reader(g, p).chunks(a, p.rows, self.chunk, None):
+                    yield text_as_objects(b, g.schema)
 
     def rows(self, lo: int, hi: int) -> Batch:
         if self.it is None or lo < self.lo or lo > self.hi + 4 * self.chunk:
@@ -249,10 +250,9 @@ class BlockCursor(Cursor):
         perm = self._perm(w, hi - lo)
         sizes = L.size[a:b]
         offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        pieces = []
+        wanted: list[tuple[int, np.ndarray | None]] = []  # (block of the layout, rows of it or all)
         if self.wanted.everything and lo >= self.wanted.start:
-            for j in range(a, b):
-                pieces.append(self._read(j, None))
+            wanted = [(j, None) for j in range(a, b)]
             where = None
         else:
             need = np.sort(perm[self.wanted.mask(lo, hi)])  # window-local rows wanted
@@ -262,15 +262,23 @@ class BlockCursor(Cursor):
             for i, j in enumerate(range(a, b)):
                 rows = need[cut[i] : cut[i + 1]] - offs[i]
                 if len(rows):
-                    pieces.append(self._read(j, None if len(rows) == sizes[i] else rows))
+                    wanted.append((j, None if len(rows) == sizes[i] else rows))
             where = np.full(hi - lo, -1, dtype=np.int64)
             where[need] = np.arange(len(need), dtype=np.int64)
+        pieces = []
+        i = 0
+        while i < len(wanted):  # consecutive blocks of one part: read (and decoded) together
+            part = int(self.layout.part[wanted[i][0]])
+            k = i
+            while k < len(wanted) and int(self.layout.part[wanted[k][0]]) == part:
+                k += 1
+            reader = self.ds.reader(self.g, self.g.parts[part], own=True)
+            pieces.append(reader.read_blocks([(int(self.layout.block[j]), rows) for j, rows in wanted[i:k]]))
+            i = k
         batch = pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+        # text stays as bytes and offsets here (its objects would take several times the bytes the
+        # window is sized by); each batch's are made as it goes out
         return Window(w, lo, hi, perm, batch, where)
-
-    def _read(self, j: int, rows: np.ndarray | None) -> Batch:
-        p = self.g.parts[int(self.layout.part[j])]
-        return self.ds.reader(self.g, p, own=True).read_block(int(self.layout.block[j]), rows)
 
     def _windows(self, first: int) -> Iterator[Window]:
         for w in range(first, self.layout.windows):

@@ -174,7 +174,12 @@ class Plan:
         for g, batch, pos in self.raw_steps(epoch, reader, start):
             yield self.emit(g, batch), pos
 
-    def raw_steps(self, epoch: int, reader: tuple[int, int] = (0, 1), start: int = 0) -> Iterator[tuple]:
+    def raw_steps(
+        self, epoch: int, reader: tuple[int, int] = (0, 1), start: int = 0, source: Any = None
+    ) -> Iterator[tuple]:
+        """``(group, internal batch, position)`` triples (see :meth:`steps`). ``source``: what the
+        parts are read with instead of the dataset (anything with its ``reader(group, part,
+        own)``; a format's pipeline reading its records undecoded), not for bucketed datasets."""
         j, n = reader
         if not 0 <= j < n:
             raise DatasetError(f"worker {j} of {n} does not exist")
@@ -187,16 +192,16 @@ class Plan:
                 yield g, b, None
             return
         if self.unit == "rows":
-            yield from self._group_steps(self.ds.groups[0], epoch, j, n, start)
+            yield from self._group_steps(self.ds.groups[0], epoch, j, n, start, source)
         else:
             yield from self._bucket_steps(epoch, j, n, start)
 
-    def _group_steps(self, g: Group, epoch: int, j: int, n: int, start: int) -> Iterator[tuple]:
+    def _group_steps(self, g: Group, epoch: int, j: int, n: int, start: int, source: Any = None) -> Iterator[tuple]:
         bs, rows = self.batch_size, g.rows
         m = self._steps_left(start)
         if j >= m:
             return
-        cursor = self.cursor(g, epoch, Wanted(start, bs, j, n), background=True)
+        cursor = self.cursor(g, epoch, Wanted(start, bs, j, n), background=True, source=source)
         try:
             for k in range(j, m, n):
                 lo = start + k * bs
@@ -249,20 +254,21 @@ class Plan:
                 self._perms.pop(next(iter(self._perms)))
         return p
 
-    def cursor(self, g: Group, epoch: int, wanted: Wanted, background: bool) -> Cursor:
-        """Reads positions of ``g``'s order in ``epoch`` (see :mod:`.order`)."""
-        ds = self.ds
+    def cursor(self, g: Group, epoch: int, wanted: Wanted, background: bool, source: Any = None) -> Cursor:
+        """Reads positions of ``g``'s order in ``epoch`` (see :mod:`.order`), from the dataset's
+        readers or ``source``'s."""
+        ds = self.ds if source is None else source
         if self.mode == "exact":
             c: Cursor = ExactCursor(ds, g, self.permutation(g, epoch))
         elif self.mode == "blocks":
             layout = BlockLayout(ds, g, self.rng(epoch, 0, g.index), self.shuffle_buffer)
             key = (self.seed or 0, epoch, 3, g.index)
             c = BlockCursor(ds, g, layout, key, wanted, background)
-        elif ds.random_access:
+        elif self.ds.random_access:
             c = RangeCursor(ds, g, wanted, self.row_bytes(g))
         else:
             c = StreamCursor(ds, g, self.row_bytes(g), background)
-        return attach(ds, g, c, wanted.start)  # a remote dataset's: what it reads, fetched ahead
+        return attach(self.ds, g, c, wanted.start)  # a remote dataset's: what it reads, fetched ahead
 
     @staticmethod
     def row_bytes(g: Group) -> int:

@@ -1,23 +1,36 @@
 """tf.data and Keras loaders. TensorFlow and Keras are imported here and nowhere else.
 
-* TFRecord datasets read in order go through ``tf.data.TFRecordDataset`` (shards interleaved, the
-  manifest's feature spec for ``tf.io.parse_example`` on whole batches, prefetch). The file list is
-  the pipeline's source, so tf.distribute's file-level auto-sharding (``AutoShardPolicy.FILE``/
-  ``AUTO``) splits the shards between workers.
-* Everything else (other formats, shuffled TFRecord, bucketed datasets, mixtures, and any pipeline
-  started from a saved ``state``) goes through ``Dataset.from_generator`` over the loader's own
-  order (:meth:`Plan.steps`) with an exact ``output_signature`` (dtypes and row shapes from the
-  schema; the batch dimension is static with ``drop_remainder=True``), so that a state means the
-  same batches here as in ``batches()`` and PyTorch. Each pass over the dataset (each Keras epoch)
+* TFRecord datasets are parsed by ``tf.io.parse_example`` (the manifest's feature spec, whole
+  batches): read in order, through ``tf.data.TFRecordDataset`` (shards in order; the file list
+  is the pipeline's source, so tf.distribute's file-level auto-sharding, ``AutoShardPolicy.FILE``/
+  ``AUTO``, splits the shards between workers); shuffled or from a saved ``state``, from batches
+  of serialized records in the loader's own order (see :mod:`..formats.tfrecord.tfdata`).
+* Everything else (other formats, bucketed datasets, mixtures) goes through
+  ``Dataset.from_generator`` over the loader's own order (:meth:`Plan.steps`) with an exact
+  ``output_signature`` (dtypes and row shapes from the schema; the batch dimension is static with
+  ``drop_remainder=True``), so that a state means the same batches here as in ``batches()`` and
+  PyTorch. Each pass over the dataset (each Keras epoch)
   is a new epoch of the loader: a new order when shuffling, the same for the same seed.
 * Under ``strategy.distribute_datasets_from_function``, pass ``input_context=``: each input
   pipeline then reads only its share (whole shards for TFRecord when there are enough of them).
 * ``to_keras_pydataset``: a ``keras.utils.PyDataset`` for memmap and HDF5 datasets (random access).
 
-``x``/``y`` choose what the pipeline yields: by default, when the dataset has exactly one column
-named ``label``, ``labels``, ``y``, ``target`` or ``targets``, batches are ``(inputs, labels)``
-tuples ready for ``model.fit`` (inputs: the single other column as a tensor, or a dict of them);
-otherwise a dict of every column. A name gives a tensor, a list of names a dict.
+What a batch is (``x``/``y``), so that ``model.fit(ds.to_tf_dataset(...))`` works as written:
+
+* ``y="auto"`` (the default) finds the label: the one column named ``label``, ``labels``, ``y``,
+  ``target`` or ``targets`` (none, or more than one: no label). ``y="price"`` names it;
+  ``y=["a", "b"]`` gives a dict of several; ``y=None`` asks for no label.
+* With a label, batches are ``(inputs, labels)`` tuples. The inputs (``x=None``) are every other
+  column: the one tensor when there is one; when there are several and all are numbers of fixed
+  shape (a converted CSV's feature columns), one ``[batch, features]`` tensor of them side by side
+  in the dataset's column order, as float32 (the input a ``keras.Sequential`` model takes, in the
+  dtype its layers compute in); otherwise (text columns, sequences) a dict of them.
+  ``x="name"`` gives that column's tensor, ``x=[names]`` a dict (a functional model with named
+  ``keras.Input`` layers); ``open_dataset(path, columns=[...])`` chooses the columns to stack.
+* Without a label (and no ``x``), batches are a dict of every column (a custom training loop).
+
+Integer columns come as int64 (token ids whatever their stored dtype; other integer columns but
+int64 and uint8), as with ``to_torch``; ``keep_dtype=True`` keeps the stored dtypes.
 """
 
 from __future__ import annotations
@@ -27,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import DatasetError, need
 from ..schema import BINARY, FIXED, STRING, STRING_LIST
+from .common import int64_columns, widen
 
 LABEL_NAMES = ("label", "labels", "y", "target", "targets")
 
@@ -70,23 +84,63 @@ def output_fields(plan, ds=None) -> dict[str, tuple[tuple, np.dtype | str]]:
     return out
 
 
-def _pick(keys: list[str], x, y) -> tuple[Any, Any]:
-    """(x spec, y spec): None, a name, or a list of names."""
+class Stack:
+    """Inputs of several numeric columns as one ``[batch, features]`` tensor (see the module)."""
+
+    def __init__(self, names: list[str], widths: list[int], dtype: np.dtype) -> None:
+        self.names, self.widths, self.dtype = names, widths, dtype
+
+    def numpy(self, batch: dict) -> np.ndarray:
+        cols = [np.asarray(batch[k]).reshape(-1, w).astype(self.dtype, copy=False) for k, w in self._parts()]
+        return np.concatenate(cols, axis=1)
+
+    def tensor(self, tf, batch: dict):
+        cols = [tf.reshape(tf.cast(batch[k], self.dtype), [-1, w]) for k, w in self._parts()]
+        return tf.concat(cols, axis=1)
+
+    def _parts(self):
+        return zip(self.names, self.widths, strict=True)
+
+
+def _stack(fields: dict, names: list[str]) -> Stack | None:
+    """A Stack of ``names`` when every one is a number of fixed shape, else None."""
+    widths = []
+    for k in names:
+        shape, dt = fields[k]
+        if isinstance(dt, str) or dt.kind not in "biuf" or any(d is None for d in shape[1:]):
+            return None
+        widths.append(int(np.prod(shape[1:], dtype=np.int64)))
+    return Stack(names, widths, np.dtype(np.float32))  # Keras's float type (CSV numbers are float64/int64)
+
+
+def _pick(fields: dict, x, y) -> tuple[Any, Any]:
+    """(x spec, y spec): None, a name, a list of names, or (x only) a Stack."""
+    keys = list(fields)
     if isinstance(y, str) and y == "auto":
         found = [k for k in keys if k in LABEL_NAMES]
         y = found[0] if len(found) == 1 else None
     for name in ([y] if isinstance(y, str) else list(y or [])) + ([x] if isinstance(x, str) else list(x or [])):
         if name not in keys:
             raise DatasetError(f"no column '{name}' in the batches", hint=f"they hold {', '.join(keys)}")
-    if x is None:
+    if x is None and y is not None:
         ys = {y} if isinstance(y, str) else set(y or [])
         rest = [k for k in keys if k not in ys]
-        x = rest[0] if (y is not None and len(rest) == 1) else (rest if y is not None else None)
+        if not rest:
+            raise DatasetError(f"the label {y!r} is every column: no inputs are left", hint="select more columns")
+        x = rest[0] if len(rest) == 1 else (_stack(fields, rest) or rest)
     return x, y
 
 
-def _structure(batch: dict, x, y):
+def _widened(fields: dict, int64: frozenset[str]) -> dict:
+    return {k: (shape, np.dtype(np.int64) if k in int64 else dt) for k, (shape, dt) in fields.items()}
+
+
+def _structure(batch: dict, x, y, stack=None):
+    """A batch as the pipeline yields it; ``stack(spec, batch)`` makes a Stack's tensor."""
+
     def part(spec):
+        if isinstance(spec, Stack):
+            return stack(spec, batch)
         return batch[spec] if isinstance(spec, str) else {k: batch[k] for k in spec}
 
     if y is None:
@@ -116,13 +170,21 @@ def to_tf_dataset(
     prefetch: bool = True,
     epoch: int = 0,
     state: dict | None = None,
+    keep_dtype: bool = False,
 ):
-    """A ``tf.data.Dataset`` of batches of ``ds`` (a dataset or a mixture; see the module docstring).
+    """A ``tf.data.Dataset`` of batches of ``ds`` (a dataset or a mixture), ready for
+    ``model.fit``: ``(inputs, labels)`` when a label column is found or named, the inputs one
+    ``[batch, features]`` tensor when they are several numeric columns (see the module docstring
+    for ``x``/``y``, the label names found by ``y="auto"`` and ``keep_dtype``)::
+
+        ds = lc.open_dataset("cars/")  # columns: Horsepower, Weight, Acceleration, label
+        model.fit(ds.to_tf_dataset(batch_size=256, shuffle=True), epochs=3)
+        ds.to_tf_dataset(batch_size=256, y="Miles_per_Gallon")  # a label of another name
 
     Each pass over it (each Keras epoch) reads the next epoch, from ``epoch`` on; ``state`` (of
     ``batches()``, or ``ds.state_at(...)``) starts the first pass where it stood.
     """
-    import tensorflow as tf
+    tf = need("tensorflow", "to_tf_dataset()", "pip install 'lovecraft-convert[tf]'")
 
     from .state import check_state, plan_options
 
@@ -130,11 +192,12 @@ def to_tf_dataset(
     opts = plan_options(dtype_float16, shuffle_buffer, pad_to, pad_value)
     plan = ds.resumed_plan(state, batch_size, shuffle, seed, drop_remainder, **opts)
     start = check_state(state, plan.identity()) if state is not None else (int(epoch), 0)
-    fields = output_fields(plan, ds)
-    xs, ys = _pick(list(fields), x, y)
+    int64 = frozenset() if keep_dtype else int64_columns(ds)
+    fields = output_fields(plan, ds)  # as read; the int64 columns are widened in the last map
+    xs, ys = _pick(_widened(fields, int64), x, y)
     native = None
-    if not mixture and not ds.bucketed and not plan.mode and start == (0, 0):
-        native = ds.descriptor.tf_dataset(ds, plan, input_context)
+    if not mixture and not ds.bucketed:
+        native = ds.descriptor.tf_dataset(ds, plan, input_context, start)
     if native is not None:
         d, batches = native
     else:
@@ -142,8 +205,13 @@ def to_tf_dataset(
     if state is None:
         # A known length lets Keras show progress and end epochs without "ran out of data" warnings.
         d = d.apply(tf.data.experimental.assert_cardinality(batches))
-    if xs is not None or ys is not None:
-        d = d.map(lambda b: _structure(b, xs, ys))
+    if int64 or xs is not None or ys is not None:
+
+        def shape(b):
+            b = {k: tf.cast(v, tf.int64) if k in int64 else v for k, v in b.items()}
+            return _structure(b, xs, ys, lambda spec, batch: spec.tensor(tf, batch))
+
+        d = d.map(shape)
     if input_context is not None:
         opts = tf.data.Options()
         opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -189,11 +257,12 @@ def _pydataset_class():
             """Batches of a memmap/HDF5 dataset by index: ``len()`` batches, ``[i]`` batch i of the
             current epoch; a new (seeded) permutation at each epoch's end when shuffling."""
 
-            def __init__(self, ds, plan, x, y, **kwargs):
+            def __init__(self, ds, plan, x, y, int64=frozenset(), **kwargs):
                 super().__init__(**kwargs)
                 self.ds = ds
                 self.plan = plan
                 self.x, self.y = x, y
+                self.int64 = int64
                 self.epoch = 0
                 self._order = None
 
@@ -217,8 +286,8 @@ def _pydataset_class():
                 a, b = i * bs, min(rows, (i + 1) * bs)
                 idx = self._perm()[a:b] if self.plan.mode else np.arange(a, b, dtype=np.int64)
                 g = self.ds.groups[0]
-                batch = self.plan.emit(g, self.ds.take_rows(g, idx))
-                return _structure(batch, self.x, self.y)
+                batch = widen(self.plan.emit(g, self.ds.take_rows(g, idx)), self.int64)
+                return _structure(batch, self.x, self.y, lambda spec, b: spec.numpy(b))
 
             def on_epoch_end(self) -> None:
                 self.epoch += 1
@@ -248,11 +317,14 @@ def to_keras_pydataset(
     workers: int = 1,
     use_multiprocessing: bool = False,
     max_queue_size: int = 10,
+    keep_dtype: bool = False,
 ):
-    """A ``keras.utils.PyDataset`` of ``(x, y)`` batches (memmap and HDF5 datasets).
+    """A ``keras.utils.PyDataset`` of ``(x, y)`` batches (memmap and HDF5 datasets); ``x``, ``y``
+    and ``keep_dtype`` as for :func:`to_tf_dataset`.
 
     ``shuffle=True`` draws an exact permutation per epoch (seeded by ``(seed, epoch)``).
     """
+    need("keras", "to_keras_pydataset()", "pip install keras (or 'lovecraft-convert[tf]')")
     if not ds.random_access or ds.bucketed:
         raise DatasetError(
             f"{ds.path}: a Keras PyDataset needs random access (memmap or hdf5, not bucketed); this is {ds.format}",
@@ -261,9 +333,16 @@ def to_keras_pydataset(
     if shuffle not in (False, True, "exact"):
         raise DatasetError(f"shuffle={shuffle!r}: a PyDataset shuffles exactly (True) or not at all")
     plan = ds.plan(batch_size, "exact" if shuffle else False, seed, drop_remainder, dtype_float16)
-    keys = list(output_fields(plan))
-    xs, ys = _pick(keys, x, y)
+    int64 = frozenset() if keep_dtype else int64_columns(ds)
+    xs, ys = _pick(_widened(output_fields(plan), int64), x, y)
     cls = _pydataset_class()
     return cls(
-        ds, plan, xs, ys, workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size
+        ds,
+        plan,
+        xs,
+        ys,
+        int64,
+        workers=workers,
+        use_multiprocessing=use_multiprocessing,
+        max_queue_size=max_queue_size,
     )

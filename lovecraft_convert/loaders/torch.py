@@ -33,24 +33,28 @@ from itertools import chain
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import DatasetError, need
+from .common import int64_columns, widen
 from .state import STATE_TAG, check_reader, check_state, make_state, plan_options
 
 ROW_READ_BATCH = 1024  # rows read at a time by an iterable dataset that yields rows
 
 
-def _tensor(torch, v):
+def _tensor(torch, v, int64: bool = False):
     if isinstance(v, np.ndarray):
         if v.dtype == object or v.dtype.kind in "USV":
             return v.tolist()
-        if not v.flags.writeable:  # zero-copy Arrow buffers, memmap views
+        if int64 and v.dtype != np.int64:
+            v = v.astype(np.int64)  # a copy, writeable
+        elif not v.flags.writeable:  # zero-copy Arrow buffers, memmap views
             v = v.copy()
         return torch.from_numpy(v)
     return v
 
 
-def _tensors(torch, batch: dict) -> dict:
-    return {k: _tensor(torch, v) for k, v in batch.items()}
+def _tensors(torch, batch: dict, int64: frozenset[str] = frozenset()) -> dict:
+    """A batch as tensors, the columns ``int64`` widened (see :func:`.common.int64_columns`)."""
+    return {k: _tensor(torch, v, k in int64) for k, v in batch.items()}
 
 
 _CLASSES: dict[str, type] = {}
@@ -70,16 +74,19 @@ def _classes() -> dict[str, type]:
     class TorchMapDataset(TorchDataset):
         """Rows of a memmap/HDF5 dataset by index."""
 
-        def __init__(self, ds, dtype_float16: str = "float16", as_tensors: bool = True) -> None:
+        def __init__(
+            self, ds, dtype_float16: str = "float16", as_tensors: bool = True, keep_dtype: bool = False
+        ) -> None:
             self.ds = ds
             self.dtype_float16 = dtype_float16
             self.as_tensors = as_tensors
+            self.int64 = frozenset() if keep_dtype else int64_columns(ds)
 
         def __len__(self) -> int:
             return len(self.ds)
 
         def __getitem__(self, i: int) -> dict:
-            b = self.ds.take([int(i)], self.dtype_float16)
+            b = widen(self.ds.take([int(i)], self.dtype_float16), self.int64)
             row = {k: v[0] for k, v in b.items()}
             if not self.as_tensors:
                 return row
@@ -90,8 +97,7 @@ def _classes() -> dict[str, type]:
             batch): its rows, which ``default_collate`` turns back into the batch without
             stacking them one by one (:mod:`.rows`)."""
             b = self.ds.take(np.asarray(indices, dtype=np.int64), self.dtype_float16)
-            if self.as_tensors:
-                b = _tensors(torch, b)
+            b = _tensors(torch, b, self.int64) if self.as_tensors else widen(b, self.int64)
             return RowList(b, len(indices))
 
     class TorchIterableDataset(IterableDataset):
@@ -99,9 +105,17 @@ def _classes() -> dict[str, type]:
         with ``state_dict()``/``load_state_dict()`` as torchdata's ``StatefulDataLoader`` expects."""
 
         def __init__(
-            self, source, rows: bool, rank: int, world_size: int, as_tensors: bool = True, seed_given: bool = True
+            self,
+            source,
+            rows: bool,
+            rank: int,
+            world_size: int,
+            as_tensors: bool = True,
+            seed_given: bool = True,
+            int64: frozenset[str] = frozenset(),
         ) -> None:
             self.source = source
+            self.int64 = int64  # the columns handed over as int64
             self.seed_given = seed_given  # False: the seed was drawn here, a saved state's is adopted
             self.rows = rows
             self.rank = rank
@@ -217,8 +231,7 @@ def _classes() -> dict[str, type]:
                 self.epoch = epoch
             live = self._live = {"epoch": epoch, "position": start, "offset": skip, "reader": reader}
             for out, pos in self._plan(reader[1]).steps(epoch, reader, start):
-                if self.as_tensors:
-                    out = _tensors(torch, out)
+                out = _tensors(torch, out, self.int64) if self.as_tensors else widen(out, self.int64)
                 if not self.rows:
                     live["position"] = pos
                     yield out
@@ -343,6 +356,7 @@ def to_torch(
     pad_value: int | float = 0,
     as_tensors: bool = True,
     state: dict | None = None,
+    keep_dtype: bool = False,
 ):
     """A PyTorch dataset over ``ds`` (a dataset or a mixture; see the module docstring).
 
@@ -351,8 +365,16 @@ def to_torch(
     sampler, so ``shuffle``/``seed``/``rank``/``world_size``/``drop_remainder``/``state`` are for
     the iterable one, which starts where ``state`` stood (a state of ``batches()``, of the iterable
     dataset itself, or ``state_at()``).
+
+    Integer columns come as the layers take them: token ids (integer sequences, a packed dataset's
+    token rows) as int64 whatever their stored dtype (``nn.Embedding`` refuses uint8/uint16 indices,
+    ``F.cross_entropy`` every target but int64 and uint8), other integer columns as int64 unless
+    they are int64 or uint8 (pixels, bytes) already. The files keep their compact dtypes; the
+    widening is per batch. ``keep_dtype=True`` hands every column over in its stored dtype (say, to
+    move uint16 tokens to the GPU at half the bytes and widen them there).
     """
 
+    need("torch", "to_torch()", "pip install torch (https://pytorch.org/get-started/locally/)")
     if kind not in ("auto", "map", "iterable"):
         raise DatasetError(f"kind={kind!r}: use 'auto', 'map' or 'iterable'")
     mixture = getattr(ds, "members", None) is not None  # a Mixture
@@ -370,7 +392,7 @@ def to_torch(
                 "a map-style dataset yields rows: batch, shuffle, split and resume with the DataLoader",
                 hint="DataLoader(ds, batch_size=..., shuffle=True) or a DistributedSampler; or kind='iterable'",
             )
-        return _classes()["TorchMapDataset"](ds, dtype_float16, as_tensors)
+        return _classes()["TorchMapDataset"](ds, dtype_float16, as_tensors, keep_dtype)
     if not mixture and ds.bucketed and batch_size is None:
         raise DatasetError(
             "a bucketed dataset yields whole batches", hint="give batch_size= (and DataLoader batch_size=None)"
@@ -395,7 +417,8 @@ def to_torch(
         drop_remainder and not rows,
         **plan_options(dtype_float16, shuffle_buffer, pad_to, pad_value),
     )
-    out = _classes()["TorchIterableDataset"](plan, rows, rank, world_size, as_tensors, seed_given)
+    int64 = frozenset() if keep_dtype else int64_columns(ds)
+    out = _classes()["TorchIterableDataset"](plan, rows, rank, world_size, as_tensors, seed_given, int64)
     if state is not None:
         out.load_state_dict(state)
     return out

@@ -21,7 +21,14 @@ An object store has no directory rename and no lock, so the manifest object is t
    local state from them and continues the same run id (only the spill frames of phase 1 are
    local: parts whose frames are missing are read again). ``--overwrite`` deletes the dead run's
    objects and unfinished uploads, and anything else is refused naming the unfinished run.
-   ``_resume/`` is deleted after the commit.
+   ``_resume/`` is deleted after the commit. A run killed after its commit but before that leaves
+   ``_partial.json`` naming the committed run: it is taken for what it is (never for a dead run
+   whose objects may be deleted), and ``--resume`` removes it with the ``_resume/`` state.
+
+Before anything, an output that is, holds or lies inside an input is refused (:mod:`.overlap`), and
+so is a prefix holding objects that are neither a dataset's nor a dead run's (they would be deleted
+as strays after the commit). Local scratch (``LOVECRAFT_SCRATCH``) is locked per run and what dead
+runs left there is removed as a run starts (:mod:`.scratch`).
 
 What a reader that ignores the manifest could see: a glob over ``<out>/**/*.parquet`` during a run
 sees the new run's objects appear one by one under ``run-<id>/`` (complete objects only: an object
@@ -38,25 +45,22 @@ import json
 import os
 import secrets
 import shutil
-import tempfile
 
 from .. import manifest as mf
+from ..engine.interrupts import committed, held
 from ..errors import OutputError
+from . import locks
 from .base import PreconditionFailed, part_cap, part_size
+from .overlap import check_remote
+from .scratch import PARTIAL, claim, new_dir, release, scratch_root, sweep
 from .stores import get_store as store_for
 from .stream import MARKER, RESUME, UPLOADED, record, restore, target, uploaded
 from .uri import split
-
-PARTIAL = "_partial.json"
 
 
 def new_run_id() -> str:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"run-{now}-{secrets.token_hex(4)}"
-
-
-def scratch_root() -> str:
-    return os.environ.get("LOVECRAFT_SCRATCH") or os.path.join(tempfile.gettempdir(), "lovecraft-scratch")
 
 
 class RemoteOutputDir:
@@ -68,12 +72,14 @@ class RemoteOutputDir:
         uri: str,
         *,
         overwrite: bool = False,
+        protect: list[str] | None = None,
         resume: bool | None = None,
         budget: int = 256 << 20,
         state: tuple[str, str],
     ) -> None:
-        """``state``: the names of the run-state files in the work directory (the journal's plan and
-        entries, see engine/journal.py), restored from the store on ``--resume``."""
+        """``protect``: the inputs (never replaced, never written into); ``state``: the names of the
+        run-state files in the work directory (the journal's plan and entries, see
+        engine/journal.py), restored from the store on ``--resume``."""
         self.path = uri.rstrip("/")
         _, self.bucket, key = split(self.path)
         self.prefix = key.strip("/") + "/" if key.strip("/") else ""
@@ -87,6 +93,9 @@ class RemoteOutputDir:
         self.tmp = ""
         self.old_run: str | None = None
         self.state = state
+        self.protect = list(protect or [])
+        self._lock: tuple[str, int] | None = None  # (scratch directory, its lock): see .scratch
+        self.done = False  # the manifest is in: the run is committed, whatever happens after
 
     def key(self, rel: str) -> str:
         return self.prefix + rel
@@ -94,7 +103,34 @@ class RemoteOutputDir:
     # -- opening -------------------------------------------------------------------------------
 
     def __enter__(self) -> RemoteOutputDir:
+        check_remote(self.path, self.protect)
         self.store.check(self.prefix)
+        sweep()  # what dead runs left in local scratch
+        local = os.path.join(scratch_root(), hashlib.sha256(self.path.encode()).hexdigest()[:20])
+        if self.resumable:  # one work directory per output on this machine: locked before anything
+            # of the output is touched, so a second run here is refused before it deletes a thing
+            self._claim(local + ".partial")
+        try:
+            return self._enter(local)
+        except BaseException:
+            self._unclaim()
+            raise
+
+    def _claim(self, path: str) -> None:
+        try:
+            self._lock = (path, claim(path))
+        except locks.Busy:
+            raise OutputError(
+                f"{self.path}: another lovecraft run on this machine is writing this output",
+                hint="wait for it or choose another path",
+            ) from None
+
+    def _unclaim(self) -> None:
+        if self._lock is not None:
+            release(*self._lock)
+            self._lock = None
+
+    def _enter(self, local: str) -> RemoteOutputDir:
         existing = self._manifest()
         if existing is not None and not self.overwrite:
             raise OutputError(
@@ -102,6 +138,11 @@ class RemoteOutputDir:
             )
         self.old_run = run_of(existing)
         partial = self._partial()
+        if partial is not None and partial == self.old_run:  # its run committed, then died before removing it
+            clear_committed_state(self.path, existing)
+            partial = None
+        if existing is None and partial is None and not self.overwrite:
+            self._refuse_foreign_objects()
         if partial is not None:
             if self.resumable and self.resume:
                 self.run = partial
@@ -113,7 +154,6 @@ class RemoteOutputDir:
             else:
                 self.remove_run(partial)
                 self.store.delete([self.key(PARTIAL)])
-        local = os.path.join(scratch_root(), hashlib.sha256(self.path.encode()).hexdigest()[:20])
         if self.run:
             # the run's state on the store is the truth (another machine may have gone further);
             # local spill frames, where this machine has them, are kept
@@ -132,7 +172,6 @@ class RemoteOutputDir:
             self._mark()
             return self
         self.run = new_run_id()
-        os.makedirs(scratch_root(), exist_ok=True)
         if self.resumable:
             self.tmp = local + ".partial"
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -140,9 +179,22 @@ class RemoteOutputDir:
             body = json.dumps({"run": self.run, "started": self.run.split("-")[1]}).encode()
             self.store.put(self.key(PARTIAL), body)
         else:
-            self.tmp = tempfile.mkdtemp(prefix=f"{os.path.basename(local)}.tmp-", dir=scratch_root())
+            self.tmp, fd = new_dir(f"{os.path.basename(local)}.tmp-")
+            self._lock = (self.tmp, fd)
         self._mark()
         return self
+
+    def _refuse_foreign_objects(self) -> None:
+        """A prefix without a dataset may still hold objects of dead runs of ours (``run-*/``,
+        removed after the commit as strays); anything else is the user's, which the commit would
+        delete: refused, as a local directory that exists is."""
+        for k, _ in self.store.list(self.prefix):
+            if not k[len(self.prefix) :].startswith("run-"):
+                raise OutputError(
+                    f"{self.path}: output already exists (it holds {self.store.uri(k)}, which is not of a "
+                    "lovecraft dataset)",
+                    hint="pass --overwrite to replace everything under it, or choose another path",
+                )
 
     def _mark(self) -> None:
         """Tell the units (in any process) where their files go: see :func:`upload_unit`."""
@@ -216,30 +268,35 @@ class RemoteOutputDir:
                     f"{self.path}/{self.run}/{rel}: the uploaded bytes differ from those written",
                     hint="the scratch file changed during the upload; run the command again",
                 )
-        committed = prefixed(manifest, self.run)
-        body = mf.dumps(committed).encode()
+        final = prefixed(manifest, self.run)
+        body = mf.dumps(final).encode()
         mkey = self.key(mf.MANIFEST_NAME)
-        if self.overwrite and self.old_run is not None:
-            self.store.put(mkey, body)
-        else:
-            try:
-                self.store.put(mkey, body, if_absent=True)
-            except PreconditionFailed:
-                self.remove_run(self.run)
-                raise OutputError(
-                    f"{self.path}: another run committed this output first (its {mf.MANIFEST_NAME} appeared "
-                    "while this run wrote); nothing of this run was kept",
-                    hint="pass --overwrite to replace it, or choose another path",
-                ) from None
-        manifest.clear()
-        manifest.update(committed)
-        if self.resumable:
-            self.store.delete([self.key(PARTIAL)])
-            state = self.key(f"{self.run}/{RESUME}/")
-            self.store.delete([k for k, _ in self.store.list(state)])
-        if self.old_run is not None and self.old_run != self.run:
-            self.store.abort_uploads(self.key(self.old_run + "/"))
-        self.remove_strays()
+        # the put is the commit: an interrupt during it (the request may have reached the store)
+        # waits for its answer, and once it is in, the run is complete
+        with held():
+            if self.overwrite and self.old_run is not None:
+                self.store.put(mkey, body)
+            else:
+                try:
+                    self.store.put(mkey, body, if_absent=True)
+                except PreconditionFailed:
+                    self.remove_run(self.run)
+                    raise OutputError(
+                        f"{self.path}: another run committed this output first (its {mf.MANIFEST_NAME} appeared "
+                        "while this run wrote); nothing of this run was kept",
+                        hint="pass --overwrite to replace it, or choose another path",
+                    ) from None
+            committed()
+            self.done = True
+            manifest.clear()
+            manifest.update(final)
+            if self.resumable:
+                self.store.delete([self.key(PARTIAL)])
+                state = self.key(f"{self.run}/{RESUME}/")
+                self.store.delete([k for k, _ in self.store.list(state)])
+            if self.old_run is not None and self.old_run != self.run:
+                self.store.abort_uploads(self.key(self.old_run + "/"))
+            self.remove_strays()
 
     def remove_strays(self) -> None:
         """After the commit: delete every object under the prefix the manifest does not name (the
@@ -255,16 +312,19 @@ class RemoteOutputDir:
                 self.store.abort_uploads(key)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self.keep or not self.tmp:
-            return
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        if exc_type is not None and self.run:  # a failed run leaves nothing behind
-            try:
-                self.remove_run(self.run)
-                if self.resumable:
-                    self.store.delete([self.key(PARTIAL)])
-            except Exception:  # noqa: BLE001 - the original error is the one to report
-                pass
+        try:
+            if self.keep or not self.tmp:
+                return
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if exc_type is not None and self.run and not self.done:  # a failed run leaves nothing behind
+                try:
+                    self.remove_run(self.run)
+                    if self.resumable:
+                        self.store.delete([self.key(PARTIAL)])
+                except Exception:  # noqa: BLE001 - the original error is the one to report
+                    pass
+        finally:
+            self._unclaim()  # after the directory is gone (or kept for --resume)
 
 
 def upload_unit(work: str, records: list) -> None:
@@ -289,6 +349,28 @@ def upload_unit(work: str, records: list) -> None:
             )
         record(work, r.path, nbytes, digest)
         os.unlink(local)
+
+
+def clear_committed_state(uri: str, m: dict) -> None:
+    """Remove what a resumable run killed between its commit and its cleanup left on the store:
+    the ``_partial.json`` naming the run the manifest ``m`` commits, and that run's ``_resume/``
+    state (``--resume`` of a finished run does this: nothing else is left to do)."""
+    run = run_of(m)
+    if run is None:
+        return
+    store = store_for(uri)
+    _, _, key = split(uri)
+    prefix = key.strip("/") + "/" if key.strip("/") else ""
+    data = store.read_all(prefix + PARTIAL)
+    try:
+        named = json.loads(data).get("run") if data is not None else None
+    except (ValueError, AttributeError):
+        named = None
+    if named == run:
+        store.delete([prefix + PARTIAL])
+    state = [k for k, _ in store.list(f"{prefix}{run}/{RESUME}/")]
+    if state:
+        store.delete(state)
 
 
 def _run_here(work: str) -> str | None:

@@ -49,6 +49,10 @@ class Tokenizer:
         """The id of a token string (None when it is not one token of this tokenizer)."""
         return None
 
+    def special_tokens(self) -> list[str]:
+        """The tokenizer's own special tokens (what a document marker usually is), in id order."""
+        return []
+
     def describe(self) -> dict:
         return {"name": self.name, "vocab_size": self.vocab_size}
 
@@ -117,6 +121,11 @@ class HfTokenizer(Tokenizer):
     def token_id(self, token: str) -> int | None:
         i = self.tok.token_to_id(token)
         return None if i is None else int(i)
+
+    def special_tokens(self) -> list[str]:
+        """The added tokens marked special in the tokenizer.json (``added_tokens``, ``special: true``)."""
+        added = self.tok.get_added_tokens_decoder()
+        return [added[i].content for i in sorted(added) if added[i].special]
 
     def encode(self, lines: VarColumn) -> VarColumn:
         data = lines.values.tobytes()
@@ -234,9 +243,13 @@ def marker_id(tokenizer: Tokenizer, spec: str | int | None, flag: str) -> int | 
     if i is None and isinstance(tokenizer, CharsTokenizer):
         raise OptionsError(f"{flag} {spec!r}: the chars tokenizer's tokens are single characters", hint=CHARS_HINT)
     if i is None:
+        special = tokenizer.special_tokens()
+        shown = ", ".join(repr(t) for t in special[:8]) + (f" and {len(special) - 8} more" if len(special) > 8 else "")
         raise OptionsError(
             f"{flag} {spec!r}: not in the vocabulary of {tokenizer.name}",
-            hint="give a token it has (e.g. '</s>', '<|endoftext|>') or an integer id",
+            hint=f"its special tokens are {shown}; give one of them or an integer id"
+            if special
+            else "it has no special tokens; give a token of its vocabulary or an integer id",
         )
     return i
 

@@ -9,8 +9,8 @@ each taken as its first ``length`` values (padding and bucket order do not matte
 the sum of the rows' 128-bit hashes and the row count must agree. Memory stays bounded: the source
 is read in the batches ``bucket`` reads.
 
-A packed layout (rows cut from the concatenated token stream) has no row per source sequence: it is
-refused in one line.
+A packed layout (rows cut from the concatenated token stream) has no row per source sequence: its
+comparison is :mod:`.packedsource`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import manifest as mf
-from ..errors import InputError, LovecraftError, OptionsError
+from ..errors import InputError, LovecraftError
 from ..schema import SEQUENCE, Batch, Field, Schema, VarColumn
 from .source import row_hashes
 
@@ -54,17 +54,6 @@ READ_OPTIONS = (
 )
 
 
-def refuse_packed(path: str, manifest: dict) -> None:
-    """OptionsError (one line) for ``--against`` on a packed bucketed dataset."""
-    options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
-    if options.get("layout") == "packed" or manifest.get("packing"):
-        raise OptionsError(
-            f"{path}: verify --against cannot compare a packed dataset with its source (its rows are cut from "
-            "the concatenated token stream, not one per sequence)",
-            hint="verify it without --against",
-        )
-
-
 class BucketComparer:
     """The source of a bucketed dataset against its rows; the interface of ``SourceComparer``."""
 
@@ -90,10 +79,10 @@ class BucketComparer:
         self.dtype = np.dtype(verifier.storage(self.field)).newbyteorder("=")
         self.schema = Schema((Field(self.field.name, SEQUENCE, self.dtype.str),))
         try:
-            self.o = BucketOptions(**_options(manifest))
+            self.o = BucketOptions(**read_options(manifest))
             self.o.validate()
         except (TypeError, ValueError, LovecraftError) as e:
-            self._problem(f"the manifest's options cannot be used to read the source ({_one_line(e)})", MANIFEST)
+            self._problem(f"the manifest's options cannot be used to read the source ({one_line(e)})", MANIFEST)
             self.usable = False
             return
         try:
@@ -101,7 +90,7 @@ class BucketComparer:
         except InputError:
             raise  # a source that cannot be found or opened is the caller's mistake
         except (LovecraftError, TypeError, ValueError, AttributeError, KeyError, UnicodeError) as e:
-            self._problem(f"cannot be read with the manifest's options ({_one_line(e)})")
+            self._problem(f"cannot be read with the manifest's options ({one_line(e)})")
             self.usable = False
 
     def _problem(self, message: str, file: str | None = None) -> None:
@@ -210,7 +199,7 @@ def _heads(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> VarColum
     return VarColumn(values[at], offs)
 
 
-def _options(manifest: dict) -> dict[str, Any]:
+def read_options(manifest: dict) -> dict[str, Any]:
     """The manifest's options that say how ``bucket`` read its source; a tokenizer file at the
     absolute path the manifest records."""
     from ..jobs.options import BucketOptions
@@ -233,5 +222,5 @@ def _options(manifest: dict) -> dict[str, Any]:
     return out
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     return e.one_line() if isinstance(e, LovecraftError) else " ".join(str(e).split())[:300]

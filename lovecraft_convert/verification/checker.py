@@ -83,13 +83,11 @@ def _verify_remote(uri: str, against: list[str] | None, budget: int, progress: b
     judged there like a directory (sizes, digests, decoding), problems naming the objects' URIs;
     objects under the prefix that the manifest does not name are reported as strays."""
     import shutil
-    import tempfile
 
     from ..storage import dataset as remote
-    from ..storage.output import scratch_root
+    from ..storage import scratch
 
-    os.makedirs(scratch_root(), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="verify-", dir=scratch_root())
+    tmp, lock = scratch.new_dir("verify-")  # locked: a sweep (see storage/scratch.py) leaves it alone
     started = time.time()
     try:
         remote.copy_for_verify(uri, tmp)
@@ -108,6 +106,7 @@ def _verify_remote(uri: str, against: list[str] | None, budget: int, progress: b
                 v.add(rel, "stray", why)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        scratch.release(tmp, lock)
     v.report.seconds = time.time() - started
     return v.report
 
@@ -126,6 +125,12 @@ class Verifier:
 
         shown = file if source else child_path(self.shown, file)
         self.report.problems.append(Problem(file, kind, message, shown))
+
+    def warn(self, file: str, kind: str, message: str) -> None:
+        """Something worth saying that is not wrong (the dataset verifies)."""
+        from ..storage import child_path
+
+        self.report.warnings.append(Problem(file, kind, message, child_path(self.shown, file)))
 
     def close(self) -> None:
         if self.files is not None:
@@ -153,14 +158,17 @@ class Verifier:
         data_files = [p for p in st.info if p not in st.extra]
         self.report.files = len(data_files)
         self.report.bytes = sum(int(st.info[p]["bytes"]) for p in data_files if is_count(st.info[p].get("bytes")))
-        self.files = Files(self.root, st.info, self.add)
+        self.files = Files(self.root, st.info, self.add, self.warn, st.fmt.stray_reason)
         self.files.strays(set(st.info))
         self.ctx = CheckContext(self.root, m, st.info, self.budget, self.step_rows)
         comparer = None
-        if against and m.get("command") == "bucket":  # the source's sequences, not its rows
-            from .bucketsource import BucketComparer, refuse_packed
+        if against and m.get("command") == "bucket" and m.get("packing"):  # the source's tokens, packed
+            from .packedsource import PackedComparer
 
-            refuse_packed(self.root, m)
+            comparer = PackedComparer(self, against, m, self.schema)
+        elif against and m.get("command") == "bucket":  # the source's sequences, not its rows
+            from .bucketsource import BucketComparer
+
             comparer = BucketComparer(self, against, m, self.schema)
         elif against:
             from .source import SourceComparer

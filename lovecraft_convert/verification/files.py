@@ -22,10 +22,14 @@ MANIFEST = mf.MANIFEST_NAME
 class Files:
     """Presence, size and hash checks of a dataset's files; problems go to ``add(file, kind, message)``."""
 
-    def __init__(self, root: str, info: dict[str, dict], add) -> None:
+    def __init__(self, root: str, info: dict[str, dict], add, warn=None, stray_reason=None) -> None:
+        """``warn(file, kind, message)`` takes what is worth saying but not wrong (a README beside
+        the data); ``stray_reason(name)``: why an unlisted file matters to readers (the format's)."""
         self.root = root
         self.info = info
         self.add = add
+        self.warn = warn or add
+        self.stray_reason = stray_reason or (lambda name: "a stray file")
         self._pool = None
         self._stop = threading.Event()
         self._hashes: dict[str, Any] = {}
@@ -65,8 +69,12 @@ class Files:
                     self.add(rel, "stray", "a symbolic link, not listed in the manifest (not followed)")
                 elif temporary(n):
                     self.add(rel, "stray", "a temporary file (of an interrupted run?), not listed in the manifest")
+                elif (why := self.stray_reason(rel)) is not None:
+                    self.add(rel, "stray", f"not listed in the manifest ({why})")
                 else:
-                    self.add(rel, "stray", "not listed in the manifest (a stray file)")
+                    self.warn(
+                        rel, "stray", "not listed in the manifest (left alone: no reader of the dataset reads it)"
+                    )
 
     def _hash_pool(self):
         if self._pool is None:
@@ -121,5 +129,7 @@ class Files:
 
 
 def temporary(name: str) -> bool:
+    """A name temporary files are given (an editor's, a download's, a run's); not any hidden file
+    (``.DS_Store`` is the Finder's, left alone)."""
     n = name.lower()
-    return n.endswith((".tmp", ".partial", ".part", "~", ".swp")) or ".tmp-" in n or n.startswith(".")
+    return n.endswith((".tmp", ".partial", ".part", "~", ".swp")) or ".tmp-" in n

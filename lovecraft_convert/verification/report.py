@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..util import format_size
+from ..util import counted, format_size
 
 
 @dataclass
@@ -36,6 +36,7 @@ class Report:
     bytes: int = 0
     seconds: float = 0.0
     against: dict[str, Any] | None = None
+    warnings: list[Problem] = field(default_factory=list)  # worth saying, not wrong (a stray README)
 
     @property
     def ok(self) -> bool:
@@ -44,11 +45,15 @@ class Report:
     def lines(self) -> list[str]:
         return [p.line() for p in self.problems]
 
+    def warning_lines(self) -> list[str]:
+        return [p.line() for p in self.warnings]
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"dataset": self.path, "ok": self.ok}
         d.update((k, getattr(self, k)) for k in ("format", "rows", "files", "bytes"))
         d["seconds"] = round(self.seconds, 3)
         d["problems"] = [p.to_dict() for p in self.problems]
+        d["warnings"] = [p.to_dict() for p in self.warnings]
         d["against"] = self.against
         return d
 
@@ -56,7 +61,7 @@ class Report:
         what = "hashes, decoding, statistics" + (", source" if self.against else "")
         if self.ok:
             return (
-                f"ok: {self.path}: {self.format}, {self.rows:,} rows, {self.files} files, "
+                f"ok: {self.path}: {self.format}, {counted(self.rows, 'row')}, {counted(self.files, 'file')}, "
                 f"{format_size(self.bytes)} verified ({what}) in {self.seconds:.1f}s"
             )
         n = len(self.problems)

@@ -24,7 +24,7 @@ ZST = zstandard.ZstdCompressor().compress(b"hello\n" * 10000)
 
 CASES = {
     "missing file": (None, "nope.csv", [], "Error: {d}/nope.csv: no such file; check the path"),
-    "unknown input format": (b"a,b\n", "data.weird", [], "Error: {d}/data.weird: cannot tell the input format from its name or content; pass --input-format text, csv, jsonl, npy, parquet, arrow, hf or dataset"),
+    "unknown input format": (b"a,b\n", "data.weird", [], "Error: {d}/data.weird: cannot tell the input format from its name or content; pass --input-format text, csv, jsonl, json, npy, npz, hdf5, parquet, arrow, hf or dataset"),
     "ragged csv row": (b"a,b\n1,2\n3\n5,6\n", "r.csv", [], "Error: {d}/r.csv, row 2 (line 3): expected 2 fields, found 1; fix the row (is a quote unbalanced or a delimiter missing?)"),
     "non-numeric value in a numeric column": (b"a,b\n1,2\n3,abc\n", "n.csv", ["--column-type", "b=float32"], "Error: {d}/n.csv, row 2 (line 3), column 'b': 'abc' is not a valid float32; fix the value or choose another --column-type"),
     "empty csv": (b"", "e.csv", [], "Error: {d}/e.csv: empty input (no header, no rows); check the file"),

@@ -30,7 +30,7 @@ def test_intact_exits_0(dataset):
     out, _ = dataset
     r = lovecraft("verify", out)
     assert r.exit_code == 0
-    assert r.stdout.startswith(f"ok: {out}: parquet, 3,000 rows, 1 files, ")
+    assert r.stdout.startswith(f"ok: {out}: parquet, 3,000 rows, 1 file, ")
     assert "verified (hashes, decoding, statistics)" in r.stdout
     r = lovecraft("verify", out, "-q")
     assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
@@ -52,7 +52,8 @@ def test_problems_one_line_each_on_stdout_exit_1(dataset, tmp_path):
     r = lovecraft("verify", ds)
     assert r.exit_code == 1
     assert r.stdout.splitlines() == [
-        f"{ds}/stray.bin: not listed in the manifest (a stray file)",
+        f"{ds}/stray.bin: not listed in the manifest (pyarrow, pandas and dask read every file whose name does not "
+        "start with _ or . as Parquet)",
         f"{ds}/data.parquet: listed in the manifest but missing",
     ]
     assert r.stderr == f"{ds}: 2 problems found\n"

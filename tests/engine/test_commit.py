@@ -302,9 +302,9 @@ def test_interrupt_while_committing_keeps_the_work(tmp_path, monkeypatch, comman
 
 @pytest.mark.parametrize("command", ["convert", "shard", "bucket"])
 def test_an_interrupt_during_the_commit_lets_it_finish(tmp_path, monkeypatch, command):
-    """A real SIGINT, sent while the commit syncs the new output (after the old one was moved
-    aside, with --overwrite), is held until the output is in place: the run completes, the output
-    is the new one whole, and nothing is left beside it."""
+    """A real SIGINT, sent while the commit puts the new output in place (after the old one was
+    moved aside, with --overwrite), is held until the output is in place: the run completes, the
+    output is the new one whole, and nothing is left beside it."""
     import lovecraft_convert as lc
     from lovecraft_convert.engine import commit, interrupts
 
@@ -312,24 +312,24 @@ def test_an_interrupt_during_the_commit_lets_it_finish(tmp_path, monkeypatch, co
     args = {"convert": [], "shard": ["--num-shards", "2"], "bucket": ["--num-buckets", "2", "--ragged"]}[command]
     out = tmp_path / "out"
     assert lovecraft("convert", src, "-o", str(out), "--to", "hdf5", "-q").exit_code == 0
-    real = commit.fsync_path
+    real = os.rename
     sent = []
 
-    def fsync_and_interrupt(path):
-        if path == str(tmp_path) and not sent:  # the parent's sync: the old output is aside
+    def interrupt_and_rename(src, dst, *args, **kwargs):
+        if str(dst) == str(out) and not sent:  # the new output goes in place: the old one is aside
             sent.append(os.listdir(tmp_path))
             os.kill(os.getpid(), signal.SIGINT)
-            real(path)
+            real(src, dst, *args, **kwargs)
             sent.append(interrupts.pending())  # the handler ran, and held it
             return
-        real(path)
+        real(src, dst, *args, **kwargs)
 
     # an interrupted run before this one (in this process) leaves SIGINT ignored, as the CLI does
     # once it has said 'interrupted': Python's own handler is what a run starts with
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with monkeypatch.context() as m:
-            m.setattr(commit, "fsync_path", fsync_and_interrupt)
+            m.setattr(commit.os, "rename", interrupt_and_rename)
             r = lovecraft(command, src, "-o", str(out), "--to", "parquet", *args, "--overwrite", "-q")
     finally:
         signal.signal(signal.SIGINT, old)

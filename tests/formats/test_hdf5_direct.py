@@ -174,35 +174,37 @@ def test_grouped_chunks_through_the_library_calls_make_the_file_h5py_makes(tmp_p
         f.write(",".join(f"c{i}" for i in range(cols)) + "\n")
         np.savetxt(f, data, fmt="%d", delimiter=",")
     if sys.platform.startswith("linux"):
-        assert native.calls() is not None
+        assert native.library() is not None, native.refused()
     used, attributed = [], []
-    real = native.write_chunks
+    real = native.Bound.write_chunks
 
-    def counted(*a):
-        used.append(a[3])
-        if a[5] is not None:  # attributes, written with the last chunks
-            attributed.extend(zip(a[1], a[5], strict=True))
-        return real(*a)
+    def counted(self, *a):
+        used.append(a[2])
+        if a[4] is not None:  # attributes, written with the last chunks
+            attributed.extend(zip(a[0], a[4], strict=True))
+        return real(self, *a)
 
-    monkeypatch.setattr(native, "write_chunks", counted)
+    monkeypatch.setattr(native.Bound, "write_chunks", counted)
     # the datasets after the first are made by the C calls too
     made = []
-    real_create = native.create_closed
-    monkeypatch.setattr(native, "create_closed", lambda *a: made.append(a[1]) or real_create(*a))
+    real_create = native.Bound.create_closed
+    monkeypatch.setattr(native.Bound, "create_closed", lambda self, *a: made.append(a[0]) or real_create(self, *a))
     outs = {}
     for mode in ("native", "h5py"):
         if mode == "h5py":
             monkeypatch.setenv("LOVECRAFT_HDF5_NATIVE", "0")
-        native.calls.cache_clear()
         out = tmp_path / mode
         r = lovecraft("convert", str(src), "-o", str(out), "--to", "hdf5", "--max-memory", "16MiB", "-q")
         assert r.exit_code == 0, r.stderr
         outs[mode] = (out / "data.h5").read_bytes()
-        if mode == "native" and native.calls() is not None:
+        if mode == "native" and native.library() is not None:
+            assert native.refused() is None
             assert len(used) >= 2 and used[0] == 0  # every block, from the first chunk on
             assert made == [f"c{i}".encode() for i in range(1, cols)]
             assert attributed == [(f"c{i}".encode(), [(b"kind", b"fixed"), (b"dtype", b"<i8")]) for i in range(cols)]
-    native.calls.cache_clear()
+        if mode == "h5py":
+            assert native.refused() == "LOVECRAFT_HDF5_NATIVE=0"
+            assert len(made) == cols - 1  # none more
     assert outs["native"] == outs["h5py"]
     with h5py.File(tmp_path / "native" / "data.h5", "r") as f:
         got = np.stack([f[f"c{i}"][:] for i in range(cols)], axis=1)
@@ -229,9 +231,11 @@ def test_a_wide_groups_datasets_are_made_in_a_thread_and_make_the_same_file(tmp_
 
     data = _wide_int_csv(tmp_path / "w.csv", 25_001, 48, 12)
     threads = set()
-    real_create = native.create_closed
+    real_create = native.Bound.create_closed
     monkeypatch.setattr(
-        native, "create_closed", lambda *a: threads.add(threading.current_thread().name) or real_create(*a)
+        native.Bound,
+        "create_closed",
+        lambda self, *a: threads.add(threading.current_thread().name) or real_create(self, *a),
     )
     outs = {}
     for mode in ("thread", "inline"):
@@ -241,7 +245,7 @@ def test_a_wide_groups_datasets_are_made_in_a_thread_and_make_the_same_file(tmp_
         r = lovecraft("convert", str(tmp_path / "w.csv"), "-o", str(out), "--to", "hdf5", "--max-memory", "16MiB", "-q")
         assert r.exit_code == 0, r.stderr
         outs[mode] = (out / "data.h5").read_bytes()
-        if mode == "thread" and native.calls() is not None:
+        if mode == "thread" and native.library() is not None:
             assert threads == {"lovecraft-hdf5-create"}
     assert outs["thread"] == outs["inline"]
     with h5py.File(tmp_path / "thread" / "data.h5", "r") as f:

@@ -354,7 +354,8 @@ def test_lines_that_are_refused(tmp_path):
         b'{"a": 1}\n5\n': "line 2: a number, not an object: each line of a JSON Lines input holds one object; fix the line (an input where no line holds an object is read as one column 'value')",
         b'{"a": "x"}\n{"a": "b\xffd"}\n': "line 2: invalid UTF-8 (invalid start byte at byte 9 of the line); fix the file or pass --errors replace",
         b'{"a": "x"}\n{"a": "\\ud800"}\n': "line 2, key 'a': a \\u escape names a lone surrogate (half of a character), which is not text; fix the file or pass --errors replace",
-        b'[\n  {"a": 1}\n]\n': "line 1: not valid JSON (Expecting value at character 2); this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')",
+        b'[\n  {"a": 1}\n]\n': "line 1: not valid JSON (Expecting value at character 2); this looks like a JSON array, not JSON Lines: pass --input-format json (or name the file .json)",
+        b'{\n  "a": 1\n}\n': "line 1: not valid JSON (Expecting property name enclosed in double quotes at character 2); this looks like one JSON document over many lines, not JSON Lines: write one object per line (e.g. jq -c '.[]')",
         b'{"a": 1, }\n': "line 1: not valid JSON (Expecting property name enclosed in double quotes at character 10); fix the line",
     }  # fmt: skip
     for data, msg in cases.items():

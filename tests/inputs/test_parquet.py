@@ -355,7 +355,7 @@ def test_inspect_shows_nested_paths_types_nulls_row_groups(tmp_path, wide):
     assert cols["text"]["lengths"]["p50"] == lens[(len(lens) + 1) // 2 - 1]
     assert cols["text"]["lengths"]["max"] == lens[-1]
     text = lovecraft("inspect", src, "-q").stdout
-    assert f"{src}: parquet, not compressed" in text and "15 row groups" in text
+    assert f"{src}: parquet, snappy-compressed inside" in text and "15 row groups" in text  # pyarrow's default codec
     assert "input type string; 10,000 nulls" in text
 
 

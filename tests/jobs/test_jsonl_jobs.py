@@ -172,10 +172,16 @@ def test_bucket_text_key(tmp_path, big_jsonl):
     ma, mb = manifest(a), manifest(b)
     assert [x["max_length"] for x in ma["buckets"]] == [x["max_length"] for x in mb["buckets"]]
     assert [x["rows"] for x in ma["buckets"]] == [x["rows"] for x in mb["buckets"]]
-    r = lovecraft("bucket", src, "-o", str(tmp_path / "c"), "--to", "memmap", "--num-buckets", "2", "-q")
+    # without --column: the key named text, as convert --tokenizer takes it (the README's default)
+    r = lovecraft("bucket", src, "-o", str(tmp_path / "c"), "--to", "memmap", "--num-buckets", "4", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert [x["rows"] for x in manifest(str(tmp_path / "c"))["buckets"]] == [x["rows"] for x in ma["buckets"]]
+    nokey = tmp_path / "nokey.jsonl"
+    nokey.write_text('{"id": 1, "body": "x"}\n')
+    r = lovecraft("bucket", str(nokey), "-o", str(tmp_path / "d"), "--to", "memmap", "--num-buckets", "2", "-q")
     assert (r.exit_code, r.stderr) == (
         1,
-        f"Error: {src}: say which key holds the text (columns: id, text, meta.lang, meta.score, tags); pass --column NAME\n",
+        f"Error: {nokey}: say which key holds the text (columns: id, body); pass --column NAME\n",
     )
     r = lovecraft(
         "bucket", src, "-o", str(tmp_path / "c"), "--to", "memmap", "--num-buckets", "2", "--column", "id", "-q"

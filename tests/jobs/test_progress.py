@@ -218,7 +218,7 @@ def test_stderr_not_a_terminal_gets_the_summary_alone(corpus, command):
     code, stdout, err = _piped(corpus, [command, "corpus.txt", "-o", out, "--to", "parquet", *many, "--workers", "2"])
     assert code == 0 and stdout == "", err
     lines = (corpus / "corpus.txt").read_bytes().count(b"\n")
-    assert err.startswith(f"wrote {lines} rows to {out} (parquet, "), err  # the summary ...
+    assert err.startswith(f"wrote {lines:,} rows to {out} (parquet, "), err  # the summary ...
     assert "\r" not in err and "%|" not in err and "B/s" not in err, err  # ... and no bar
 
 

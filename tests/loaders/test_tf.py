@@ -154,7 +154,7 @@ def test_bucketed_through_tf(tmp_path, fmt, shuffled, pad_to):
     ds = open_dataset(path)
     d = ds.to_tf_dataset(batch_size=8, shuffle=True, seed=0, pad_to=pad_to, y=None)
     assert d.element_spec["tokens"].shape.as_list() == [None, None]
-    assert d.element_spec["tokens"].dtype == tf.uint8
+    assert d.element_spec["tokens"].dtype == tf.int64  # token ids as Keras layers take them (stored uint8)
     ids = []
     for b in d.as_numpy_iterator():
         (k,) = {bucket_of(int(n)) for n in b["length"]}
@@ -176,7 +176,7 @@ def test_a_pipeline_starts_at_a_saved_state(datasets, fmt, shuffle):
         next(it)
     state = it.state_dict()
     assert state == ds.state_at(32, shuffle=shuffle, seed=6, step=7) | {"rank": 0}
-    d = ds.to_tf_dataset(32, shuffle=shuffle, state=state)
+    d = ds.to_tf_dataset(32, shuffle=shuffle, state=state, x=["id", "x", "h"])
     got = [np.asarray(b[0]["id"]) for b in d.as_numpy_iterator()]  # (features, label)
     assert len(got) == len(full) // 2 - 7
     for a, b in zip(got, full[7:], strict=False):

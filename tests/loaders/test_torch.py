@@ -185,7 +185,7 @@ def test_bucketed_batches_through_torch(tmp_path, fmt, shuffled, layout):
     for b in DataLoader(ds, batch_size=None, num_workers=2):
         (k,) = {bucket_of(int(n)) for n in b["length"]}
         assert b["tokens"].shape == (len(b["length"]), RANGES[k][1])
-        assert b["tokens"].dtype == torch.uint8
+        assert b["tokens"].dtype == torch.int64  # token ids as nn.Embedding takes them (stored uint8)
         ids.append(row_ids({"tokens": b["tokens"].numpy(), "length": b["length"].numpy()}, truth))
     assert_each_once(np.concatenate(ids), len(truth))
     with pytest.raises(DatasetError, match="whole batches"):

@@ -1,7 +1,8 @@
 """``verify --against`` of bucketed datasets: the source re-read as ``bucket`` reads it (ragged CSV
 rows, text through the bytes tokenizer, a dataset's text column), the same sequences dropped or
 truncated, compared with the rows' first ``length`` values as multisets; a changed source is one
-line naming it; a packed dataset is refused in one line (exit 2)."""
+line naming it; a packed dataset against the rows packing its source makes (in order, with their
+documents' starts), or by its tokens when packed in a shuffled order."""
 
 from __future__ import annotations
 
@@ -81,16 +82,56 @@ def test_text_and_a_dataset_column_through_the_tokenizer(tmp_path):
     assert len(lc.verify(out, against=[str(other)]).lines()) == 1
 
 
-def test_a_packed_dataset_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("opts", [[], ["--pad-last", "--pad-id", "0", "--eos", "10"], ["--num-shards", "3"]],
+                         ids=["dropped-tail", "pad-last", "shards"])  # fmt: skip
+def test_a_packed_dataset_is_verified_against_its_source(tmp_path, fmt, opts):
+    """Rows cut from the source's token stream in order, with their documents' starts: the same
+    rows at the same places (an edited source, a shorter one, a document moved: one line)."""
+    src = tmp_path / "lines.txt"
+    src.write_text("".join(f"line {i} {'w' * (i % 37)}\n" for i in range(800)))
+    out = str(tmp_path / "out")
+    r = lovecraft("bucket", str(src), "-o", out, "--to", fmt, "--layout", "packed", "--seq-len", "16", *opts, "-q")
+    assert r.exit_code == 0, r.stderr
+    report = lc.verify(out, against=[str(src)])
+    assert report.lines() == []
+    assert report.against["mode"] == "packed rows" and report.against["complete"] is True
+    assert report.against["source_rows"] == report.against["rows_compared"] == lc.open_dataset(out).manifest["rows"]
+    r = lovecraft("verify", out, str(src), "--against", "-q")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
+    swapped = tmp_path / "swapped.txt"  # the same tokens, two documents in the other order
+    lines = src.read_text().splitlines(keepends=True)
+    lines[3], lines[4] = lines[4], lines[3]
+    swapped.write_text("".join(lines))
+    r = lovecraft("verify", out, str(swapped), "--against", "-q")
+    assert r.exit_code == 1 and r.stdout.count("\n") == 1, r.stdout
+    assert r.stdout.startswith(f"{swapped}: the dataset's rows are not the source's tokens packed in order")
+
+
+def test_a_packed_dataset_of_another_source_is_one_line(tmp_path):
     src = tmp_path / "lines.txt"
     src.write_text("".join(f"line {i}\n" for i in range(500)))
     out = str(tmp_path / "out")
-    r = lovecraft("bucket", str(src), "-o", out, "--to", "memmap", "--layout", "packed", "--seq-len", "16", "-q")
+    r = lovecraft("bucket", str(src), "-o", out, "--to", "parquet", "--layout", "packed", "--seq-len", "16", "-q")
     assert r.exit_code == 0, r.stderr
-    r = lovecraft("verify", out, str(src), "--against", "-q")
-    assert (r.exit_code, r.stdout, r.stderr) == (
-        2,
-        "",
-        f"Error: {out}: verify --against cannot compare a packed dataset with its source (its rows are cut from "
-        "the concatenated token stream, not one per sequence); verify it without --against\n",
-    )
+    short = tmp_path / "short.txt"
+    short.write_text("".join(f"line {i}\n" for i in range(400)))
+    r = lovecraft("verify", out, str(short), "--against", "-q")
+    assert r.exit_code == 1
+    tokens = [sum(len(f"line {i}") for i in range(n)) for n in (400, 500)]  # the bytes tokenizer: a token a byte
+    assert f"{short}: packs into {tokens[0] // 16} rows of 16 tokens, the dataset holds {tokens[1] // 16}\n" in r.stdout
+
+
+def test_a_shuffled_packed_dataset_is_compared_by_its_tokens(tmp_path):
+    src = tmp_path / "lines.txt"
+    src.write_text("".join(f"line {i} {'w' * (i % 37)}\n" for i in range(800)))
+    out = str(tmp_path / "out")
+    r = lovecraft("bucket", str(src), "-o", out, "--to", "parquet", "--layout", "packed", "--seq-len", "16",
+                  "--shuffle", "--seed", "3", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    report = lc.verify(out, against=[str(src)])
+    assert report.lines() == [] and report.against["mode"] == "tokens"
+    other = tmp_path / "other.txt"
+    other.write_text(src.read_text().replace("line 7 ", "lime 7 "))
+    r = lovecraft("verify", out, str(other), "--against", "-q")
+    assert r.exit_code == 1 and r.stdout.count("\n") == 1, r.stdout

@@ -18,6 +18,7 @@ import pytest
 import lovecraft_convert as lc
 from lovecraft_convert import verify as verify_fn
 from lovecraft_convert.errors import DatasetError
+from tests.conftest import lovecraft
 from tests.readback import digest_of, entry_digest, manifest
 
 FORMATS = ("memmap", "hdf5", "parquet", "tfrecord")
@@ -178,20 +179,52 @@ def test_deleted_file_is_caught(datasets, tmp_path, name, rel):
     assert r.lines() == [f"{ds}/{rel}: listed in the manifest but missing"]
 
 
+STRAY_DATA = {  # a file of the format's own kind, which its readers (or a glob) would take
+    "memmap": ("extra.npy", "a .npy file: a glob of the dataset's files would take it"),
+    "hdf5": ("extra.h5", "a .h5 file: a glob of the dataset's files would take it"),
+    "parquet": (
+        "notes.txt",
+        "pyarrow, pandas and dask read every file whose name does not start with _ or . as Parquet",
+    ),
+    "tfrecord": ("extra.tfrecord", "a .tfrecord file: a glob of the dataset's files would take it"),
+}
+
+
 @pytest.mark.parametrize("name", list(DATASETS))
 def test_stray_and_temporary_files_are_caught(datasets, tmp_path, name):
     ds = _copy(datasets[name], tmp_path)
-    (tmp_path / "ds" / "notes.txt").write_text("hello")
+    stray, why = STRAY_DATA[name.split("-")[0]]
+    (tmp_path / "ds" / stray).write_text("hello")
     (tmp_path / "ds" / "data.parquet.tmp").write_bytes(b"PAR1")
     os.mkdir(tmp_path / "ds" / "leftover")
     r = lc.verify(ds)
     assert sorted(r.lines()) == sorted(
         [
-            f"{ds}/notes.txt: not listed in the manifest (a stray file)",
+            f"{ds}/{stray}: not listed in the manifest ({why})",
             f"{ds}/data.parquet.tmp: a temporary file (of an interrupted run?), not listed in the manifest",
             f"{ds}/leftover: a directory not listed in the manifest (stray or temporary)",
         ]
     )
+
+
+@pytest.mark.parametrize("name", list(DATASETS))
+def test_a_readme_or_ds_store_is_a_warning(datasets, tmp_path, name):
+    """A README or the Finder's .DS_Store beside the data changes nothing a reader reads: verify
+    passes and says so on stderr (a README in a Parquet directory is read by pyarrow: an error)."""
+    ds = _copy(datasets[name], tmp_path)
+    (tmp_path / "ds" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (tmp_path / "ds" / "_README.txt").write_text("made with lovecraft")
+    if not name.startswith("parquet"):
+        (tmp_path / "ds" / "README.txt").write_text("made with lovecraft")
+    r = lc.verify(ds)
+    assert r.ok and r.lines() == []
+    why = "not listed in the manifest (left alone: no reader of the dataset reads it)"
+    names = [".DS_Store", "_README.txt"] + ([] if name.startswith("parquet") else ["README.txt"])
+    assert sorted(r.warning_lines()) == sorted(f"{ds}/{n}: {why}" for n in names)
+    cli = lovecraft("verify", ds)
+    assert cli.exit_code == 0
+    assert sorted(cli.stderr.splitlines()) == sorted(f"warning: {ds}/{n}: {why}" for n in names)
+    assert cli.stdout.startswith(f"ok: {ds}: ")
 
 
 @pytest.mark.parametrize("name", list(DATASETS))
@@ -553,7 +586,7 @@ def test_manifest_paths_outside_the_directory_are_refused(datasets, tmp_path):
         _write_manifest(ds, m2)
         lines = lc.verify(ds).lines()
         assert f"{ds}/_manifest.json: files[0]: path {bad!r} points outside the dataset directory" in lines
-        assert f"{ds}/data.parquet: not listed in the manifest (a stray file)" in lines
+        assert f"{ds}/data.parquet: not listed in the manifest ({STRAY_DATA['parquet'][1]})" in lines
 
 
 def test_unreadable_or_missing_manifest(datasets, tmp_path):

@@ -3,7 +3,7 @@ bucketed dataset also gets ``buckets.h5``, a group per bucket linking its files 
 
 from __future__ import annotations
 
-from ..base import OutputFormat, py_ident, py_str
+from ..base import Idents, OutputFormat, py_str
 
 
 class Hdf5Format(OutputFormat):
@@ -64,18 +64,18 @@ class Hdf5Format(OutputFormat):
         paths = [x["path"] for x in files]
         first = os.path.join(path, paths[0]) if paths else os.path.join(path, "data.h5")
         lines = ["import h5py", ""]
+        idents = Idents(reserved=("h5py", "f", "path"))
+        names = {id(f): idents.take(str(f.get("name"))) for f in schema}
         if many:
             lines.append(f"for path in {[os.path.join(path, p) for p in paths]!r}:")
             lines.append('    with h5py.File(path, "r") as f:')
             for f in schema:
-                lines.append(f"        {py_ident(f['name'])} = f[{py_str(f['name'])}][:]")
+                lines.append(f"        {names[id(f)]} = f[{py_str(f['name'])}][:]")
         else:
             lines.append(f'with h5py.File({py_str(first)}, "r") as f:')
             for f in schema:
                 suffix = ".asstr()[:]" if f.get("kind") == "string" else "[:]"
-                lines.append(
-                    f"    {py_ident(f['name'])} = f[{py_str(f['name'])}]{suffix}  # or slice [a:b] for part of it"
-                )
+                lines.append(f"    {names[id(f)]} = f[{py_str(f['name'])}]{suffix}  # or slice [a:b] for part of it")
         return {"h5py": "\n".join(lines)}
 
 

@@ -14,6 +14,7 @@ finds little left.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections import deque
@@ -33,7 +34,11 @@ class Hdf5Thread:
     handed over: resizes, cached writes and full chunks. HDF5 lays the file out in the order of its
     calls, so the bytes depend only on the data, never on timing; and HDF5 is not thread-safe
     (h5py's own lock is taken around each list). An error stops the work; the caller's next call
-    raises it."""
+    raises it.
+
+    The lock: h5py's own (see native.py) where the library calls may be used, held around each
+    list, so that no other thread's h5py call runs inside HDF5 between them; otherwise none of
+    ours (each h5py call takes h5py's)."""
 
     SYNC_EVERY = 64 << 20
 
@@ -42,10 +47,12 @@ class Hdf5Thread:
         ``threaded`` False: every call made at once, in the caller's thread. For small chunks (a
         wide table's): a thread that takes the GIL back after every one of thousands of short
         HDF5 calls waits out the interpreter's switch interval behind the caller each time."""
-        from h5py._objects import phil  # the lock h5py holds around its calls
+        from . import native
 
         self.threaded = threaded
-        self.lock = phil
+        lock = native.h5py_lock()
+        self.locked = lock is not None  # h5py's lock: the library calls may be used
+        self.lock = lock if lock is not None else contextlib.nullcontext()
         self.path = path
         self.q: queue.Queue = queue.Queue(maxsize=QUEUED)
         self.error: BaseException | None = None
@@ -249,17 +256,19 @@ class DirectGroup:
     of a 64 MiB budget), and opening one costs ~30 us, paid once per block of chunks. Each is
     resized to ``target`` when its next chunk is written past its end (the writer grows
     datasets of unknown length by doubling). The opens, writes and closes are made through the
-    library's C functions with the GIL released (native.py) where they can be: h5py holds it
-    through each call, ~1 s of a 2,000-column run during which the reading thread stood still."""
+    library's C functions with the GIL released where they can be (``native``: the calls bound to
+    this file, see native.py; None: h5py's): h5py holds it through each call, ~1 s of a
+    2,000-column run during which the reading thread stood still."""
 
     def __init__(
-        self, fid, names: list[str], dtype: np.dtype, rows_per_chunk: int, io: Hdf5Thread, extent: int
+        self, fid, names: list[str], dtype: np.dtype, rows_per_chunk: int, io: Hdf5Thread, extent: int, native=None
     ) -> None:
         from ..base import ColumnBlock
 
         assert not io.threaded
         self.io = io
         self.fid = fid
+        self.native = native
         self.names = [n.encode() for n in names]
         self.rows = rows_per_chunk
         self.nbytes = nbytes = rows_per_chunk * dtype.itemsize
@@ -299,17 +308,13 @@ class DirectGroup:
         chunk), its attributes written (``attrs``: those of :meth:`finish`), closed."""
         from h5py import h5d
 
-        from . import native
-
         resize = (self.target,) if self.target != self.extent else None
         chunks = self.out[:, : self.nbytes + 4]
         pairs, text = attrs or (None, None)
         start = 0
-        if native.calls() is not None and (pairs is None or native.attribute_calls()):  # without the GIL
+        if self.native is not None:  # without the GIL
             ids = (0, 0) if text is None else (text[0].id, text[1].id)
-            start = native.write_chunks(
-                self.fid.id, self.names, chunks, coord and coord[0], resize and resize[0], pairs, ids
-            )
+            start = self.native.write_chunks(self.names, chunks, coord and coord[0], resize and resize[0], pairs, ids)
             start = len(self.names) if start < 0 else start  # else made again below, for its error
         for i in range(start, len(self.names)):
             dsid = h5d.open(self.fid, self.names[i])

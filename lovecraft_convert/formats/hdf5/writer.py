@@ -12,6 +12,7 @@ checksummed and written by a thread of ours (direct.py), the same chunks a cache
 from __future__ import annotations
 
 import errno
+import json
 import os
 from functools import partial
 
@@ -173,7 +174,11 @@ class Hdf5Writer(Writer):
             self.chunk_bytes = chunk_target(len(schema), 5 * options.memory // 2)
         cache = 2 * self.chunk_bytes if cached else 0
         self.f = create_file(h5py, self.path, cache, slots=521 if len(schema) < 64 else 17)
-        self.f.attrs["lovecraft_schema"] = str([fd.to_dict() for fd in schema])
+        from . import native
+
+        with self.io.lock:  # the library calls bound to this file (native.py), or None: h5py's
+            self.native = native.for_file(self.f.id.id, self.path)
+        self.f.attrs["lovecraft_schema"] = json.dumps(schema.to_list())  # JSON, as in Parquet files
         self.dsets = {}
         self.row_shapes: dict[str, tuple] = {}  # each dataset's shape after its first axis
         self.direct: dict[str, DirectColumn] = {}
@@ -202,8 +207,6 @@ class Hdf5Writer(Writer):
         # Every column grouped, in one group (a wide feature matrix): after the first, the datasets
         # are made in a thread while the first chunks are gathered (see Hdf5Thread.first)
         later: list | None = [] if len(by_dtype) == 1 and len(self.grouped) == len(schema) else None
-        from . import native
-
         for fd in schema:
             if fd.kind == FIXED and fd.np_dtype.kind != "U":
                 dt = fd.np_dtype
@@ -221,13 +224,13 @@ class Hdf5Writer(Writer):
                         later.append((fd.name, tid, space, dcpl))
                         self.row_shapes[fd.name] = fd.shape
                         continue
-                    if fd.name in self.grouped:  # closed at once: made with the C call itself
+                    if fd.name in self.grouped and self.native is not None:  # closed at once: the C call
                         with self.io.lock:
-                            made = native.create_closed(self.f.id.id, fd.name.encode(), tid.id, space.id, dcpl.id)
+                            made = self.native.create_closed(fd.name.encode(), tid.id, space.id, dcpl.id)
                         if made:
                             self.row_shapes[fd.name] = fd.shape
                             continue
-                    ds = h5py.Dataset(h5py.h5d.create(self.f.id, self.f._e(fd.name), tid, space, dcpl=dcpl))
+                    ds = h5py.Dataset(h5py.h5d.create(self.f.id, fd.name.encode(), tid, space, dcpl=dcpl))
                 else:
                     ds = self.f.create_dataset(
                         fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
@@ -258,19 +261,18 @@ class Hdf5Writer(Writer):
         self.known = rows
         self.extent = rows or 0  # the datasets' current length
         self.groups = [
-            (names, DirectGroup(self.f.id, names, dt, per_chunk, self.io, extent=self.extent))
+            (names, DirectGroup(self.f.id, names, dt, per_chunk, self.io, extent=self.extent, native=self.native))
             for (dt, per_chunk), names in by_dtype.items()
         ]
 
     def _make_closed(self, made: list[tuple]) -> None:
-        """Datasets ``(name, type, space, creation properties)`` made and closed, in order."""
-        from . import native
-
-        h5py, fid = self.h5py, self.f.id
+        """Datasets ``(name, type, space, creation properties)`` made and closed, in order (through
+        the library calls where they may be used, see native.py)."""
+        h5py, fid, bound = self.h5py, self.f.id, self.native
         for name, tid, space, dcpl in made:
             with self.io.lock:
-                if not native.create_closed(fid.id, name.encode(), tid.id, space.id, dcpl.id):
-                    h5py.h5d.create(fid, self.f._e(name), tid, space, dcpl=dcpl).close()  # for its error
+                if bound is None or not bound.create_closed(name.encode(), tid.id, space.id, dcpl.id):
+                    h5py.h5d.create(fid, name.encode(), tid, space, dcpl=dcpl).close()  # for its error
 
     def write(self, batch: Batch) -> None:
         if self.held is not None:

@@ -1,11 +1,12 @@
 """memmap: NumPy ``.npy`` files that ``np.load(path, mmap_mode="r")`` maps, one per fixed-shape
-column (``<col>.values.npy`` + ``<col>.offsets.npy`` for variable-length ones) and unit."""
+column (``<col>.values.npy`` + ``<col>.offsets.npy`` for variable-length ones) and unit; ``<col>``
+the column's name, or its escape where that could not be a file name or could collide (names.py)."""
 
 from __future__ import annotations
 
 import os
 
-from ..base import OutputFormat, py_ident, py_str
+from ..base import Idents, OutputFormat, py_str
 
 
 class MemmapFormat(OutputFormat):
@@ -49,13 +50,15 @@ class MemmapFormat(OutputFormat):
         files = [f for f in manifest.get("files") or [] if isinstance(f, dict)]
         many = len(manifest.get("shards") or []) > 1 or bool(manifest.get("buckets"))
         lines = ["import numpy as np", ""]
+        idents = Idents(reserved=("np",))
         for f in schema:
             mine = [x for x in files if x.get("column") == f.get("name")]
+            v = idents.take(str(f.get("name")), ("",) if f.get("kind") == "fixed" else ("_values", "_offsets"))
             for role in ("data", "values", "offsets"):
                 paths = [x["path"] for x in mine if (x.get("role") or "data") == role]
                 if not paths:
                     continue
-                var = py_ident(f["name"] if role == "data" else f"{f['name']}_{role}")
+                var = v if role == "data" else f"{v}_{role}"
                 if many:
                     lines.append(
                         f'{var} = [np.load(f, mmap_mode="r") for f in '
@@ -63,9 +66,14 @@ class MemmapFormat(OutputFormat):
                     )
                 else:
                     lines.append(f'{var} = np.load({py_str(os.path.join(path, paths[0]))}, mmap_mode="r")')
-            if f.get("kind") != "fixed":
-                v = py_ident(f["name"])
+            if f.get("kind") != "fixed" and any((x.get("role") or "data") == "values" for x in mine):
                 lines.append(f"# row i of '{f['name']}': {v}_values[{v}_offsets[i]:{v}_offsets[i + 1]]")
+            elif f.get("kind") != "fixed":  # a padded bucket's sequences: dense files
+                pad = (manifest.get("bucketing") or {}).get("pad_id", 0)
+                lines.append(
+                    f"# each bucket's '{f['name']}' is [rows, its max_length], padded with {pad} after each row's "
+                    "length (the 'length' column)"
+                )
         return {"numpy": "\n".join(lines)}
 
 

@@ -2,7 +2,8 @@
 
 One .npy per fixed-shape column. Variable-length columns (text lines, CSV strings, sequences)
 become a flat ``<col>.values.npy`` plus ``<col>.offsets.npy`` (int64, rows + 1) so row ``i`` is
-``values[offsets[i]:offsets[i+1]]``. Files are written sequentially with ``write()`` (not through
+``values[offsets[i]:offsets[i+1]]``. ``<col>`` is the column's name, or an escape of it where the
+name could not be a file name or two names could collide (names.py). Files are written sequentially with ``write()`` (not through
 a mapping, so a full disk is an exception, not SIGBUS), hashed as they are written, and
 preallocated when the row count is known. When it is not, the header reserves room for any shape
 and is rewritten once the count is known.
@@ -18,9 +19,9 @@ import numpy as np
 
 from ...engine.interrupts import join
 from ...engine.writer import FileSystemSync, HashingWriter, finish_and_fsync, hash_open
-from ...errors import SchemaError
 from ...schema import FIXED, Batch, Schema, VarColumn
 from ..base import ColumnBlock, FileRecord, WriteOptions, Writer
+from .names import SCHEME, column_bases
 
 HEADER_RESERVE = 256  # bytes: room for any realistic shape when the row count is not yet known
 
@@ -36,20 +37,6 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...], total: int | None = None
         raise ValueError("npy header does not fit")
     body = text + b" " * pad + b"\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
-
-
-def file_name_problem(name: str) -> str | None:
-    """Why a column name cannot be used in a file name (``<name>.npy``), or None. A ``/`` or
-    ``..`` would write outside the dataset, a leading dot would hide the file."""
-    if not name:
-        return "it is empty"
-    if "/" in name or "\\" in name or "\x00" in name:
-        return "it holds '/', '\\' or NUL"
-    if name.startswith("."):
-        return "it starts with '.'"
-    if len(name.encode("utf-8")) > 200:
-        return "it is longer than 200 bytes"
-    return None
 
 
 class _NpyFile:
@@ -154,19 +141,14 @@ class MemmapWriter(Writer):
 
     @classmethod
     def check_schema(cls, schema: Schema, source: str) -> None:
-        for f in schema:
-            bad = file_name_problem(f.name)
-            if bad:
-                raise SchemaError(
-                    f"{source}, column {f.name!r}: cannot be the name of a memmap file ({bad})",
-                    hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
-                )
+        column_bases(schema.names, source)  # any header has distinct file names (see names.py)
 
     MANY = 8  # above this many files, each is written in the caller's thread and all are fsynced at once
     GATHER = 64 << 10  # the most gathered per file before a write
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
+        self.bases = column_bases(schema.names)
         self.files: dict[str, list[tuple[str, _NpyFile]]] = {}
         count = sum(1 if f.kind == FIXED else 2 for f in schema)  # files
         self.many = count > self.MANY
@@ -202,13 +184,14 @@ class MemmapWriter(Writer):
         rows = self.options.expected_rows
         try:
             for f in self.schema:
+                base = self.bases[f.name]
                 if f.kind == FIXED:
-                    self.files[f.name] = [("data", self._open(f"{f.name}.npy", f.np_dtype, f.shape, rows))]
+                    self.files[f.name] = [("data", self._open(f"{base}.npy", f.np_dtype, f.shape, rows))]
                 else:
                     dt = np.dtype(np.uint8) if f.kind != "sequence" else f.np_dtype
                     offsets_rows = None if rows is None else rows + 1
-                    self.files[f.name] = [("values", self._open(f"{f.name}.values.npy", dt, (), None))]
-                    off = self._open(f"{f.name}.offsets.npy", np.dtype("<i8"), (), offsets_rows)
+                    self.files[f.name] = [("values", self._open(f"{base}.values.npy", dt, (), None))]
+                    off = self._open(f"{base}.offsets.npy", np.dtype("<i8"), (), offsets_rows)
                     self.files[f.name].append(("offsets", off))
                     off.write(np.zeros(1, dtype=np.int64))
             if self.many:
@@ -272,6 +255,9 @@ class MemmapWriter(Writer):
             FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, nf.hash, column=name, role=role)
             for (name, role, nf), (nbytes, digest) in zip(handles, done, strict=True)
         ]
+
+    def manifest_extra(self) -> dict:
+        return {"memmap": {"file_names": SCHEME}}
 
     def abort(self) -> None:
         if self._opening is not None:

@@ -43,6 +43,11 @@ class ParquetFormat(OutputFormat):
             rows = int(ctx.info.get(p, {}).get("rows", -1))
             yield from check_unit(ctx, unit, schema, p, rows)
 
+    def stray_reason(self, name):
+        if not os.path.basename(name).startswith(("_", ".")):  # pyarrow's ignore_prefixes
+            return "pyarrow, pandas and dask read every file whose name does not start with _ or . as Parquet"
+        return None
+
     def load_snippets(self, path, manifest):
         return {
             "polars": f"import polars as pl\n\ndf = pl.read_parquet({py_str(os.path.join(path, '*.parquet'))})",

@@ -41,8 +41,13 @@ class ParquetWriter(Writer):
         from ...arrowconv import ArrowBatches, arrow_schema
 
         self.base = stem or "data"
-        self.aschema = arrow_schema(schema).with_metadata({"lovecraft_schema": json.dumps(schema.to_list())})
-        self.to_arrow = ArrowBatches(schema, self.aschema)
+        # a padded bucket's rows as list<T> (WriteOptions.widths_vary): the buckets' files then share
+        # one schema, so that pyarrow, pandas and polars open the directory (fixed-size lists of
+        # different widths do not unify). Parquet stores both as repeated values: the same bytes.
+        self.aschema = arrow_schema(schema, options.widths_vary).with_metadata(
+            {"lovecraft_schema": json.dumps(schema.to_list())}
+        )
+        self.to_arrow = ArrowBatches(schema, self.aschema, options.widths_vary)
         comp = options.compression or "zstd"
         self.writer_options = dict(
             compression="none" if comp == "none" else comp,

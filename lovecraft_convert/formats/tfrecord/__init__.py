@@ -43,7 +43,7 @@ class TfrecordFormat(OutputFormat):
         return {"feature_spec": unit_extra["tfrecord"]["feature_spec"]}
 
     def storage_dtype(self, field, manifest=None):
-        from .decode import storage_dtype
+        from .example import storage_dtype
 
         return storage_dtype(field)
 
@@ -56,12 +56,12 @@ class TfrecordFormat(OutputFormat):
         blocks = info.get("blocks") if isinstance(info.get("blocks"), dict) else {}
         return TfrecordReader(files.rows, files.schema, path, info.get("compression"), blocks=blocks.get(rel))
 
-    def tf_dataset(self, ds, plan, input_context):
+    def tf_dataset(self, ds, plan, input_context, start=(0, 0)):
         if getattr(ds, "remote", None) is not None:  # tf.data cannot read through the node's cache
             return None
         from .tfdata import tfrecord_dataset
 
-        return tfrecord_dataset(ds, plan, input_context)
+        return tfrecord_dataset(ds, plan, input_context, start)
 
     def check_unit(self, ctx, unit, schema):
         from .check import check_unit

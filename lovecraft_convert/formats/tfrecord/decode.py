@@ -7,9 +7,9 @@ An Example is ``Example{features=1: Features{feature=1: map<string, Feature>}}``
   gives every integer of a column one varint width within a run): the layout of the first record
   is parsed once, every other record is checked against it with vectorised comparisons, and the
   values are sliced out column by column;
-* :func:`columnar_examples`: records with our writer's layout (features in schema order, one list
-  each, packed numbers), decoded as whole columns with NumPy;
-* :func:`parse_example`: any Example, one by one (foreign files, damaged records).
+* :func:`decode_span`: records of any lengths and any column kinds laid out as our writer lays them
+  out, decoded as whole columns with NumPy (:mod:`.columnar`);
+* :func:`parse_example`: any Example, one by one (foreign files, damaged records: the messages).
 
 Values come back as the format stores them: float32 (``float_list``), int64 (``int64_list``), and
 bytes for text and binary columns; variable-length columns as :class:`VarColumn`s.
@@ -24,8 +24,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import DatasetError, InputError
-from ...schema import BINARY, FIXED, STRING, Batch, Field, Schema, VarColumn
-from .example import feature_kind
+from ...schema import BINARY, FIXED, STRING, Batch, Schema, VarColumn
+from .columnar import decode_columns
+from .example import feature_kind, storage_dtype
+from .framing import Records
 
 
 def kinds_of(schema: Schema) -> dict[str, str]:
@@ -37,16 +39,6 @@ def kinds_of(schema: Schema) -> dict[str, str]:
 def list_kind(kind: str) -> str:
     """The Example list a stored kind is in."""
     return "bytes" if kind == "f64" else kind
-
-
-def storage_dtype(f: Field) -> np.dtype:
-    """The dtype of a column's values as decoded: float64 exact, other floats as float32, integers
-    as int64."""
-    if f.kind in (STRING, BINARY):
-        return f.np_dtype
-    if f.np_dtype.kind == "f":
-        return np.dtype(np.float64) if f.np_dtype.itemsize == 8 else np.dtype(np.float32)
-    return np.dtype(np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,50 +90,70 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
 
 def parse_example(data: bytes) -> dict[str, tuple[str, list]]:
     """``{name: ("float"|"int64"|"bytes", values)}``; InputError on a malformed message."""
+    return {k: (kind or "bytes", v) for k, (kind, v) in _parse(data).items()}
+
+
+def _parse(data: bytes) -> dict[str, tuple[str | None, list]]:
+    """:func:`parse_example`, with None as the kind of a Feature that holds no list. Strict where
+    protobuf would merge or pick (as TensorFlow's own parser is): one ``features`` field, each map
+    entry one key then at most one value, each key once, each Feature at most one list, no unknown
+    fields; so that a record is either refused or read as TensorFlow reads it."""
     try:
-        out: dict[str, tuple[str, list]] = {}
-        for fno, _, features in _fields(data):
-            if fno != 1:
-                continue
-            for eno, _, entry in _fields(features):
-                if eno != 1:
-                    continue
-                key, value = "", b""
-                for k, _, v in _fields(entry):
-                    if k == 1:
-                        key = v.decode("utf-8")
-                    elif k == 2:
-                        value = v
-                out[key] = _feature(value)
+        out: dict[str, tuple[str | None, list]] = {}
+        for seen, (fno, wire, features) in enumerate(_fields(data)):
+            _want(fno, wire, 1)
+            if seen:
+                raise ValueError("features given twice")
+            for eno, wire, entry in _fields(features):
+                _want(eno, wire, 1)
+                parts = list(_fields(entry))
+                if [(k, w) for k, w, _ in parts] not in ([(1, 2)], [(1, 2), (2, 2)]):
+                    raise ValueError("a feature entry that is not one key and one value")
+                key = parts[0][2].decode("utf-8")
+                if key in out:
+                    raise ValueError(f"feature '{key}' given twice")
+                out[key] = _feature(parts[1][2] if len(parts) > 1 else b"")
         return out
     except (ValueError, UnicodeDecodeError, struct.error) as e:
         raise InputError(f"malformed tf.train.Example ({e})", hint="the record is corrupt") from None
 
 
-def _feature(buf: bytes) -> tuple[str, list]:
-    for kind_no, _, lst in _fields(buf):
-        kind = {1: "bytes", 2: "float", 3: "int64"}.get(kind_no)
-        if kind is None:
-            continue
-        values: list = []
-        for _, wire, v in _fields(lst):
-            if kind == "bytes":
-                values.append(bytes(v))
-            elif kind == "float":
-                if wire == 2:
-                    values.extend(np.frombuffer(v, dtype="<f4").tolist())
-                else:
-                    values.append(struct.unpack("<f", v)[0])
+def _want(field: int, wire: int, number: int, allowed: tuple[int, ...] = (2,)) -> None:
+    if field != number or wire not in allowed:
+        raise ValueError(f"unexpected field {field} (wire type {wire})")
+
+
+def _feature(buf: bytes) -> tuple[str | None, list]:
+    fields = list(_fields(buf))
+    if not fields:
+        return None, []
+    if len(fields) > 1 or fields[0][0] not in (1, 2, 3) or fields[0][1] != 2:
+        raise ValueError("a Feature that is not one list")
+    kind_no, _, lst = fields[0]
+    kind = {1: "bytes", 2: "float", 3: "int64"}[kind_no]
+    values: list = []
+    for no, wire, v in _fields(lst):
+        if kind == "bytes":
+            _want(no, wire, 1)
+            values.append(bytes(v))
+        elif kind == "float":
+            _want(no, wire, 1, (2, 5))
+            if wire == 2:
+                if len(v) % 4:
+                    raise ValueError("packed floats of a length not a multiple of 4")
+                values.extend(np.frombuffer(v, dtype="<f4").tolist())
             else:
-                if wire == 2:
-                    j = 0
-                    while j < len(v):
-                        x, j = _read_varint(v, j)
-                        values.append(x - (1 << 64) if x >= 1 << 63 else x)
-                else:
-                    values.append(v - (1 << 64) if v >= 1 << 63 else v)
-        return kind, values
-    return "bytes", []
+                values.append(struct.unpack("<f", v)[0])
+        else:
+            _want(no, wire, 1, (2, 0))
+            if wire == 2:
+                j = 0
+                while j < len(v):
+                    x, j = _read_varint(v, j)
+                    values.append(x - (1 << 64) if x >= 1 << 63 else x)
+            else:
+                values.append(v - (1 << 64) if v >= 1 << 63 else v)
+    return kind, values
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,181 +313,34 @@ def decode_fixed(recs: np.ndarray, schema: Schema, kinds: dict[str, str], cache:
 
 
 # --------------------------------------------------------------------------------------------
-# whole columns of records with our writer's layout
-# --------------------------------------------------------------------------------------------
-
-
-_TAGS = {"bytes": 0x0A, "f64": 0x0A, "float": 0x12, "int64": 0x1A}
-
-
-class _Layout(Exception):
-    """The records do not follow the expected layout (the caller decodes them one by one)."""
-
-
-def _ranges(starts, lens):
-    """Indices of the concatenated ranges ``[starts[i], starts[i] + lens[i])``."""
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(starts - (np.cumsum(lens) - lens), lens)
-    return np.arange(total, dtype=np.int64) + shift
-
-
-def _spans(length: int, starts, lens):
-    """A mask of the bytes in the (disjoint) spans ``[starts[i], starts[i] + lens[i])``: one byte
-    per byte of the buffer, not eight as an index array would take."""
-    edge = np.zeros(length + 1, dtype=np.int8)
-    np.add.at(edge, starts, 1)
-    np.add.at(edge, starts + lens, -1)
-    return np.cumsum(edge[:-1], dtype=np.int8) > 0
-
-
-class _Cursor:
-    """One read position per record in the concatenated payloads, advanced in step."""
-
-    def __init__(self, buf, starts, ends) -> None:
-        self.buf = buf
-        self.pos = starts.copy()
-        self.ends = ends
-
-    def byte(self, want: int) -> None:
-        if (self.pos >= self.ends).any() or not np.array_equal(
-            self.buf[self.pos], np.full(len(self.pos), want, np.uint8)
-        ):
-            raise _Layout
-        self.pos += 1
-
-    def varint(self):
-        out = np.zeros(len(self.pos), dtype=np.uint64)
-        live = np.arange(len(self.pos))
-        for j in range(10):
-            at = self.pos[live] + j
-            if (at >= self.ends[live]).any():
-                raise _Layout
-            b = self.buf[at]
-            out[live] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * j)
-            more = b >= 0x80
-            done = live[~more]
-            self.pos[done] += j + 1
-            live = live[more]
-            if not len(live):
-                return out.astype(np.int64)
-        raise _Layout
-
-    def length(self, end=None):
-        """A length-delimited field's size, checked to end at ``end`` (or within the record)."""
-        n = self.varint()
-        stop = self.pos + n
-        if (n < 0).any() or (stop > self.ends).any() or (end is not None and (stop != end).any()):
-            raise _Layout
-        return n
-
-
-def columnar_examples(records: list[bytes], schema: Schema, kinds: dict[str, str]) -> Batch | None:
-    """Records with the layout our writer gives (features in schema order, one list each, packed
-    numbers) decoded as whole columns with NumPy; None when any record differs from that layout."""
-    n = len(records)
-    if n == 0:
-        return None
-    lens = np.fromiter(map(len, records), dtype=np.int64, count=n)
-    buf = np.frombuffer(b"".join(records), dtype=np.uint8)
-    starts = np.zeros(n, dtype=np.int64)
-    np.cumsum(lens[:-1], out=starts[1:])
-    ends = starts + lens
-    try:
-        c = _Cursor(buf, starts, ends)
-        c.byte(0x0A)
-        c.length(ends)
-        cols = {}
-        for f in schema:
-            key = f.name.encode()
-            c.byte(0x0A)
-            entry_end = c.pos + c.length()
-            c.byte(0x0A)
-            if (c.length() != len(key)).any():
-                raise _Layout
-            got = buf[_ranges(c.pos, np.full(n, len(key), np.int64))].reshape(n, len(key))
-            if not (got == np.frombuffer(key, dtype=np.uint8)).all():
-                raise _Layout
-            c.pos += len(key)
-            c.byte(0x12)
-            c.length(entry_end)
-            c.byte(_TAGS[kinds[f.name]])
-            lst = c.length(entry_end)
-            size = np.zeros(n, dtype=np.int64)
-            has = lst > 0
-            if has.all():
-                c.byte(0x0A)
-                size = c.length(entry_end)
-            elif has.any():
-                raise _Layout
-            where = c.pos.copy()
-            c.pos = entry_end
-            values = buf[_spans(len(buf), where, size)]
-            kind = kinds[f.name]
-            dt = storage_dtype(f)
-            if kind == "bytes":
-                if f.kind not in ("string", "binary") or not has.all():
-                    raise _Layout
-                offs = np.zeros(n + 1, dtype=np.int64)
-                np.cumsum(size, out=offs[1:])
-                cols[f.name] = VarColumn(values, offs)
-                continue
-            if kind in ("float", "f64"):
-                width = 4 if kind == "float" else 8
-                if (size % width).any() or (kind == "f64" and not has.all()):
-                    raise _Layout
-                vals = values.view("<f4" if kind == "float" else "<f8").astype(dt, copy=False)
-                counts = size // width
-            else:
-                is_end = values < 0x80
-                if len(values) and not is_end[np.cumsum(size)[size > 0] - 1].all():
-                    raise _Layout  # a row's varints must end inside the row
-                ends_at = np.flatnonzero(is_end)
-                first = np.concatenate(([0], ends_at[:-1] + 1)) if len(ends_at) else ends_at
-                width = ends_at - first + 1
-                if len(width) and width.max() > 10:
-                    raise _Layout
-                pos_in = np.arange(len(values), dtype=np.int64) - np.repeat(first, width)
-                parts = (values & 0x7F).astype(np.uint64) << (7 * pos_in).astype(np.uint64)
-                vals = np.add.reduceat(parts, first) if len(first) else np.zeros(0, np.uint64)
-                vals = vals.view(np.int64).astype(dt, copy=False)
-                row_of_end = np.searchsorted(np.cumsum(size), ends_at, side="right")
-                counts = np.bincount(row_of_end, minlength=n).astype(np.int64)
-            if f.kind == FIXED:
-                if (counts != f.row_size).any():
-                    raise _Layout
-                cols[f.name] = vals.reshape((n, *f.shape))
-            else:
-                offs = np.zeros(n + 1, dtype=np.int64)
-                np.cumsum(counts, out=offs[1:])
-                cols[f.name] = VarColumn(vals, offs)
-        if (c.pos != ends).any():
-            raise _Layout
-    except _Layout:
-        return None
-    return Batch(cols, n)
-
-
-# --------------------------------------------------------------------------------------------
 # any records
 # --------------------------------------------------------------------------------------------
 
 
 def decode_records(records: list[bytes], schema: Schema, *, where: str, first: int, strict: bool) -> Batch:
-    """Records (payloads) as a batch of the schema's columns: columnar when they have our writer's
-    layout, else one by one. ``first``: the 1-based index of ``records[0]`` in its file, for
-    messages. ``strict`` (verify): every record must hold exactly the schema's features, of the
-    right kind and count; otherwise extra features are ignored (a selection of columns)."""
-    kinds = kinds_of(schema)
-    batch = columnar_examples(records, schema, kinds)
-    if batch is not None:
-        return batch
+    """Records (payloads) as a batch of the schema's columns (see :func:`decode_span`). ``first``:
+    the 1-based index of ``records[0]`` in its file, for messages."""
+    return decode_span(Records.from_list(records, first - 1), schema, where=where, strict=strict)
+
+
+def decode_span(records: Records, schema: Schema, *, where: str, strict: bool, kinds: dict | None = None) -> Batch:
+    """Framed records as a batch of the schema's columns: as whole columns when they have our
+    writer's layout (:mod:`.columnar`), else one by one. ``strict`` (verify): every record must
+    hold exactly the schema's features, of the right kind and count; otherwise extra features are
+    ignored (a selection of columns)."""
+    kinds = kinds_of(schema) if kinds is None else kinds
+    if len(records):
+        batch = decode_columns(records.buf, records.starts, records.lens, schema, kinds, strict)
+        if batch is not None:
+            return batch
+    return _one_by_one(records.payloads(), records.indices() + 1, schema, kinds, where, strict)
+
+
+def _one_by_one(records: list[bytes], ids: np.ndarray, schema: Schema, kinds: dict, where: str, strict: bool) -> Batch:
     per: dict[str, list] = {f.name: [] for f in schema}
-    for i, data in enumerate(records):
-        index = first + i
+    for index, data in zip(ids.tolist(), records, strict=True):
         try:
-            ex = parse_example(bytes(data))
+            ex = _parse(bytes(data))
         except InputError as e:
             raise DatasetError(f"record {index}: {e.one_line()}", where=where) from None
         for f in schema:
@@ -483,7 +348,7 @@ def decode_records(records: list[bytes], schema: Schema, *, where: str, first: i
             if got is None:
                 raise DatasetError(f"record {index} has no feature '{f.name}'", where=where, kind="schema")
             kind, vals = got
-            if kind != list_kind(kinds[f.name]) and vals:
+            if kind is not None and kind != list_kind(kinds[f.name]):
                 raise DatasetError(
                     f"record {index}: feature '{f.name}' is a {kind} list, expected {list_kind(kinds[f.name])}",
                     where=where,

@@ -58,6 +58,16 @@ def feature_kind(f: Field) -> str:
     )
 
 
+def storage_dtype(f: Field) -> np.dtype:
+    """The dtype of a column's values as decoded: float64 exact, other floats as float32, integers
+    as int64."""
+    if f.kind in (STRING, BINARY):
+        return f.np_dtype
+    if f.np_dtype.kind == "f":
+        return np.dtype(np.float64) if f.np_dtype.itemsize == 8 else np.dtype(np.float32)
+    return np.dtype(np.int64)
+
+
 def feature_spec(schema: Schema) -> dict[str, dict]:
     """The ``tf.io.parse_example`` spec as JSON (:func:`.tfdata.to_tf_feature_spec` builds the real one)."""
     spec = {}

@@ -5,9 +5,11 @@ CRCs of every record checked:
 
 * :func:`iter_records`: record by record from any stream (``inspect`` of foreign files, ``verify``
   of variable-length datasets), exact messages for every way a file can be cut or damaged;
-* :class:`RecordRuns`: large blocks (gzip decompressed in bounded pieces), where runs of records of
-  one length are returned as 2-D arrays and checked with vectorised comparisons (the loaders and
-  ``verify`` of fixed-shape datasets, whose records all have one length).
+* :class:`RecordRuns`: large blocks (gzip decompressed in bounded pieces) as :class:`Records`, many
+  records at a time (the loaders, and ``verify`` of fixed-shape datasets). Runs of records of one
+  length (fixed-shape rows) are found with vectorised comparisons and their CRCs checked in one
+  pass (:mod:`.crcspan`); records of varying lengths (text, bytes, sequences) cost one short loop
+  over their headers, and their CRCs are checked with one C call each, compared all at once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ MASK_DELTA = 0xA282EAD8
 MAX_RECORD = 2 << 30
 BLOCK = 8 << 20
 RUN_CHECK_MIN = 16  # records of one length checked together with one CRC pass (crcspan), from this many
+SPAN_RECORDS = 1 << 16  # records of varying lengths framed (and decoded) together, at most
 
 
 def crc32c_fn():
@@ -91,9 +94,9 @@ def iter_records(f, name: str, size: int | None = None) -> Iterator[bytes]:
 
 
 class RecordRuns:
-    """The records of one file, read in large blocks: :meth:`runs` yields ``("fixed", 2-D uint8
-    payloads of equal-length records)`` or ``("one", payload bytes)``. Errors are DatasetErrors
-    naming the file (``where``), the record and its offset."""
+    """The records of one file, read in large blocks: :meth:`runs` yields ``("fixed", Records)`` (a
+    run of records of one length, with its 2-D view) or ``("span", Records)`` (any lengths). Errors
+    are DatasetErrors naming the file (``where``), the record and its offset."""
 
     def __init__(self, path: str, gzip: bool, rows: int | None = None) -> None:
         self.path = path
@@ -146,9 +149,15 @@ class RecordRuns:
                 raise self._err("truncated gzip stream", "the file is cut short; re-create it")
 
     def runs(
-        self, start: int, stop: int, origin: tuple[int, int, int | None] | None = None
-    ) -> Iterator[tuple[str, object]]:
-        """Records ``[start, stop)``; records before ``start`` are skipped (framing checked only).
+        self,
+        start: int,
+        stop: int,
+        origin: tuple[int, int, int | None] | None = None,
+        span_records: int = SPAN_RECORDS,
+    ) -> Iterator[tuple[str, Records]]:
+        """Records ``[start, stop)`` as ``(kind, Records)``: ``"fixed"`` for a run of records of one
+        length (with its 2-D view), ``"span"`` for records of any lengths (at most
+        ``span_records`` of them); records before ``start`` are skipped (framing checked only).
 
         ``origin = (byte, record, limit)`` starts reading at that byte of the file, where record
         ``record`` (0-based) begins (with gzip, at the start of a member), reading at most ``limit``
@@ -187,36 +196,72 @@ class RecordRuns:
                 continue
             need = 12
             k = min((len(buf) - pos) // S, stop - index)
-            if k >= 4:
+            if k >= RUN_CHECK_MIN and self._equal_lengths(buf, pos, RUN_CHECK_MIN, L, S) == RUN_CHECK_MIN:
+                k = self._equal_lengths(buf, pos, k, L, S)
                 arr = np.frombuffer(buf, dtype=np.uint8, count=k * S, offset=pos).reshape(k, S)
-                lens = np.ascontiguousarray(arr[:, :8]).view("<u8").ravel()
-                bad = np.flatnonzero(lens != L)
-                if bad.size:
-                    k = int(bad[0])
-                    arr = arr[:k]
-                if k > 1:
-                    wrong = np.flatnonzero((arr[:, 8:12] != arr[0, 8:12]).any(axis=1))
-                    if wrong.size:
-                        raise self._err(f"record {index + int(wrong[0]) + 1}: length CRC mismatch (file is corrupt)")
-                    skip = max(0, min(k, start - index))
-                    if skip < k:
-                        live = arr[skip:]
-                        self._check_crcs(buf, pos + skip * S, live, L, S, index + skip, crc)
-                        yield "fixed", live[:, 12 : 12 + L]
-                    pos += k * S
-                    index += k
-                    continue
-            if index >= start:
-                data = buf[pos + 12 : pos + 12 + L]
-                if mask_int(crc(data)) != int.from_bytes(buf[pos + 12 + L : pos + S], "little"):
-                    raise self._err(f"record {index + 1} at byte {offset + pos}: data CRC mismatch (file is corrupt)")
-                yield "one", data
-            pos += S
-            index += 1
+                wrong = np.flatnonzero((arr[:, 8:12] != arr[0, 8:12]).any(axis=1))
+                if wrong.size:
+                    i = int(wrong[0])
+                    raise self._err(
+                        f"record {index + i + 1} at byte {offset + pos + i * S}: length CRC mismatch (file is corrupt)"
+                    )
+                skip = max(0, min(k, start - index))
+                if skip < k:
+                    live = arr[skip:]
+                    self._check_crcs(buf, pos + skip * S, live, L, S, index + skip, crc)
+                    starts = pos + 12 + np.arange(skip, k, dtype=np.int64) * S
+                    recs = Records(np.frombuffer(buf, dtype=np.uint8), starts, np.full(k - skip, L, np.int64))
+                    recs.first, recs.matrix = index + skip, live[:, 12 : 12 + L]
+                    yield "fixed", recs
+                pos += k * S
+                index += k
+                continue
+            # records of varying lengths: their headers walked in one loop, their CRCs checked together
+            heads, lens, words = _walk(buf, pos, min(stop - index, max(1, span_records)))
+            k = self._check_span(buf, offset, heads, lens, words, index, max(0, start - index), crc)
+            skip = max(0, min(k, start - index))
+            if skip < k:
+                recs = Records(np.frombuffer(buf, dtype=np.uint8), heads[skip:] + 12, lens[skip:])
+                recs.first = index + skip
+                yield "span", recs
+            pos = int(heads[-1] + lens[-1]) + 16
+            index += k
         if self.rows is not None and index < min(stop, self.rows):
             raise self._err(
                 f"holds {index} records, the manifest says {self.rows}", "the file is cut short; re-create it", "rows"
             )
+
+    @staticmethod
+    def _equal_lengths(buf: bytes, pos: int, k: int, L: int, S: int) -> int:
+        """How many of the ``k`` records of ``S`` bytes from ``pos`` on have the length ``L``, in a row."""
+        lens = np.ndarray((k,), dtype="<u8", buffer=buf, offset=pos, strides=(S,))
+        bad = np.flatnonzero(lens != L)
+        return int(bad[0]) if bad.size else k
+
+    def _check_span(self, buf: bytes, offset: int, heads, lens, words, index: int, skip: int, crc) -> int:
+        """Both CRCs of walked records (the data CRCs from record ``skip`` on); how many records there
+        are, or the error naming the first damaged one (the walk may have gone on past a damaged
+        length: nothing after it is used)."""
+        distinct, which = np.unique(lens, return_inverse=True)  # few distinct lengths: one CRC each
+        expect = np.array([mask_int(crc(int(x).to_bytes(8, "little"))) for x in distinct.tolist()], np.uint32)
+        bad = np.flatnonzero(expect[which] != words)
+        k = int(bad[0]) if bad.size else len(lens)
+        a = heads[skip:k] + 12
+        b = a + lens[skip:k]
+        mv = memoryview(buf)
+        got = np.fromiter(map(crc, map(mv.__getitem__, map(slice, a.tolist(), b.tolist()))), np.uint64, count=len(a))
+        stored = np.frombuffer(buf, dtype=np.uint8)[b[:, None] + np.arange(4)].view("<u4").ravel()
+        wrong = np.flatnonzero(mask_array(got) != stored)
+        if wrong.size:
+            i = skip + int(wrong[0])
+            raise self._err(
+                f"record {index + i + 1} at byte {offset + int(heads[i])}: data CRC mismatch (file is corrupt)"
+            )
+        if k < len(lens):
+            raise self._err(
+                f"record {index + k + 1} at byte {offset + int(heads[k])}: length CRC mismatch (file is corrupt)"
+            )
+        return k
 
     def _check_crcs(self, buf, pos: int, arr: np.ndarray, L: int, S: int, index: int, crc) -> None:
         mv = memoryview(buf)
@@ -235,4 +280,116 @@ class RecordRuns:
 def record_count(path: str, compression: str | None = None) -> int:
     """Records in a TFRecord file (framing and CRCs checked), for tests and checks."""
     runs = RecordRuns(path, (compression or "").upper() == "GZIP" or path.endswith(".gz"))
-    return sum(1 if kind == "one" else len(run) for kind, run in runs.runs(0, 1 << 62))
+    return sum(len(recs) for _, recs in runs.runs(0, 1 << 62))
+
+
+_LENGTH = struct.Struct("<Q")
+
+
+def _walk(buf: bytes, pos: int, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The records that lie whole in ``buf`` from ``pos`` on (at least the first, which the caller
+    has checked; at most ``limit``): where each starts, its length and its stored length CRC. The
+    one loop a variable-length stream costs per record (a length read and an append); everything
+    else is vectorised."""
+    heads: list[int] = []
+    append = heads.append
+    unpack = _LENGTH.unpack_from
+    end = len(buf)
+    last = end - 12  # a header must fit
+    while limit > 0 and pos <= last:
+        nxt = pos + unpack(buf, pos)[0] + 16
+        if nxt > end:
+            break
+        append(pos)
+        pos = nxt
+        limit -= 1
+    starts = np.array(heads, dtype=np.int64)
+    tail = np.append(starts[1:], pos) if len(starts) else starts
+    head = np.frombuffer(buf, dtype=np.uint8)[starts[:, None] + np.arange(8, 12)]
+    return starts, tail - starts - 16, head.view("<u4").ravel()
+
+
+class Records:
+    """Framed records (both CRCs checked) in one buffer: record ``i`` is ``buf[starts[i]:
+    starts[i] + lens[i]]`` (uint8). ``first``: the file's 0-based index of the first record (for
+    messages); ``ids``: the indices of every record, when a selection is not a run; ``matrix``: a
+    2-D view of the payloads when they all have one length (a ``fixed`` run)."""
+
+    __slots__ = ("buf", "starts", "lens", "first", "ids", "matrix")
+
+    def __init__(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
+        self.buf, self.starts, self.lens = buf, starts, lens
+        self.first = 0
+        self.ids: np.ndarray | None = None
+        self.matrix: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @classmethod
+    def from_list(cls, records: list[bytes], first: int = 0) -> Records:
+        lens = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
+        starts = np.zeros(len(records), dtype=np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        out = cls(np.frombuffer(b"".join(records), dtype=np.uint8), starts, lens)
+        out.first = first
+        return out
+
+    @classmethod
+    def concat(cls, parts: list[Records]) -> Records:
+        """The records of ``parts`` in one buffer (each part's bytes from its first record to its
+        last copied once), so that they are decoded together."""
+        parts = [r for r in parts if len(r)] or parts[:1]
+        if len(parts) == 1:
+            return parts[0]
+        regions, starts, base = [], [], 0
+        for r in parts:
+            a, b = int(r.starts[0]), int(r.starts[-1] + r.lens[-1])
+            regions.append(r.buf[a:b])
+            starts.append(r.starts - a + base)
+            base += b - a
+        lens = np.concatenate([r.lens for r in parts])
+        out = cls(np.concatenate(regions), np.concatenate(starts), lens)
+        out.ids = np.concatenate([r.indices() for r in parts])
+        out.first = int(out.ids[0])
+        return out
+
+    def indices(self) -> np.ndarray:
+        """The file's 0-based index of every record."""
+        return self.ids if self.ids is not None else np.arange(self.first, self.first + len(self), dtype=np.int64)
+
+    def select(self, idx: np.ndarray) -> Records:
+        """Records ``idx`` (positions in this one, increasing)."""
+        out = Records(self.buf, self.starts[idx], self.lens[idx])
+        out.ids = self.indices()[idx]
+        out.first = int(out.ids[0]) if len(out.ids) else self.first
+        if self.matrix is not None:
+            out.matrix = self.matrix[idx]
+        return out
+
+    def slice(self, a: int, b: int) -> Records:
+        out = Records(self.buf, self.starts[a:b], self.lens[a:b])
+        out.ids = None if self.ids is None else self.ids[a:b]
+        out.first = self.first + a if self.ids is None else (int(out.ids[0]) if len(out.ids) else self.first)
+        out.matrix = None if self.matrix is None else self.matrix[a:b]
+        return out
+
+    def objects(self) -> np.ndarray:
+        """The records as an object array of ``bytes``, made by Arrow (the records are the odd
+        elements of a binary array over the buffer)."""
+        import pyarrow as pa
+
+        n = len(self)
+        if not n:
+            return np.empty(0, dtype=object)
+        bounds = np.empty(2 * n + 2, dtype=np.int64)
+        bounds[0] = 0
+        bounds[1:-1:2] = self.starts
+        bounds[2:-1:2] = self.starts + self.lens
+        bounds[-1] = len(self.buf)
+        arr = pa.Array.from_buffers(pa.large_binary(), 2 * n + 1, [None, pa.py_buffer(bounds), pa.py_buffer(self.buf)])
+        return arr.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64))).to_numpy(zero_copy_only=False)
+
+    def payloads(self) -> list[bytes]:
+        mv = memoryview(self.buf)
+        return [bytes(mv[a : a + n]) for a, n in zip(self.starts.tolist(), self.lens.tolist(), strict=True)]

@@ -3,8 +3,9 @@
 Used by ``Dataset.batches()`` and the PyTorch loader (so neither needs TensorFlow, and nothing
 TensorFlow-shaped crosses a fork), and by ``verify`` for fixed-shape datasets. Both CRCs are checked
 on every record that is decoded, as TensorFlow's reader does. Runs of equal-length records of
-fixed-shape numeric columns are decoded vectorised (:func:`.decode.decode_fixed`); anything else
-record by record (:func:`.decode.decode_records`).
+fixed-shape numeric columns are decoded with one layout (:func:`.decode.decode_fixed`); records of
+any other columns (text, bytes, float64, sequences) as whole columns (:func:`.decode.decode_span`);
+only records that our writer would not have written, record by record.
 
 The file's block index (the manifest's, :mod:`.blocks`) lets a read start at any block: ``chunks``
 from any row and ``read_block`` of any block cost what they read, not what comes before. A file
@@ -18,12 +19,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ...schema import Batch, Schema, row_nbytes
+from ...schema import FIXED, Batch, Schema, row_nbytes
 from ...storage import input_size
 from ..base import PartReader
 from .blocks import block_records_for, decode_blocks, scan_index
-from .decode import decode_fixed, decode_records, kinds_of
-from .framing import RecordRuns
+from .decode import decode_fixed, decode_records, decode_span, kinds_of
+from .framing import RecordRuns, Records
+
+RECORD = "record"  # the column of a records reader's batches
+GROUP_BYTES = 8 << 20  # records of several blocks decoded together, up to about this many bytes
 
 
 class TfrecordReader(PartReader):
@@ -38,17 +42,26 @@ class TfrecordReader(PartReader):
         strict: bool = False,
         *,
         blocks: dict | None = None,
+        raw: bool = False,
     ) -> None:
         super().__init__(rows, schema)
+        self.raw = raw  # records undecoded: one column RECORD of serialized Examples (bytes objects)
         self.path = path
         self.gzip = (compression or "").upper() == "GZIP" or path.endswith(".gz")
         self.kinds = kinds_of(schema)
+        self.all_fixed = all(f.kind == FIXED for f in schema)
         self.strict = strict
         self._blocks = blocks  # the manifest's entry of the file's blocks (None: written without)
         self._block_records = blocks.get("records") if isinstance(blocks, dict) else None
         self._offsets: np.ndarray | None = None
         self._indexed = False
         self._layouts: dict = {}
+
+    def records_reader(self) -> TfrecordReader:
+        """A reader of the same file whose batches are the records themselves, undecoded (both CRCs
+        checked): one column :data:`RECORD` of ``bytes`` (what ``tf.io.parse_example`` takes)."""
+        compression = "GZIP" if self.gzip else None
+        return TfrecordReader(self.rows, self.schema, self.path, compression, blocks=self._blocks, raw=True)
 
     # -- blocks -------------------------------------------------------------------------------
 
@@ -96,81 +109,75 @@ class TfrecordReader(PartReader):
         runs = RecordRuns(self.path, self.gzip, self.rows).runs(lo, hi, self._origin(k, False))
         return self._decode(runs, lo, rows)
 
-    def _decode(self, runs, first: int, rows: np.ndarray | None) -> Batch:
-        """The records of ``runs`` (which start at record ``first``), only ``rows`` of them (sorted
-        indices relative to ``first``) when given."""
+    def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
+        """Several blocks (``(k, rows)`` as :meth:`read_block` takes them), in that order: their
+        records decoded together, some 8 MiB at a time (a block is about 1 MiB: decoded alone, a
+        window of many would pay NumPy's cost per call once per block and column). Fixed-shape
+        numeric records keep their one-layout decoder, a block at a time."""
+        if self.all_fixed or self.raw:
+            return super().read_blocks(blocks)
         pieces: list[Batch] = []
-        pending: list[bytes] = []
-        pending_at = first
-        at = first  # record index of the next record in ``runs``
+        group: list[Records] = []
+        size = 0
+        for k, rows in blocks:
+            n = self.block_records
+            lo, hi = k * n, min(self.rows, (k + 1) * n)
+            runs = RecordRuns(self.path, self.gzip, self.rows).runs(lo, hi, self._origin(k, False))
+            for recs in self._selected(runs, lo, rows):
+                group.append(recs)
+                size += int(recs.lens.sum()) if len(recs) else 0
+                if size >= GROUP_BYTES:
+                    pieces.append(self._records(Records.concat(group)))
+                    group, size = [], 0
+        if group:
+            pieces.append(self._records(Records.concat(group)))
+        if not pieces:
+            return self._decode(iter(()), 0, None)
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+
+    def _selected(self, runs, first: int, rows: np.ndarray | None) -> Iterator[Records]:
+        """The records of ``runs`` (which start at record ``first``), only ``rows`` of them (sorted,
+        relative to ``first``) when given."""
+        at = first
         sel = None if rows is None else np.asarray(rows, dtype=np.int64) + first
-
-        def flush() -> None:
-            nonlocal pending
-            if pending:
-                pieces.append(self._slow(pending, pending_at + 1))
-                pending = []
-
-        for kind, run in runs:
-            if kind == "one":
-                if sel is None or _has(sel, at):
-                    if not pending:
-                        pending_at = at
-                    pending.append(run)
-                at += 1
-                continue
-            flush()
-            n = len(run)
+        for _, recs in runs:
+            n = len(recs)
             if sel is not None:
                 a, b = np.searchsorted(sel, [at, at + n])
                 if a == b:
                     at += n
                     continue
                 if b - a < n:
-                    run = run[sel[a:b] - at]
-            pieces.append(self._fast(run, at + 1))
+                    recs = recs.select(sel[a:b] - at)
+            yield recs
             at += n
-        flush()
+
+    def _decode(self, runs, first: int, rows: np.ndarray | None) -> Batch:
+        """The records of ``runs`` (which start at record ``first``), only ``rows`` of them (sorted
+        indices relative to ``first``) when given."""
+        pieces = [self._records(recs) for recs in self._selected(runs, first, rows)]
         if not pieces:
-            return self._slow([], first + 1)
+            if self.raw:
+                return Batch({RECORD: np.empty(0, dtype=object)}, 0)
+            return decode_records([], self.schema, where=self.path, first=first + 1, strict=self.strict)
         return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
 
-    def _fast(self, recs: np.ndarray, first: int) -> Batch:
-        """Equal-length records (a 2-D array of payloads); ``first``: the 1-based index of the first."""
-        batch = decode_fixed(recs, self.schema, self.kinds, self._layouts, self.path)
-        return batch if batch is not None else self._slow([r.tobytes() for r in recs], first)
+    def _records(self, recs: Records) -> Batch:
+        """Decoded records: a run of one length through the fixed-layout decoder when the columns are
+        all fixed-shape numbers, anything else as whole columns (or one by one)."""
+        if self.raw:
+            return Batch({RECORD: recs.objects()}, len(recs))
+        if recs.matrix is not None and self.all_fixed:
+            batch = decode_fixed(recs.matrix, self.schema, self.kinds, self._layouts, self.path)
+            if batch is not None:
+                return batch
+        return decode_span(recs, self.schema, where=self.path, strict=self.strict, kinds=self.kinds)
 
     # -- sequential ---------------------------------------------------------------------------
 
     def chunks(self, start: int, stop: int, chunk_rows: int, rng: np.random.Generator | None = None) -> Iterator[Batch]:
-        pending: list[bytes] = []
-        first = start + 1  # 1-based index of pending[0]
-        done = start
         origin = self._origin(start // self.block_records, True) if start else None
-        for kind, run in RecordRuns(self.path, self.gzip, self.rows).runs(start, stop, origin):
-            if kind == "one":
-                pending.append(run)
-                if len(pending) >= chunk_rows:
-                    yield self._slow(pending, first)
-                    done += len(pending)
-                    first, pending = done + 1, []
-                continue
-            if pending:
-                yield self._slow(pending, first)
-                done += len(pending)
-                first, pending = done + 1, []
-            for a in range(0, len(run), chunk_rows):
-                recs = run[a : a + chunk_rows]
-                yield self._fast(recs, done + 1)
-                done += len(recs)
-                first = done + 1
-        if pending:
-            yield self._slow(pending, first)
-
-    def _slow(self, records: list[bytes], first: int) -> Batch:
-        return decode_records(records, self.schema, where=self.path, first=first, strict=self.strict)
-
-
-def _has(sorted_ids: np.ndarray, x: int) -> bool:
-    i = int(np.searchsorted(sorted_ids, x))
-    return i < len(sorted_ids) and int(sorted_ids[i]) == x
+        runs = RecordRuns(self.path, self.gzip, self.rows).runs(start, stop, origin, span_records=chunk_rows)
+        for _, recs in runs:
+            for a in range(0, len(recs), chunk_rows):
+                yield self._records(recs if len(recs) <= chunk_rows else recs.slice(a, a + chunk_rows))
