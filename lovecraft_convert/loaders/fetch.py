@@ -179,13 +179,34 @@ def _ordered_pieces(ds: Dataset, g: Group, start: int) -> Iterator:
 
 def _block_pieces(ds: Dataset, g: Group, cursor: BlockCursor, start: int) -> Iterator:
     """The blocks of the epoch's block order from the window holding ``start``."""
+
+    layout, wanted = cursor.layout, cursor.wanted
+    w0 = layout.window_of(start)
+    for w in range(max(0, w0), layout.windows):
+        lo, hi = int(layout.starts[w]), int(layout.starts[w + 1])
+        if not _wants(wanted, lo, hi):
+            continue  # a window of none of this reader's rows: the cursor skips it
+        yield from _window_pieces(ds, g, layout, w)
+
+
+def _wants(wanted, lo: int, hi: int) -> bool:
+    """Does the reader ask for any position of ``[lo, hi)`` (batches ``index`` of every ``count``)?"""
+    a = max(lo, wanted.start)
+    if a >= hi:
+        return False
+    if wanted.count == 1:
+        return True
+    first = (a - wanted.start) // wanted.batch  # the batch holding ``a``
+    if first % wanted.count == wanted.index:
+        return True
+    k = first + (wanted.index - first) % wanted.count  # the reader's next batch
+    return wanted.start + k * wanted.batch < hi
+
+
+def _window_pieces(ds: Dataset, g: Group, layout, w: int) -> Iterator:
     from ..storage.prefetch import Opening
 
-    layout = cursor.layout
-    w = layout.window_of(start)
-    if w >= layout.windows:
-        return
-    for j in range(int(layout.first[w]), len(layout.size)):
+    for j in range(int(layout.first[w]), int(layout.first[w + 1])):
         p = g.parts[int(layout.part[j])]
         uris = _uris(ds, p)
         yield Opening(uris)

@@ -201,6 +201,14 @@ class Prefetcher:
                     return p
         return None
 
+    def _next_unit(self) -> int | None:
+        """The unit after the current one (the condition held)."""
+        cur = self._slots[0].unit
+        for s in self._slots:
+            if s.unit != cur:
+                return s.unit
+        return None
+
     def holds(self, uri: str, start: int, stop: int) -> bool:
         """Is a fetched piece of the sequence holding bytes ``[start, stop)`` of ``uri`` (nothing moves)?"""
         with self._cv:
@@ -242,6 +250,11 @@ class Prefetcher:
                 slot.state = "busy"
                 return self._fetch_own(slot)
             unit = self._slots[i].unit
+            if unit != self._slots[0].unit and unit != self._next_unit():
+                # further ahead than the next unit: a stray read (a reader's read-ahead past its
+                # block), which must not release what the reader has yet to read
+                slot = self._slots[i]
+                return slot.held if slot.state == "held" else None
             while self._slots[0].unit != unit:  # the units before this one are read: kept a while
                 b = self._slots.popleft()
                 self._behind.append(b)
