@@ -160,6 +160,48 @@ def test_an_epoch_8x_the_cache_equals_the_local_epoch(local, remote, s3_log, tmp
         assert fetched(s3_log.gets(bucket), sizes) <= 1.35 * dataset_bytes(local[key])
 
 
+def test_a_shuffled_parquet_epoch_fetches_its_row_groups_once_and_nothing_else(local, remote, s3_log, tmp_path):
+    """Row groups by their own byte ranges (column chunks from the footer; in pieces for a small
+    limit), each byte once; footers by the files' last 64 KiB. A file read through a buffer would read past a row group's end (a
+    buffer's worth of the next one, fetched twice)."""
+    import pyarrow.parquet as pq
+
+    ds = lc.open_dataset(remote["parquet"], cache_dir=str(tmp_path / "c"), cache_limit=LIMIT)
+    s3_log.clear()
+    assert sum(len(b["id"]) for b in ds.batches(256, shuffle=True, seed=1)) == N
+    bucket, prefix = remote["parquet"][5:].split("/", 1)
+    got: dict[str, list[tuple[int, int]]] = {}
+    for key, rng in s3_log.gets(bucket):
+        if key.endswith("_manifest.json"):
+            continue
+        a, b = (int(x) for x in rng.split("=")[1].split("-"))
+        got.setdefault(key.rsplit("/", 1)[1], []).append((a, b + 1))
+    for name in sorted(n for n in os.listdir(local["parquet"]) if n.endswith(".parquet")):
+        path = os.path.join(local["parquet"], name)
+        size, md = os.path.getsize(path), pq.ParquetFile(path).metadata
+        groups = []
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            cols = [rg.column(c) for c in range(rg.num_columns)]
+            starts = [c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in cols]
+            groups.append((min(starts), max(s + c.total_compressed_size for s, c in zip(starts, cols, strict=True))))
+        footers = [(a, b) for a, b in got.get(name, []) if b == size and b - a <= 64 << 10]
+        assert len(footers) == 1, (name, footers)  # parsed once per process
+        data = sorted(x for x in got[name] if x not in footers)
+        assert all(b0 <= a1 for (_, b0), (a1, _) in zip(data, data[1:], strict=False)), (name, data)  # no byte twice
+        assert merged(data) == merged(groups), name  # the row groups, nothing else
+
+
+def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "memmap"])
 def test_the_first_batch_waits_for_its_own_bytes_not_the_dataset(local, remote, s3_log, tmp_path, fmt):
     ds = lc.open_dataset(remote[fmt], cache_dir=str(tmp_path / "c"), cache_limit=LIMIT)

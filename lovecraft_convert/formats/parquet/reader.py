@@ -44,7 +44,8 @@ class ParquetReader(PartReader):
                 try:
                     if is_remote(path):  # ranges of it fetched: its pages' checksums are checked as read
                         meta = self.footers.get(path)
-                        pf = pq.ParquetFile(open_input(path), metadata=meta, page_checksum_verification=True)
+                        f = open_input(path, buffering=0)  # pyarrow reads exact ranges: a buffer would read past them
+                        pf = pq.ParquetFile(f, metadata=meta, page_checksum_verification=True)
                         self.footers[path] = pf.metadata
                     else:
                         pf = pq.ParquetFile(path)
