@@ -20,6 +20,7 @@ the bytes a cursor will read from its position on are known before it reads them
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,34 @@ def attach(ds: Dataset, g: Group, cursor: Cursor, start: int) -> Cursor:
     else:
         pf = remote.prefetch(_ordered_pieces(ds, g, start))
     return Fetching(cursor, remote, pf)
+
+
+LIST_THREADS = 16  # parts whose blocks are listed at once (a Parquet footer each: one GET)
+
+
+def list_blocks(ds: Dataset, g: Group) -> None:
+    """Make every part of ``g`` know its blocks, several parts at once, before a block order is
+    made of them (a remote dataset's: a Parquet part's row groups are in its footer, one GET each,
+    which one after another would delay the first batch by a round trip per file)."""
+    remote = getattr(ds, "remote", None)
+    if remote is None or (os.getpid(), g.index) in remote.listed:
+        return
+    readers = [ds.reader(g, p) for p in g.parts]
+    if len(readers) < 2 or not any(r.opens_at == "tail" for r in readers):
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..engine.interrupts import result
+
+    with ThreadPoolExecutor(min(LIST_THREADS, len(readers)), thread_name_prefix="lovecraft-list") as pool:
+        futs = [pool.submit(r.block_starts) for r in readers]
+        try:
+            for f in futs:
+                result(f)
+        finally:
+            for f in futs:
+                f.cancel()
+    remote.listed.add((os.getpid(), g.index))
 
 
 def _uris(ds: Dataset, part) -> list[str]:

@@ -25,7 +25,7 @@ from ..errors import DatasetError
 from ..schema import FIXED, Batch, row_nbytes
 from .buckets import BucketEmitter
 from .common import Group, Permutation, convert_column, target_dtype
-from .fetch import attach
+from .fetch import attach, list_blocks
 from .order import ALL, BlockCursor, BlockLayout, Cursor, ExactCursor, RangeCursor, StreamCursor, Wanted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -261,6 +261,7 @@ class Plan:
         if self.mode == "exact":
             c: Cursor = ExactCursor(ds, g, self.permutation(g, epoch))
         elif self.mode == "blocks":
+            list_blocks(ds, g)  # a remote dataset's footers, fetched at once
             layout = BlockLayout(ds, g, self.rng(epoch, 0, g.index), self.shuffle_buffer)
             key = (self.seed or 0, epoch, 3, g.index)
             c = BlockCursor(ds, g, layout, key, wanted, background)

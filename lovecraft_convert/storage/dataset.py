@@ -132,6 +132,7 @@ class RemoteDataset:
             raise DatasetError(f"ranged={ranged!r}: use None (automatic), False (whole files) or True")
         self.uri, self.cache, self.ranged = uri, cache, ranged
         self.sessions = Sessions()
+        self.listed: set[tuple[int, int]] = set()  # (process, group) whose parts' blocks are listed
         self.files: dict[str, RemoteFile] = {}
         for rel, entry in listed_files(manifest).items():
             alg, hexd = mf.file_digest(entry)

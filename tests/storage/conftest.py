@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 
 import pytest
 
@@ -19,19 +20,30 @@ class RequestLog:
 
     def __init__(self) -> None:
         self.items: list[tuple[str, str, str | None]] = []
+        self.spans: list[tuple[str, str | None, float, float]] = []  # GETs: (path, range, began, answered)
+        self.delay = 0.0  # seconds each GET is held before it is answered (to see which GETs overlap)
         self.lock = threading.Lock()
 
     def wrap(self, app):
         def logged(environ, start_response):
+            method, path, rng = environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE")
             with self.lock:
-                self.items.append((environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("HTTP_RANGE")))
-            return app(environ, start_response)
+                self.items.append((method, path, rng))
+            began = time.monotonic()
+            if method == "GET" and self.delay:
+                time.sleep(self.delay)
+            out = app(environ, start_response)
+            if method == "GET":
+                with self.lock:
+                    self.spans.append((path, rng, began, time.monotonic()))
+            return out
 
         return logged
 
     def clear(self) -> None:
         with self.lock:
             self.items.clear()
+            self.spans.clear()
 
     def gets(self, bucket: str, key: str | None = None) -> list[tuple[str, str | None]]:
         """(path, range) of every GET of an object of ``bucket`` (``key``: of that object only)."""

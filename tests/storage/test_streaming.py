@@ -202,6 +202,30 @@ def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def test_a_block_order_reads_the_parquet_footers_at_once(local, remote, s3_log, tmp_path):
+    """The block order of a shuffled Parquet epoch is made of every file's row groups, in its
+    footer: the footers are fetched together (one after another, the first batch would wait a round
+    trip per file). The server holds each GET 0.2 s, so GETs made one after another never overlap."""
+    ds = lc.open_dataset(remote["parquet"], cache_dir=str(tmp_path / "c"), cache_limit=LIMIT)
+    s3_log.clear()
+    s3_log.delay = 0.2
+    try:
+        it = ds.batches(256, shuffle=True, seed=0)
+        next(it)
+        it.close()
+    finally:
+        s3_log.delay = 0.0
+    sizes = {n: os.path.getsize(os.path.join(local["parquet"], n)) for n in os.listdir(local["parquet"])}
+    footers = []
+    for path, rng, began, answered in s3_log.spans:
+        a, b = (int(x) for x in rng.split("=")[1].split("-")) if rng else (0, -1)
+        if b + 1 == sizes.get(path.rsplit("/", 1)[1]) and b + 1 - a <= 64 << 10:
+            footers.append((began, answered))
+    assert len(footers) == 8
+    most = max(sum(1 for b, e in footers if b <= t < e) for t, _ in footers)  # footer GETs under way at once
+    assert most >= 4, footers
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "memmap"])
 def test_the_first_batch_waits_for_its_own_bytes_not_the_dataset(local, remote, s3_log, tmp_path, fmt):
     ds = lc.open_dataset(remote[fmt], cache_dir=str(tmp_path / "c"), cache_limit=LIMIT)
