@@ -229,6 +229,16 @@ class CachedFile(io.RawIOBase):
         self.pos += len(data)
         return data
 
+    def read_buffer(self, n: int) -> bytearray | memoryview:
+        """Up to ``n`` bytes from the position, in a buffer of their own (pyarrow's adapter of a
+        Python file asks for this when the file has it, and wraps the buffer as it is: one copy out
+        of the cache, where ``read`` makes a second)."""
+        n = max(0, min(int(n), self.rf.size - self.pos))
+        buf = bytearray(n)
+        got = self.rf.readinto(buf, self.pos) if n else 0
+        self.pos += got
+        return buf if got == n else memoryview(buf)[:got]
+
 
 _FILES: dict[str, RemoteFile] = {}
 _FILES_LOCK = threading.Lock()
