@@ -20,21 +20,26 @@ reads through obstore, which needs TLS):
 Readers, each in a fresh process with an empty cache directory (everything comes from the server),
 one shuffled epoch in batches of ``--batch-size`` (256), every batch's labels counted and summed,
 timed from opening the dataset to its last batch (imports excluded: torch, boto3 and each system's
-own package are imported before the clock starts); the time to the first batch; the peak anonymous
-memory of the process tree (RssAnon, sampled) and the peak size of the cache directory (sampled):
+own package are imported before the clock starts); the time to the first batch; the CPU time of
+the reader's process and of the S3 server meanwhile (both come out of the same cores: on a loaded
+machine the ratio of CPU times says what the wall times blur); the peak anonymous memory of the
+process tree (RssAnon, sampled) and the peak size of the cache directory (sampled):
 
 * ours, remote: ``open_dataset("s3://...", cache_dir=, cache_limit=L).batches(B, shuffle=True)``;
   and through ``DataLoader(ds.to_torch(batch_size=B, shuffle=True), batch_size=None)``;
 * ours, local disk: ``open_dataset(local_dir).batches(B, shuffle=True)`` (the same order);
 * MosaicML: ``DataLoader(StreamingDataset(remote="s3://...", local=cache, shuffle=True,
-  batch_size=B, cache_limit=L), batch_size=B)``;
+  batch_size=B, cache_limit=L), batch_size=B)``; and the same with ``shuffle_block_size`` a
+  quarter of the cache in samples (its default shuffle blocks, 262,144 samples, span more shards
+  than a cache of a quarter of the dataset holds: it evicts and fetches them again and again);
 * litdata: ``StreamingDataLoader(StreamingDataset("s3://...", cache_dir=cache, shuffle=True,
   max_cache_size=L), batch_size=B)``.
 
 ``--cache-limit`` (default 64 MiB, a quarter of the dataset; at least 4 files of every system, as
 MosaicML needs) is given to all three. ``--num-workers`` (default 0) goes to every DataLoader. An
 epoch still running after ``--limit`` seconds (default 120: MosaicML's reader takes minutes) is
-stopped there, and its rate is that of the rows it read (said in the table). The peers run in
+stopped there, even waiting for a batch, and its rate is that of the rows it read (said in the
+table). The peers run in
 ``.venv-peers`` (``LOVECRAFT_PEERS_VENV`` names another), as a subprocess; a missing one is reported
 as skipped. ``--runs`` rounds (default 3; 1 with ``--quick``) alternate the readers' order; rates
 are medians. Ratios are of throughput: ours from S3 over ours from local disk (target >= 0.8x), ours
@@ -64,7 +69,8 @@ from loader_bench import COLS, ROW_BYTES, write_source  # noqa: E402
 from measure import tree_anon_kib  # noqa: E402
 
 FILE = 16 << 20
-READERS = ("ours", "ours_dl", "ours_local", "mosaic", "litdata")
+READERS = ("ours", "ours_dl", "ours_local", "mosaic", "mosaic_fit", "litdata")
+PEERS = ("mosaic", "mosaic_fit", "litdata")
 LABELS = 1000
 
 
@@ -156,18 +162,18 @@ def upload(env: dict[str, str], dirs: dict[str, str], bucket: str) -> dict[str, 
 # ----------------------------------------------------------------------------------------------
 
 EPOCH = """
-import json, os, sys, time
+import json, os, sys, threading, time
 import numpy as np
 import torch  # imported before the clock starts, by every reader, with the S3 client
 from torch.utils.data import DataLoader
 import boto3
 
-reader, path, cache, limit, bs, workers, stop_after = sys.argv[1:8]
-limit, bs, workers, stop_after = int(limit), int(bs), int(workers), float(stop_after)
+reader, path, cache, limit, bs, workers, stop_after, row_bytes = sys.argv[1:9]
+limit, bs, workers, stop_after, row_bytes = int(limit), int(bs), int(workers), float(stop_after), int(row_bytes)
 if reader in ("ours", "ours_dl", "ours_local"):
     import lovecraft_convert as lc
     import pyarrow.parquet
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if reader == "ours_local":
         batches = lc.open_dataset(path).batches(bs, shuffle=True, seed=0)
     else:
@@ -177,32 +183,47 @@ if reader in ("ours", "ours_dl", "ours_local"):
         else:
             batches = DataLoader(ds.to_torch(batch_size=bs, shuffle=True, seed=0), batch_size=None,
                                  num_workers=workers)
-elif reader == "mosaic":
+elif reader in ("mosaic", "mosaic_fit"):
     from streaming import StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
     clean_stale_shared_memory()
-    t0 = time.perf_counter()
-    ds = StreamingDataset(remote=path, local=cache, shuffle=True, batch_size=bs, cache_limit=limit)
+    # mosaic_fit: shuffle blocks of a quarter of the cache (its default blocks of 262,144 samples
+    # span more shards than the cache holds)
+    opts = {"shuffle_block_size": max(1, limit // 4 // row_bytes)} if reader == "mosaic_fit" else {}
+    t0, c0 = time.perf_counter(), time.process_time()
+    ds = StreamingDataset(remote=path, local=cache, shuffle=True, batch_size=bs, cache_limit=limit, **opts)
     batches = DataLoader(ds, batch_size=bs, num_workers=workers)
 else:
     import litdata
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     ds = litdata.StreamingDataset(path, cache_dir=cache, shuffle=True, max_cache_size=limit)
     batches = litdata.StreamingDataLoader(ds, batch_size=bs, num_workers=workers)
 first = None
 rows = total = 0
-stopped = False
+lock = threading.Lock()
+
+
+def finish(stopped):
+    with lock:  # once, from the loop or from the timer
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        out = {"rows": rows, "label_sum": total, "seconds": seconds, "cpu": cpu, "first": first,
+               "stopped": stopped}
+        print(json.dumps(out), flush=True)
+        os._exit(0)  # a stopped epoch's loader threads and workers are not waited for
+
+
+# an epoch still running after stop_after seconds ends there, even inside a batch that does not come
+timer = threading.Timer(stop_after, finish, (True,))
+timer.daemon = True
+timer.start()
 for b in batches:
-    if first is None:
-        first = time.perf_counter() - t0
-    rows += len(b["label"])
-    total += int(b["label"].sum())
-    if time.perf_counter() - t0 > stop_after:
-        stopped = True
-        break
-out = {"rows": rows, "label_sum": total, "seconds": time.perf_counter() - t0, "first": first, "stopped": stopped}
-print(json.dumps(out), flush=True)
-os._exit(0)  # a stopped epoch's loader threads and workers are not waited for
+    n, s = len(b["label"]), int(b["label"].sum())
+    with lock:
+        if first is None:
+            first = time.perf_counter() - t0
+        rows += n
+        total += s
+finish(False)
 """
 
 
@@ -217,18 +238,47 @@ def du(path: str) -> int:
     return total
 
 
+def server_cpu() -> float:
+    """CPU seconds the S3 server (a child of this process) has used so far."""
+    total, children = 0.0, []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
+            children += [int(x) for x in f.read().split()]
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"moto.server" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def epoch(reader: str, path: str, a: argparse.Namespace, env: dict[str, str]) -> dict:
     """One epoch of ``reader`` in a fresh process, with an empty cache: its result, peak RssAnon of
-    the process tree and peak size of the cache directory."""
+    the process tree, peak size of the cache directory and the S3 server's CPU meanwhile."""
     cache = tempfile.mkdtemp(prefix=f"stream-{reader}-", dir=a.workdir)
     shutil.rmtree(cache)
-    args = [reader, path, cache, str(a.cache_limit), str(a.batch_size), str(a.num_workers), str(a.limit)]
-    if reader in ("mosaic", "litdata"):
+    args = [
+        reader,
+        path,
+        cache,
+        str(a.cache_limit),
+        str(a.batch_size),
+        str(a.num_workers),
+        str(a.limit),
+        str(ROW_BYTES),
+    ]
+    if reader in PEERS:
         from tests.peers import PEERS_PYTHON, peer_env
 
         cmd, penv = [PEERS_PYTHON, "-c", EPOCH, *args], peer_env(env)
     else:
         cmd, penv = [sys.executable, "-c", EPOCH, *args], {**os.environ, **env, "PYTHONPATH": ROOT}
+    server0 = server_cpu()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=penv, cwd=a.workdir)
     peak = {"mem": 0, "cache": 0}
     stop = threading.Event()
@@ -249,7 +299,7 @@ def epoch(reader: str, path: str, a: argparse.Namespace, env: dict[str, str]) ->
     if p.returncode != 0 or not lines:
         raise RuntimeError(f"{reader}: exit {p.returncode}: {err.strip().splitlines()[-1:] or 'no output'}")
     r = json.loads(lines[-1])
-    r.update(mem_mib=peak["mem"] / 1024, cache_mib=peak["cache"] / 2**20)
+    r.update(mem_mib=peak["mem"] / 1024, cache_mib=peak["cache"] / 2**20, server_cpu=server_cpu() - server0)
     return r
 
 
@@ -283,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     readers = [r for r in a.readers.split(",") if r]
     peers = peers_available("streaming") and peers_available("litdata")
     if not peers:
-        skipped = [r for r in readers if r in ("mosaic", "litdata")]
+        skipped = [r for r in readers if r in PEERS]
         readers = [r for r in readers if r not in skipped]
         if skipped:
             log(f"skipped {', '.join(skipped)}: no peers' venv with streaming and litdata at {PEERS_VENV}")
@@ -291,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     src = os.path.join(base, "src")
     os.makedirs(src, exist_ok=True)
     write_source(src, rows, 0, LABELS, say=log)
-    dirs = write_all(src, base, peers and any(r in ("mosaic", "litdata") for r in readers))
+    dirs = write_all(src, base, peers and any(r in PEERS for r in readers))
     import numpy as np
 
     want = int(np.load(os.path.join(src, "label.npy"), mmap_mode="r").sum())
@@ -304,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         log("uploading")
         uris = upload(env, dict(dirs), "bench")
         paths = {"ours": uris["ours"], "ours_dl": uris["ours"], "ours_local": dirs["ours"]}
-        paths.update({k: uris[k] for k in ("mosaic", "litdata") if k in uris})
+        paths.update({k: uris[k.split("_")[0]] for k in PEERS if k.split("_")[0] in uris})
         for k in range(runs):
             for r in readers if k % 2 == 0 else readers[::-1]:
                 log(f"round {k + 1}/{runs}: {r}")
@@ -328,6 +378,7 @@ NAMES = {
     "ours_dl": "ours, from S3: `DataLoader(to_torch(batch_size=B, shuffle=True), batch_size=None)`",
     "ours_local": "ours, from local disk: `batches(B, shuffle=True)`",
     "mosaic": 'MosaicML `DataLoader(StreamingDataset(remote="s3://...", shuffle=True, cache_limit=L))`',
+    "mosaic_fit": "MosaicML, the same with `shuffle_block_size=L // 4 // row bytes` (blocks of a quarter of the cache)",
     "litdata": 'litdata `StreamingDataLoader(StreamingDataset("s3://...", shuffle=True, max_cache_size=L))`',
 }
 
@@ -341,6 +392,14 @@ def table(results: dict[str, list[dict]], rows: int, a: argparse.Namespace, seco
     mb = rows * ROW_BYTES / 1e6
     rate = {r: statistics.median(mbps(x) for x in v) for r, v in results.items() if v}
     n = max(len(v) for v in results.values())
+    # CPU seconds per full epoch (a stopped one scaled up), the reader's and the server's meanwhile
+    cpu_of = {
+        r: tuple(
+            statistics.median(x[k] * (rows / x["rows"] if x["rows"] else 1) for x in v) for k in ("cpu", "server_cpu")
+        )
+        for r, v in results.items()
+        if v
+    }
     lines = [
         f"#### Streaming from S3: a shuffled epoch of {rows:,} rows ({mb:.0f} MB: x float32[64] + label int64), "
         f"batches of {a.batch_size}, cache limit {a.cache_limit / 2**20:.0f} MiB, num_workers={a.num_workers}, "
@@ -351,8 +410,9 @@ def table(results: dict[str, list[dict]], rows: int, a: argparse.Namespace, seco
         f"epoch in a fresh process with an empty cache; one still running after {a.limit:.0f} s is stopped, its "
         "rate that of the rows it read)",
         "",
-        "| reader | MB/s | first batch s | peak RssAnon MiB | peak cache MiB | ratio | target | met |",
-        "|---|---:|---:|---:|---:|---|---:|:---:|",
+        "| reader | MB/s | first batch s | CPU s (+ server's) | peak RssAnon MiB | peak cache MiB | ratio | target "
+        "| met |",
+        "|---|---:|---:|---:|---:|---:|---|---:|:---:|",
     ]
     for r, v in results.items():
         if not v:
@@ -366,16 +426,26 @@ def table(results: dict[str, list[dict]], rows: int, a: argparse.Namespace, seco
         ratio = target = met = ""
         if r == "ours" and "ours_local" in rate:
             q = rate["ours"] / rate["ours_local"]
-            ratio, target, met = f"{q:.2f}x local disk", ">= 0.8x", "yes" if q >= 0.8 else "no"
-        if r in ("mosaic", "litdata") and "ours" in rate:
-            q = rate["ours"] / rate[r]
-            ratio, target, met = f"ours {q:.2f}x", ">= 2x", "yes" if q >= 2 else "no"
+            c = cpu_of["ours_local"][0] / sum(cpu_of["ours"])
+            ratio, target, met = f"{q:.2f}x local disk (CPU: {c:.2f}x)", ">= 0.8x", "yes" if q >= 0.8 else "no"
+        if r in PEERS and "ours" in rate:
+            if rate[r] > 0:
+                q = rate["ours"] / rate[r]
+                ratio, met = f"ours {q:.2f}x", "yes" if q >= 2 else "no"
+            else:
+                ratio, met = f"no batch in {a.limit:.0f} s", "yes"
+            target = ">= 2x"
         mem, cache = max(x["mem_mib"] for x in v), max(x["cache_mib"] for x in v)
-        lines.append(f"| {name} | {rate[r]:.1f} | {first} | {mem:.0f} | {cache:.0f} | {ratio} | {target} | {met} |")
-    lines += ["", "| reader | each round: MB/s (first batch s) |", "|---|---|"]
+        cpu = f"{cpu_of[r][0]:.2f}" + (f" (+ {cpu_of[r][1]:.2f})" if r != "ours_local" else "")
+        lines.append(
+            f"| {name} | {rate[r]:.1f} | {first} | {cpu} | {mem:.0f} | {cache:.0f} | {ratio} | {target} | {met} |"
+        )
+    lines += ["", "| reader | each round: MB/s (first batch s, CPU s + server's) |", "|---|---|"]
     for r, v in results.items():
         if v:
-            each = ", ".join(f"{mbps(x):.1f} ({x['first'] or 0:.2f})" for x in v)
+            each = ", ".join(
+                f"{mbps(x):.1f} ({x['first'] or 0:.2f}, {x['cpu']:.1f} + {x['server_cpu']:.1f})" for x in v
+            )
             lines.append(f"| {r} | {each} |")
     return "\n".join(lines)
 
