@@ -25,7 +25,7 @@ MANIFEST_NAME = "_manifest.json"
 FORMAT_TAG = "lovecraft-dataset"
 VERSION = 1
 READABLE_VERSIONS = (1,)
-MAX_MANIFEST_BYTES = 1 << 30
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest is read whole: larger ones are refused unread (and never written)
 HASHES = ("blake3", "sha256")  # a file's entry holds its digest under the algorithm's name
 DEFAULT_HASH = "blake3"
 MAX_ROW_BYTES = 1 << 30  # a schema claiming larger rows is refused (nothing that size is allocated)
@@ -83,8 +83,9 @@ def write(directory: str, manifest: dict) -> None:
     """Write the manifest of ``directory`` durably: a temporary name, fsync, then the rename."""
     final = path_of(directory)
     tmp = final + ".tmp"
+    text = dumps(manifest)
     with open(tmp, "w") as f:
-        f.write(dumps(manifest))
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, final)
@@ -106,7 +107,15 @@ def dumps(manifest: dict) -> str:
             lines.append(head + "[\n" + ",\n".join(f"  {enc(v)}" for v in value) + "\n ]")
         else:
             lines.append(head + enc(value))
-    return "{\n" + ",\n".join(lines) + "\n}\n"
+    text = "{\n" + ",\n".join(lines) + "\n}\n"
+    if len(text) > MAX_MANIFEST_BYTES:  # (ASCII: characters are bytes) no reader would open it
+        from .errors import OutputError
+
+        raise OutputError(
+            f"the manifest would take {len(text)} bytes, more than the {MAX_MANIFEST_BYTES} every reader accepts",
+            hint="write fewer, larger shards (--shard-size, --num-shards) or fewer columns",
+        )
+    return text
 
 
 def _json_default(o):
@@ -133,13 +142,18 @@ def load(directory: str) -> tuple[dict | None, tuple[str, str] | None]:
     if not stat.S_ISREG(st.st_mode):
         return None, ("manifest", "not a regular file")
     if st.st_size > MAX_MANIFEST_BYTES:
-        return None, ("manifest", f"implausibly large ({st.st_size} bytes)")
+        return None, ("manifest", too_large(st.st_size))
     try:
         with open(mpath, encoding="utf-8") as f:
             return json.load(f), None
     except (OSError, ValueError, RecursionError) as e:
         text = " ".join(str(e).split())
         return None, ("unreadable", f"unreadable ({text[:297] + '...' if len(text) > 300 else text})")
+
+
+def too_large(size: int) -> str:
+    """Why a manifest of ``size`` bytes is not read."""
+    return f"{size} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may take (not read)"
 
 
 def read(directory: str) -> dict[str, Any]:
@@ -350,3 +364,328 @@ def build_job(command: str, o: Any, rows: int, schema: Any, hash_buckets: int | 
         command=command, output_format=o.to, options=o.to_dict(), rows=rows, schema=schema.to_list(), shuffle=shuffle,
         **fields,
     )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# the manifest's shape: every field a reader relies on, of the type it relies on
+# --------------------------------------------------------------------------------------------
+
+
+def _shown(v: Any) -> str:
+    """A manifest value as a message shows it (JSON, at most 60 characters)."""
+    try:
+        text = json.dumps(v, ensure_ascii=True)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class Spec:
+    """What a manifest value must be. :meth:`walk` yields ``(field path, why)`` for each problem of
+    a value (containers name the item: ``shards[3].rows``, ``tfrecord.blocks["a.tfrecord"]``)."""
+
+    what = "anything"
+    plural = "values"  # what a list of them holds
+
+    def walk(self, v: Any, path: str) -> Iterator[tuple[str, str]]:
+        return iter(())
+
+
+class Atom(Spec):
+    def __init__(self, what: str, test, plural: str) -> None:
+        self.what, self.test, self.plural = what, test, plural
+
+    def walk(self, v, path):
+        if not self.test(v):
+            yield path, f"is {_shown(v)}, not {self.what}"
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v: Any) -> bool:
+    import math
+
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _dtype(v: Any) -> bool:
+    """A NumPy dtype string naming plain numbers, or fixed-width bytes or text (what lovecraft writes:
+    the last from NPY, NPZ and HDF5 inputs' ``S``/``U`` arrays)."""
+    if not isinstance(v, str) or len(v) > 16:
+        return False
+    import numpy as np
+
+    try:
+        dt = np.dtype(v)
+    except (TypeError, ValueError):
+        return False
+    return dt.kind in "biufSU" and dt.fields is None and dt.subdtype is None
+
+
+ANY = Spec()
+STR = Atom("a string", lambda v: isinstance(v, str), "strings")
+COUNT = Atom("a count", lambda v: _int(v) and v >= 0, "counts")
+POSITIVE = Atom("a positive count", lambda v: _int(v) and v > 0, "positive counts")
+INT = Atom("an integer", _int, "integers")
+NUMBER = Atom("a number", _number, "numbers")
+BOOL = Atom("true or false", lambda v: isinstance(v, bool), "booleans")
+HEX64 = Atom(
+    "a digest of 64 hex digits",
+    lambda v: isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v),
+    "digests",
+)
+DTYPE = Atom("a dtype of numbers or fixed-width text (such as '<f4' or '<U8')", _dtype, "dtypes")
+
+
+class OneOf(Spec):
+    def __init__(self, *values: Any) -> None:
+        self.values = values
+        self.what = "one of " + ", ".join(_shown(x) for x in values)
+        self.plural = "values each " + self.what
+
+    def walk(self, v, path):
+        if not any(v == x and type(v) is type(x) for x in self.values):
+            yield path, f"is {_shown(v)}, not {self.what}"
+
+
+class Null(Spec):
+    def __init__(self, spec: Spec) -> None:
+        self.spec, self.what, self.plural = spec, f"{spec.what} or null", f"{spec.plural} or nulls"
+
+    def walk(self, v, path):
+        if v is not None:
+            for at, why in self.spec.walk(v, path):
+                yield at, why.replace(f"not {self.spec.what}", f"not {self.what}") if at == path else why
+
+
+class ListOf(Spec):
+    def __init__(self, item: Spec, least: int = 0) -> None:
+        self.item, self.least = item, least
+        self.what = f"a list of {item.plural}" if item is not ANY else "a list"
+        self.plural = "lists"
+
+    def walk(self, v, path):
+        if not isinstance(v, list):
+            yield path, f"is {_shown(v)}, not {self.what}"
+            return
+        if len(v) < self.least:
+            yield path, f"is empty, not {self.what}"
+        for i, x in enumerate(v):
+            yield from self.item.walk(x, f"{path}[{i}]")
+
+
+class Pair(Spec):
+    """A list of exactly ``len(items)`` values (``[bytes, count]``)."""
+
+    def __init__(self, *items: Spec) -> None:
+        self.items = items
+        self.what = "[" + ", ".join(s.what for s in items) + "]"
+        self.plural = f"pairs {self.what}"
+
+    def walk(self, v, path):
+        if not isinstance(v, list) or len(v) != len(self.items):
+            yield path, f"is {_shown(v)}, not {self.what}"
+            return
+        for i, (x, s) in enumerate(zip(v, self.items, strict=True)):
+            yield from s.walk(x, f"{path}[{i}]")
+
+
+class MapOf(Spec):
+    """An object of any keys whose values are ``value``s."""
+
+    def __init__(self, value: Spec) -> None:
+        self.value = value
+        self.what = f"an object of {value.plural}" if value is not ANY else "an object"
+        self.plural = "objects"
+
+    def walk(self, v, path):
+        if not isinstance(v, dict):
+            yield path, f"is {_shown(v)}, not {self.what}"
+            return
+        for k, x in v.items():
+            yield from self.value.walk(x, f"{path}[{json.dumps(k)}]")
+
+
+class Obj(Spec):
+    """An object with ``required`` keys and ``optional`` ones (other keys are allowed: a later
+    version may add some)."""
+
+    def __init__(
+        self,
+        required: dict[str, Spec],
+        optional: dict[str, Spec] | None = None,
+        what: str = "an object",
+        plural: str = "objects",
+    ) -> None:
+        self.required, self.optional, self.what, self.plural = required, optional or {}, what, plural
+
+    def walk(self, v, path):
+        if not isinstance(v, dict):
+            yield path, f"is {_shown(v)}, not {self.what}"
+            return
+        for k, s in self.required.items():
+            if k not in v:
+                yield _join(path, k), "is missing"
+            else:
+                yield from s.walk(v[k], _join(path, k))
+        for k, s in self.optional.items():
+            if k in v:
+                yield from s.walk(v[k], _join(path, k))
+
+
+def _common() -> Spec:
+    """The fields every reader relies on (the format's own sections are its descriptor's
+    ``manifest_spec``)."""
+    from .schema import KINDS
+
+    stats_column = Obj(
+        {}, {k: Null(COUNT) for k in ("count", "nan", "length_min", "length_max")} | {"length_mean": Null(NUMBER)}
+    )
+    stats = MapOf(Null(stats_column))
+    shard = Obj(
+        {"rows": COUNT, "files": ListOf(STR)}, {"index": COUNT, "name": STR, "stats": Null(stats)}, "a shard", "shards"
+    )
+    tokenizer = Obj(
+        {"name": STR},
+        {"path": STR, "vocab_size": Null(POSITIVE), "dtype": DTYPE, "eos_id": Null(INT), "bos_id": Null(INT),
+         "column": Null(STR)},
+    )  # fmt: skip
+    counts = ("input_sequences", "dropped_shorter", "dropped_longer", "truncated", "tokens_removed_by_truncation",
+              "rows", "tokens", "longest", "padded_tokens", "single_bucket_padded_tokens")  # fmt: skip
+    layout = OneOf("padded", "ragged")
+    return Obj(
+        {
+            "output_format": STR,
+            "rows": COUNT,
+            "schema": ListOf(
+                Obj(
+                    {"name": STR, "kind": OneOf(*KINDS), "dtype": DTYPE},
+                    {"shape": ListOf(COUNT)},
+                    "a column",
+                    "columns",
+                ),
+                1,
+            ),
+            "files": ListOf(
+                Obj(
+                    {"path": STR, "rows": COUNT, "bytes": COUNT},
+                    {
+                        "blake3": HEX64,
+                        "sha256": HEX64,
+                        "column": Null(STR),
+                        "role": Null(STR),
+                        "shard": COUNT,
+                        "bucket": COUNT,
+                    },
+                    "a file",
+                    "files",
+                )
+            ),
+        },
+        {
+            "command": Null(STR),
+            "options": Null(MapOf(ANY)),
+            "shards": ListOf(shard),
+            "buckets": ListOf(
+                Obj(
+                    {"min_length": COUNT, "max_length": COUNT, "rows": COUNT, "files": ListOf(STR)},
+                    {
+                        "index": COUNT,
+                        "layout": layout,
+                        "shards": ListOf(shard),
+                        "tokens": COUNT,
+                        "padded_tokens": COUNT,
+                        "padding_efficiency": NUMBER,
+                        "stats": Null(stats),
+                    },
+                    "a bucket",
+                    "buckets",
+                )
+            ),
+            "stats": Null(stats),
+            "float16": Null(
+                MapOf(
+                    Obj(
+                        {},
+                        {k: COUNT for k in ("values", "overflow", "clipped", "flushed_to_zero", "nan")}
+                        | {"target": STR, "max_abs_error": NUMBER, "max_rel_error": NUMBER},
+                    )
+                )
+            ),
+            "sources": Null(ListOf(ANY)),
+            "shuffle": Null(Obj({}, {"seed": Null(INT), "buckets": Null(COUNT)})),
+            "tokenizer": Null(tokenizer),
+            "bucketing": Obj(
+                {"boundaries": ListOf(COUNT), "layout": layout},
+                {k: COUNT for k in counts}
+                | {
+                    "pad_id": NUMBER,
+                    "dtype": DTYPE,
+                    "tokenizer": Null(tokenizer),
+                    "padding_efficiency": NUMBER,
+                    "padded_tokens_saved": INT,
+                    "length_histogram": Pair(ListOf(COUNT), ListOf(COUNT)),
+                },
+            ),  # fmt: skip
+            "packing": Obj(
+                {"seq_len": POSITIVE, "rows": COUNT, "tokens": COUNT, "documents": COUNT},
+                {
+                    "order": OneOf("input", "shuffled"),
+                    "dtype": DTYPE,
+                    "tokenizer": Null(tokenizer),
+                    "dropped_tokens": COUNT,
+                    "dropped_partial_row": BOOL,
+                    "pad_last": BOOL,
+                    "pad_id": NUMBER,
+                    "padding_tokens": COUNT,
+                    "padding_efficiency": NUMBER,
+                },
+            ),  # fmt: skip
+        },
+    )
+
+
+_COMMON: list[Spec] = []
+
+
+def shape_problems(m: Any, extra: Spec | None = None, limit: int = 20, common: bool = True) -> list[tuple[str, str]]:
+    """``(field path, why)`` of the first ``limit`` fields of manifest ``m`` that are not of the type
+    its readers rely on: the common fields (unless ``common`` is False) and ``extra`` (a format's
+    own sections). Values are not judged against each other or the files here."""
+    if not _COMMON:
+        _COMMON.append(_common())
+    specs = ([_COMMON[0]] if common else []) + ([extra] if extra is not None else [])
+    out: list[tuple[str, str]] = []
+    for spec in specs:
+        for problem in spec.walk(m, ""):
+            out.append(problem)
+            if len(out) >= limit:
+                return out
+    return out
+
+
+EDITED = "the manifest was edited or damaged; re-create the dataset"
+
+
+def check_shape(m: Any, where: str, extra: Spec | None = None, common: bool = True) -> None:
+    """Refuse (DatasetError, one line naming the manifest ``where`` and the field) a manifest one
+    of whose fields is not of the type its readers rely on (:func:`shape_problems`)."""
+    found = shape_problems(m, extra, limit=1, common=common)
+    if found:
+        path, why = found[0]
+        raise DatasetError(f"{where}: {path} {why}", hint=EDITED, kind="manifest")
+
+
+def schema_of(m: dict, where: str):
+    """The manifest's schema, checked (:func:`parse_schema`); DatasetError naming ``where``."""
+    try:
+        return parse_schema(m.get("schema"))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        text = " ".join(str(e).split())[:300]
+        raise DatasetError(f"{where}: schema: {text}", hint=EDITED, kind="manifest") from None

@@ -89,3 +89,39 @@ def vectors() -> str:
     if not os.path.isdir(VECTORS):
         pytest.skip(f"../shared/vectors not found at {VECTORS}")
     return VECTORS
+
+
+def interrupted_after_first_phase(run, out: str) -> str:
+    """Run ``run()`` (a resumable job writing ``out`` in this process, with one worker) and interrupt
+    it (SIGINT) as soon as its journal holds a unit of its first phase; returns the work directory
+    it keeps for ``--resume``."""
+    import threading
+    import time
+
+    from lovecraft_convert.errors import Interrupted
+
+    parent, name = os.path.split(os.path.abspath(out))
+    work = os.path.join(parent, f".{name}.partial")
+    journal = os.path.join(work, "journal.jsonl")
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                with open(journal) as f:
+                    if any('"phase": 1' in line for line in f):
+                        os.kill(os.getpid(), signal.SIGINT)
+                        return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.001)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(Interrupted):
+            run()
+    finally:
+        stop.set()
+        t.join()
+    return work

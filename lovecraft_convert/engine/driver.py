@@ -181,7 +181,7 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
         if not mf.is_dataset(path):
             return None
         m, problem = mf.load(path)
-    if problem is not None or mf.problems(m):
+    if problem is not None or mf.problems(m) or mf.shape_problems(m, limit=1):
         raise OutputError(
             f"{path}: already exists and is not a complete dataset", hint="pass --overwrite to replace it"
         )

@@ -6,7 +6,8 @@ the journal and writes the manifest, so any executor that can run a Python funct
 work directory is reachable will do:
 
 * :class:`LocalExecutor`: in-process for one worker, else a pool of spawned processes (each
-  pinned to one core for pyarrow, dying with its parent).
+  pinned to one core for pyarrow, dying with its parent). In-process, nothing process-wide is
+  changed (pyarrow's thread counts stay the application's).
 
 The interface is :meth:`map` (results as units finish, the first error stops everything once the
 running units are done), :meth:`map_ordered` (results in order) and :meth:`close`.
@@ -47,6 +48,37 @@ def _worker_init(parent: int | None = None, plugins: list | None = None) -> None
         pass
 
 
+def check_spawnable(workers: int) -> None:
+    """Refuse (OptionsError) to start worker processes that could not start.
+
+    Workers are started with ``spawn``: each runs the main script again (as ``__mp_main__``) before
+    it can run a unit. A script fed on stdin (``python - < script.py``) is named ``<stdin>`` and
+    cannot be run again, so every worker would die at start, which the pool could only report as a
+    worker that died. Scripts run by module name (``python -m``), by ``python -c``, in the REPL
+    or a notebook have nothing to run again and start fine."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return  # re-imported by module name
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return
+    from multiprocessing.process import ORIGINAL_DIR
+
+    full = path if os.path.isabs(path) or ORIGINAL_DIR is None else os.path.join(ORIGINAL_DIR, path)
+    if os.path.isfile(full):
+        return
+    from ..errors import OptionsError
+
+    said = "read from stdin (`python -`)" if path == "<stdin>" else "not a file"
+    raise OptionsError(
+        f"workers={workers} starts worker processes with spawn, each of which runs the main script again, "
+        f"and the main script {path!r} is {said}: they could not start",
+        hint='run the script from a file, its calls under `if __name__ == "__main__":`, or pass workers=1',
+    )
+
+
 class LocalExecutor:
     """Runs units in-process (``workers == 1``) or in a pool of spawned worker processes."""
 
@@ -59,19 +91,15 @@ class LocalExecutor:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
+            check_spawnable(workers)
             self.pool = ProcessPoolExecutor(
                 workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), plugins)
             )
             for _ in range(workers):  # start the workers now: they import while the main process plans
                 self.pool.submit(int)
-        else:
-            try:
-                import pyarrow as pa
-
-                self._cpus = pa.cpu_count()
-                pa.set_cpu_count(1)
-            except ImportError:
-                self._cpus = None
+        # in-process (one worker) the units read with threads=False (their readers' own option) and
+        # pyarrow's process-wide thread counts are left alone: another thread of the application may
+        # be using pyarrow at the same time
 
     def map_ordered(self, fn, calls: list[tuple]) -> list:
         """Results in the order of ``calls``."""
@@ -119,10 +147,6 @@ class LocalExecutor:
                         p.kill()
                 self.pool.shutdown(wait=True, cancel_futures=True)
                 self.pool = None
-        elif getattr(self, "_cpus", None):
-            import pyarrow as pa
-
-            pa.set_cpu_count(self._cpus)
 
 
 def _trimmed(fn, *args):

@@ -1,11 +1,19 @@
 """Spill frames: how units hand records to each other through the work directory.
 
-* Plain frames (``shard``): a batch as raw column bytes in schema order (offsets then values for
-  variable-length columns; lists of strings: the lists' offsets, then the strings' offsets and
-  bytes); *counted* frames start with their row count, so a file of them can be walked without an
-  index.
+* Plain frames (``shard``, ``bucket --layout packed``): a batch as raw column bytes in schema order
+  (offsets then values for variable-length columns; lists of strings: the lists' offsets, then the
+  strings' offsets and bytes); *counted* frames start with their row count, so a file of them can
+  be walked without an index.
 * Grouped frames (``bucket``): rows sorted by length, stored as the distinct lengths, how many rows
   have each, and the values in that order, so any length range is one contiguous slice.
+
+Every frame carries CRC32C digests, checked whenever it is read: a plain frame ends with the
+digest of its bytes; a grouped frame's index (its header, lengths and counts) has one, and so do
+the values of each length, so a unit reading one length range checks exactly what it reads. A
+damaged frame is one line naming the spill file and the frame (:func:`damaged`), and counts a
+frame declares are checked against the file's size before anything is allocated for them. A unit's
+spill files are also digested whole as they are written (:class:`UnitSpill`): the journal records
+it, and ``--resume`` redoes a part whose files no longer match (:func:`.journal.intact`).
 """
 
 from __future__ import annotations
@@ -14,85 +22,134 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import crc32c
 import numpy as np
 
-from ..errors import LovecraftError
+from ..errors import OutputError
 from ..schema import STRING_LIST, Batch, Schema, VarColumn
 
 # grouped frame value dtypes (a code in the frame header says which)
 CODES = ["|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8", "|b1"]
+DIGEST = 4  # bytes of a CRC32C (little-endian uint32)
+RESUME_HINT = "run the same command with --resume: the part that wrote it is read again"
+
+
+def damaged(path: str, offset: int, what: str) -> OutputError:
+    """The error of a spill frame that cannot be trusted (``what`` says why)."""
+    return OutputError(f"spill frame at byte {offset} {what}", where=path, hint=RESUME_HINT)
+
+
+def _digest(value: int) -> bytes:
+    return int(value).to_bytes(DIGEST, "little")
 
 
 def write_frame(f, batch: Batch, schema: Schema, counted: bool = False) -> tuple[int, int]:
-    """Append a batch as raw column bytes (the schema says how to read them back); ``counted``
-    frames start with their row count, so a file of them can be walked without an index."""
+    """Append a batch as raw column bytes (the schema says how to read them back) and their
+    digest; ``counted`` frames start with their row count, so a file of them can be walked
+    without an index."""
     offset = f.tell()
+    crc = 0
+
+    def put(data) -> None:
+        nonlocal crc
+        crc = crc32c.crc32c(data, crc)
+        f.write(data)
+
     if counted:
-        f.write(np.int64(batch.num_rows).tobytes())
+        put(np.int64(batch.num_rows).tobytes())
     for fd in schema:
         col = batch.columns[fd.name]
         if isinstance(col, VarColumn):
-            f.write(np.ascontiguousarray(col.offsets, dtype=np.int64).data)
+            put(np.ascontiguousarray(col.offsets, dtype=np.int64).data)
             if isinstance(col.values, VarColumn):  # lists of strings: then the strings
-                f.write(np.ascontiguousarray(col.values.offsets, dtype=np.int64).data)
-                f.write(np.ascontiguousarray(col.values.values, dtype=np.uint8).data)
+                put(np.ascontiguousarray(col.values.offsets, dtype=np.int64).data)
+                put(np.ascontiguousarray(col.values.values, dtype=np.uint8).data)
             else:
-                f.write(np.ascontiguousarray(col.values, dtype=fd.np_dtype if fd.kind == "sequence" else np.uint8).data)
+                put(np.ascontiguousarray(col.values, dtype=fd.np_dtype if fd.kind == "sequence" else np.uint8).data)
         else:
-            f.write(np.ascontiguousarray(col, dtype=fd.np_dtype).reshape(-1).view(np.uint8).data)
+            put(np.ascontiguousarray(col, dtype=fd.np_dtype).reshape(-1).view(np.uint8).data)
+    f.write(_digest(crc))
     return offset, batch.num_rows
 
 
-def frames_from_buffer(buf: bytes, schema: Schema) -> list[Batch]:
-    """The counted frames of a whole frame file already in memory (views into ``buf``)."""
+class _Cursor:
+    """Reads a frame's arrays from a buffer or a file, digesting the bytes read and refusing a count
+    that reaches past the end (a damaged frame must not make anything large be allocated)."""
+
+    def __init__(self, name: str, offset: int, end: int, buf=None, f=None) -> None:
+        self.name, self.offset, self.end, self.buf, self.f = name, offset, end, buf, f
+        self.pos = offset
+        self.crc = 0
+
+    def take(self, dtype, count: int) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        if count < 0 or self.pos + count * dtype.itemsize > self.end:
+            raise damaged(self.name, self.offset, "is damaged (it reaches past the end of the file)")
+        if self.buf is not None:
+            a = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
+        else:
+            a = np.fromfile(self.f, dtype=dtype, count=count)
+            if len(a) != count:
+                raise damaged(self.name, self.offset, "is cut short")
+        self.pos += a.nbytes
+        self.crc = crc32c.crc32c(a, self.crc)
+        return a
+
+    def count(self, a: np.ndarray, what: str) -> int:
+        """``a`` (the last of some offsets) as a count, refused when it is negative."""
+        v = int(a[-1])
+        if v < 0:
+            raise damaged(self.name, self.offset, f"is damaged (a negative {what})")
+        return v
+
+    def check(self) -> None:
+        """The digest that follows against the bytes read so far."""
+        crc = self.crc
+        if int(self.take(np.uint32, 1)[0]) != crc:
+            raise damaged(self.name, self.offset, "is damaged (its CRC32C differs from the one written with it)")
+
+
+def _columns(cur: _Cursor, rows: int, schema: Schema) -> dict[str, Any]:
+    cols: dict[str, Any] = {}
+    for fd in schema:
+        if fd.variable:
+            offs = cur.take(np.int64, rows + 1)
+            vals: Any
+            if fd.kind == STRING_LIST:
+                inner = cur.take(np.int64, cur.count(offs, "offset") + 1)
+                vals = VarColumn(cur.take(np.uint8, cur.count(inner, "offset")), inner)
+            else:
+                vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
+                vals = cur.take(vdt, cur.count(offs, "offset"))
+            cols[fd.name] = VarColumn(vals, offs)
+        else:
+            a = cur.take(fd.np_dtype, rows * fd.row_size)
+            cols[fd.name] = a.reshape((rows, *fd.shape))
+    cur.check()
+    return cols
+
+
+def frames_from_buffer(buf: bytes, schema: Schema, name: str = "spill file") -> list[Batch]:
+    """The counted frames of a whole frame file already in memory (views into ``buf``), each
+    checked against its digest; ``name`` is the file, for errors."""
     out = []
     pos = 0
     while pos < len(buf):
-        rows = int(np.frombuffer(buf, dtype=np.int64, count=1, offset=pos)[0])
-        pos += 8
-        cols: dict[str, Any] = {}
-        for fd in schema:
-            if fd.variable:
-                offs = np.frombuffer(buf, dtype=np.int64, count=rows + 1, offset=pos)
-                pos += offs.nbytes
-                vals: Any
-                if fd.kind == STRING_LIST:
-                    inner = np.frombuffer(buf, dtype=np.int64, count=int(offs[-1]) + 1, offset=pos)
-                    pos += inner.nbytes
-                    data = np.frombuffer(buf, dtype=np.uint8, count=int(inner[-1]), offset=pos)
-                    pos += data.nbytes
-                    vals = VarColumn(data, inner)
-                else:
-                    vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
-                    vals = np.frombuffer(buf, dtype=vdt, count=int(offs[-1]), offset=pos)
-                    pos += vals.nbytes
-                cols[fd.name] = VarColumn(vals, offs)
-            else:
-                a = np.frombuffer(buf, dtype=fd.np_dtype, count=rows * fd.row_size, offset=pos)
-                pos += a.nbytes
-                cols[fd.name] = a.reshape((rows, *fd.shape))
-        out.append(Batch(cols, rows))
+        cur = _Cursor(name, pos, len(buf), buf=buf)
+        rows = int(cur.take(np.int64, 1)[0])
+        if rows < 0:
+            raise damaged(name, pos, "is damaged (a negative row count)")
+        out.append(Batch(_columns(cur, rows, schema), rows))
+        pos = cur.pos
     return out
 
 
 def read_frame(f, offset: int, rows: int, schema: Schema) -> Batch:
+    """The plain frame of ``rows`` rows at ``offset`` of the open spill file ``f``, checked against
+    its digest."""
     f.seek(offset)
-    cols: dict[str, Any] = {}
-    for fd in schema:
-        if fd.variable:
-            offs = np.fromfile(f, dtype=np.int64, count=rows + 1)
-            vals: Any
-            if fd.kind == STRING_LIST:
-                inner = np.fromfile(f, dtype=np.int64, count=int(offs[-1]) + 1)
-                vals = VarColumn(np.fromfile(f, dtype=np.uint8, count=int(inner[-1])), inner)
-            else:
-                vdt = fd.np_dtype if fd.kind == "sequence" else np.dtype(np.uint8)
-                vals = np.fromfile(f, dtype=vdt, count=int(offs[-1]))
-            cols[fd.name] = VarColumn(vals, offs)
-        else:
-            a = np.fromfile(f, dtype=fd.np_dtype, count=rows * fd.row_size)
-            cols[fd.name] = a.reshape((rows, *fd.shape))
-    return Batch(cols, rows)
+    cur = _Cursor(f.name, offset, os.fstat(f.fileno()).st_size, f=f)
+    return Batch(_columns(cur, rows, schema), rows)
 
 
 def gather_sorted(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -122,16 +179,37 @@ def gather_sorted(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> n
 
 
 def write_grouped(f, lengths_sorted: np.ndarray, values: np.ndarray) -> list[int]:
-    """Append a frame of rows sorted by length; returns [offset, rows]."""
+    """Append a frame of rows sorted by length; returns [offset, rows].
+
+    Layout: ``rows, nu, nv, code`` (int64), the ``nu`` distinct lengths and their counts (int64),
+    the CRC32C of each length's values (uint32), the CRC32C of all of that (the index), then the
+    values."""
     offset = f.tell()
     uniq, first = np.unique(lengths_sorted, return_index=True)
     counts = np.diff(np.append(first, len(lengths_sorted)))
     code = CODES.index(values.dtype.str)
-    f.write(np.array([len(lengths_sorted), len(uniq), values.size, code], dtype=np.int64).data)
-    f.write(uniq.astype(np.int64).data)
-    f.write(counts.astype(np.int64).data)
-    f.write(np.ascontiguousarray(values).view(np.uint8).data)
+    raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+    crcs = np.array(_segment_crcs(raw, uniq.astype(np.int64) * counts * values.dtype.itemsize), "<u4")
+    index = [
+        np.array([len(lengths_sorted), len(uniq), values.size, code], dtype=np.int64).data,
+        uniq.astype(np.int64).data,
+        counts.astype(np.int64).data,
+        crcs.data,
+    ]
+    crc = 0
+    for part in index:
+        crc = crc32c.crc32c(part, crc)
+        f.write(part)
+    f.write(_digest(crc))
+    f.write(raw.data)
     return [offset, len(lengths_sorted)]
+
+
+def _segment_crcs(raw: np.ndarray, nbytes: np.ndarray) -> list[int]:
+    """The CRC32C of each of the consecutive segments of ``raw`` (bytes) that are ``nbytes`` long."""
+    mv = memoryview(raw)
+    ends = np.cumsum(nbytes).tolist()
+    return [crc32c.crc32c(mv[a:b]) for a, b in zip([0, *ends][:-1], ends, strict=True)]
 
 
 class Grouped:
@@ -176,19 +254,35 @@ class Grouped:
 
 
 def read_grouped(f, offset: int, lo: int, hi: int, dtype: np.dtype) -> Grouped:
-    """The rows of the frame at ``offset`` whose length is in [lo, hi], as ``dtype``."""
+    """The rows of the frame at ``offset`` whose length is in [lo, hi], as ``dtype``; the frame's
+    index and the values read are checked against their digests."""
     f.seek(offset)
-    rows, nu, nv, code = np.fromfile(f, dtype=np.int64, count=4).tolist()
-    uniq = np.fromfile(f, dtype=np.int64, count=nu)
-    counts = np.fromfile(f, dtype=np.int64, count=nu)
-    i0, i1 = np.searchsorted(uniq, lo, side="left"), np.searchsorted(uniq, hi, side="right")
+    name = f.name
+    cur = _Cursor(name, offset, os.fstat(f.fileno()).st_size, f=f)
+    rows, nu, nv, code = cur.take(np.int64, 4).tolist()
+    if min(rows, nu, nv) < 0 or not 0 <= code < len(CODES):
+        raise damaged(name, offset, "is damaged (its header)")
+    uniq = cur.take(np.int64, nu)
+    counts = cur.take(np.int64, nu)
+    crcs = cur.take(np.uint32, nu)
+    cur.check()
     src = np.dtype(CODES[code])
-    v0 = int((uniq[:i0] * counts[:i0]).sum())
-    n = int((uniq[i0:i1] * counts[i0:i1]).sum())
-    f.seek(offset + 32 + 16 * nu + v0 * src.itemsize)
+    i0, i1 = np.searchsorted(uniq, lo, side="left"), np.searchsorted(uniq, hi, side="right")
+    sizes = uniq * counts  # values per length
+    v0 = int(sizes[:i0].sum())
+    n = int(sizes[i0:i1].sum())
+    at = cur.pos + v0 * src.itemsize
+    if at + n * src.itemsize > cur.end:
+        raise damaged(name, offset, "is cut short")
+    f.seek(at)
     vals = np.fromfile(f, dtype=src, count=n)
     if len(vals) != n:
-        raise LovecraftError(f"{f.name}: spill file is short", hint="run again with --overwrite")
+        raise damaged(name, offset, "is cut short")
+    got = _segment_crcs(vals.view(np.uint8), sizes[i0:i1] * src.itemsize)
+    bad = np.flatnonzero(np.array(got, dtype=np.uint32) != crcs[i0:i1])
+    if len(bad):
+        length = int(uniq[i0 + int(bad[0])])
+        raise damaged(name, offset, f"is damaged (the values of length {length} differ from their CRC32C)")
     if src != dtype:
         vals = vals.astype(dtype)
     return Grouped(uniq[i0:i1], counts[i0:i1], vals)
@@ -203,10 +297,37 @@ def merge_hist(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
     return uniq, np.bincount(inv, weights=c, minlength=len(uniq)).astype(np.int64)
 
 
+class Digesting:
+    """A spill file being written, digested (CRC32C) as its bytes go out."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.crc = 0
+
+    def write(self, data) -> int:
+        self.crc = crc32c.crc32c(data, self.crc)
+        return self.f.write(data)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def file_crc(path: str, chunk: int = 8 << 20) -> int:
+    """The CRC32C of a whole file (read in pieces of ``chunk`` bytes)."""
+    crc = 0
+    with open(path, "rb") as f:
+        while data := f.read(chunk):
+            crc = crc32c.crc32c(data, crc)
+    return crc
+
+
 class UnitSpill:
     """One unit's spill files in ``spill_dir``: one per hash bucket (``buckets`` > 0) or one,
-    opened when first written, closed (also on error), then published under their final names
-    (so a file the journal names is always whole)."""
+    opened when first written, digested whole as they are written, closed (also on error), then
+    published under their final names (so a file the journal names is always whole)."""
 
     def __init__(self, spill_dir: str, unit: int, buckets: int) -> None:
         self.dir = spill_dir
@@ -218,7 +339,7 @@ class UnitSpill:
 
     def file(self, b: int):
         if self.handles[b] is None:
-            self.handles[b] = open(os.path.join(self.dir, self.names[b] + ".tmp"), "wb")  # noqa: SIM115 - close()
+            self.handles[b] = Digesting(open(os.path.join(self.dir, self.names[b] + ".tmp"), "wb"))  # noqa: SIM115
         return self.handles[b]
 
     def close(self) -> None:
@@ -226,11 +347,11 @@ class UnitSpill:
             if h is not None:
                 h.close()
 
-    def publish(self) -> Iterator[tuple[int, str, int]]:
-        """(bucket, name, size) of each file written, renamed to its final name."""
+    def publish(self) -> Iterator[tuple[int, str, int, int]]:
+        """(bucket, name, size, CRC32C) of each file written, renamed to its final name."""
         for b, name in enumerate(self.names):
             if self.handles[b] is None:
                 continue
             p = os.path.join(self.dir, name)
             os.rename(p + ".tmp", p)
-            yield b, name, os.path.getsize(p)
+            yield b, name, os.path.getsize(p), self.handles[b].crc

@@ -18,8 +18,16 @@ not be cut there:
 
 Inside :func:`held` a signal is only recorded; :func:`raise_pending` raises it at the next safe
 point (a waiting loop calls it at least every fraction of a second); a commit finishes first.
-:class:`Signals` installs the handler for a run (SIGTERM then behaves like Ctrl-C; pyarrow's own
-handlers are turned off); without it the interpreter's own SIGINT handler applies and nothing is held.
+:class:`Signals` installs the handler for a run (SIGTERM then behaves like Ctrl-C) and puts the
+previous handlers back when the run ends; without it the interpreter's own SIGINT handler applies
+and nothing is held.
+
+pyarrow's own interruption (``pa.enable_signal_handlers``) is left as the application set it: it is
+process-wide, pyarrow offers no way to read it back (so it could not be restored), and it is
+harmless here. pyarrow installs its handler only around a few calls made in the main thread (a
+whole-buffer ``pyarrow.csv.read_csv``), cancels that call on a signal and sends the signal again to
+the main thread when the call returns, where :func:`_handler` raises it or holds it as for any
+other signal.
 
 Once the output is in place (:func:`committed`) the run is complete, and an interrupt can only
 make a complete run look failed: from then on the handler ignores SIGINT and SIGTERM, and a
@@ -53,12 +61,6 @@ class Signals:
 
     def __enter__(self) -> Signals:
         self.old: dict[int, object] = {}
-        try:  # pyarrow would otherwise catch SIGINT/SIGTERM during its reads and re-send them later
-            import pyarrow as pa
-
-            pa.enable_signal_handlers(False)
-        except ImportError:
-            pass
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 current = signal.getsignal(sig)

@@ -130,12 +130,17 @@ def save_plan(work: str, plan: dict) -> None:
 
 
 def intact(work: str, entry: dict) -> bool:
-    """Are a journalled unit's spill files all there, at the sizes recorded? (A machine crash can
-    lose unsynced spill files; such a unit is redone.)"""
+    """Are a journalled unit's spill files all there, at the sizes and with the CRC32C digests
+    recorded? (A machine crash can lose unsynced spill files, a disk can damage them; such a unit
+    is redone.) Each file is read whole once, when a run is resumed."""
+    from .frames import file_crc
+
     spill = os.path.join(work, SPILL)
     for name, info in entry.get("files", {}).items():
         size = info["size"] if isinstance(info, dict) else info
         p = os.path.join(spill, name)
         if not os.path.exists(p) or os.path.getsize(p) != size:
+            return False
+        if isinstance(info, dict) and "crc32c" in info and file_crc(p) != info["crc32c"]:
             return False
     return True

@@ -48,12 +48,18 @@ def _unit(fn, args: tuple, plugins: list, work: str):
         )
     try:
         import pyarrow as pa
-
-        pa.set_cpu_count(1)  # one unit, one core: Ray runs as many units as there are cores
-        pa.set_memory_pool(pa.system_memory_pool())
     except ImportError:
-        pass
-    return fn(*args)
+        return fn(*args)
+    # one unit, one core (Ray runs as many units as there are cores), freed buffers handed back at
+    # once; put back afterwards: the worker process is Ray's, and runs other tasks after this one
+    cpus, pool = pa.cpu_count(), pa.default_memory_pool()
+    pa.set_cpu_count(1)
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        return fn(*args)
+    finally:
+        pa.set_cpu_count(cpus)
+        pa.set_memory_pool(pool)
 
 
 class RayExecutor:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LovecraftError, OptionsError
-from ..manifest import DEFAULT_HASH, MANIFEST_NAME, file_path
+from ..manifest import DEFAULT_HASH, MANIFEST_NAME, Spec, file_path
 from ..schema import Batch, Field, Schema, row_nbytes
 
 # --------------------------------------------------------------------------------------------
@@ -318,6 +318,7 @@ class OutputFormat:
     stem: str = "data"  # file stem of a one-unit dataset (convert); "" for one file per column
     variable_as_objects: bool = False  # variable-length rows decode to Python objects (smaller steps)
     manifest_keys: tuple[str, ...] = ()  # the manifest sections this format adds (inspect shows them)
+    manifest_spec: Spec | None = None  # the types of those sections' fields (manifest.check_shape)
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
     column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
 
@@ -374,6 +375,39 @@ class OutputFormat:
     def storage_dtype(self, field: Field, manifest: dict | None = None) -> np.dtype:
         """The dtype a column's values have as this format's reader gives them back."""
         return field.np_dtype
+
+    def manifest_problems(self, manifest: dict) -> list[str]:
+        """This format's manifest fields that contradict the rest of the manifest, each a message
+        naming the field, judged from the manifest alone (before any file is opened, once
+        ``manifest_spec`` has checked their types)."""
+        return []
+
+    def check_manifest(self, manifest: dict, where: str) -> None:
+        """Refuse (DatasetError naming ``where`` and the field) the first of :meth:`manifest_problems`."""
+        found = self.manifest_problems(manifest)
+        if found:
+            from ..errors import DatasetError
+            from ..manifest import EDITED
+
+            raise DatasetError(f"{where}: {found[0]}", hint=EDITED, kind="manifest")
+
+    def most_rows(self, sizes: list[int], entries: list[dict], schema: Schema, manifest: dict) -> int | None:
+        """The most rows a part whose files are ``sizes`` bytes (their manifest ``entries``) can
+        hold, or None when their sizes do not bound it (its reader then checks the rows against
+        its files before allocating anything for them). ``open_dataset`` refuses a manifest that
+        declares more, so nothing is sized from a count the files cannot hold."""
+        return None
+
+    def count_problem(
+        self, sizes: list[int], entries: list[dict], rows: int, schema: Schema, manifest: dict
+    ) -> str | None:
+        """Why a part declaring ``rows`` rows cannot be its files (``sizes`` bytes, their manifest
+        ``entries``), judged from the numbers alone (nothing is read or allocated), or None. By
+        default: more rows than :meth:`most_rows`."""
+        most = self.most_rows(sizes, entries, schema, manifest)
+        if most is not None and rows > most:
+            return f"declares {rows} rows; its files ({sum(sizes)} bytes) hold at most {most}"
+        return None
 
     def open_part(self, files: PartFiles, manifest: dict, shared: dict) -> PartReader:
         """The reader of one part (``shared``: a dict kept per opened dataset, e.g. for caches)."""

@@ -15,6 +15,14 @@ from ..formats import for_dataset
 def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
     """What a dataset directory holds, from its manifest alone (``verify`` checks it against the files)."""
     m = manifest if manifest is not None else mf.read(path)  # given: read from an object store
+    where = mf.path_of(path) if manifest is None else f"{path.rstrip('/')}/{mf.MANIFEST_NAME}"
+    mf.check_shape(m, where)  # what is shown is what readers would read
+    try:
+        fmt = for_dataset(m.get("output_format"), path)
+    except DatasetError:
+        fmt = None
+    if fmt is not None:
+        mf.check_shape(m, where, fmt.manifest_spec, common=False)
     mf.check_paths(path, m)  # its load snippets would read what they name
     files = [f for f in m.get("files") or [] if isinstance(f, dict)]
     by_path = {f.get("path"): f for f in files}
@@ -61,10 +69,6 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
         "created_by": m.get("created_by"),
         "created_at": m.get("created_at"),
     }
-    try:
-        fmt = for_dataset(m.get("output_format"), path)
-    except DatasetError:
-        fmt = None
     for key in (*(fmt.manifest_keys if fmt is not None else ()), "tokenizer", "packing", "bucketing"):
         if m.get(key):
             report[key] = m[key]

@@ -138,11 +138,12 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
         spill.close()
         nbytes = meter.close()
     files = {}
-    for b, name, size in spill.publish():
+    for b, name, size, crc in spill.publish():
         u, cnt = merge_hist(hists[b])
         files[name] = {
             "b": b,
             "size": size,
+            "crc32c": crc,
             "frames": frames[b],
             "hist": [u.tolist(), cnt.tolist()],
         }

@@ -106,7 +106,7 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     finally:
         spill.close()
         nbytes = meter.close()
-    files = {name: {"b": b, "size": size, "frames": frames[b]} for b, name, size in spill.publish()}
+    files = {name: {"b": b, "size": size, "crc32c": crc, "frames": frames[b]} for b, name, size, crc in spill.publish()}
     return {
         "phase": 1,
         "part": part.index,

@@ -28,6 +28,7 @@ from ..formats.base import PartFiles, PartReader
 from ..schema import Batch, Field, Schema
 from ..storage import child_path
 from .buckets import bucket_groups
+from .checked import CheckedReader
 from .common import Group, Part
 from .mixture import Mixture
 from .plan import Plan
@@ -96,7 +97,12 @@ def open_dataset(
     if not os.path.isdir(path):
         raise DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
     manifest = mf.read(path)
-    mf.check(manifest, mf.path_of(path))
+    where = mf.path_of(path)
+    mf.check(manifest, where)
+    mf.check_shape(manifest, where)  # every field of the type it is read as
+    descriptor = for_dataset(manifest["output_format"], where)
+    mf.check_shape(manifest, where, descriptor.manifest_spec, common=False)
+    descriptor.check_manifest(manifest, where)
     mf.check_paths(path, manifest)
     return Dataset(path, manifest, columns, **options)
 
@@ -119,7 +125,7 @@ class Dataset(Batches):
         self.descriptor = for_dataset(manifest["output_format"], mf.path_of(path))
         self.format: str = self.descriptor.name
         self.hdf5_cache_bytes = int(hdf5_cache_bytes)
-        full = Schema.from_list(manifest["schema"])
+        full = mf.schema_of(manifest, mf.path_of(path))
         self.full_schema = full
         if isinstance(columns, str):
             columns = [columns]
@@ -137,8 +143,8 @@ class Dataset(Batches):
             self.groups = bucket_groups(self)
         else:
             parts, start = [], 0
-            for s in manifest["shards"]:
-                parts.append(Part((0, int(s["index"])), int(s["rows"]), start, list(s["files"])))
+            for k, s in enumerate(manifest["shards"]):  # keyed by position: an index is only a label
+                parts.append(Part((0, k), int(s["rows"]), start, list(s["files"])))
                 start += int(s["rows"])
             self.groups = [Group(0, parts, self.schema)]
         total = sum(g.rows for g in self.groups)
@@ -215,13 +221,23 @@ class Dataset(Batches):
     # -- files --------------------------------------------------------------------------------
 
     def _check_files(self) -> None:
-        if self.remote is not None:
-            return  # checked against a listing of the store (storage.dataset.open_remote)
+        """Every file of every part there at its manifest size, and no part declaring counts its
+        files cannot hold (:meth:`~.formats.base.OutputFormat.count_problem`): what the loaders
+        size from the rows (block lists, windows, permutations) is bounded by the bytes on disk
+        (a remote dataset's files were checked against a listing of the store: ``open_remote``)."""
         for g in self.groups:
             for p in g.parts:
+                sizes, entries = [], []
                 for rel in p.files:
                     info = self._file_info.get(rel)
                     full = child_path(self.path, rel)
+                    if self.remote is not None:
+                        rf = self.remote.files.get(rel)
+                        if rf is None:
+                            raise DatasetError(f"{full}: a part's file the manifest does not list", hint=mf.EDITED)
+                        sizes.append(rf.size)
+                        entries.append(info or {})
+                        continue
                     try:
                         size = os.stat(full).st_size
                     except OSError:
@@ -234,6 +250,12 @@ class Dataset(Batches):
                             f"{full}: {size} bytes on disk, the manifest says {info['bytes']}",
                             hint="the file was changed or truncated; run `lovecraft verify` or re-create the dataset",
                         )
+                    sizes.append(size)
+                    entries.append(info or {})
+                why = self.descriptor.count_problem(sizes, entries, p.rows, g.schema, self.manifest)
+                if why is not None:
+                    what = f"shard {p.key[1]}" if g.bucket is None else f"bucket {g.index} shard {p.key[1]}"
+                    raise DatasetError(f"{mf.path_of(self.path)}: {what} {why}", hint=mf.EDITED, kind="manifest")
 
     def reader(self, group: Group, part: Part, own: bool = False) -> PartReader:
         """The part's reader, made (and its files opened) lazily in each process; ``own``: one for
@@ -263,7 +285,9 @@ class Dataset(Batches):
             schema=group.schema,
             key=part.key,
         )
-        return self.descriptor.open_part(files, self.manifest, self._shared)
+        where = files.paths[0] if len(files.paths) == 1 else f"{self.path} ({', '.join(part.files)})"
+        reader = self.descriptor.open_part(files, self.manifest, self._shared)
+        return CheckedReader(reader, group.schema, lambda f: self.descriptor.storage_dtype(f, self.manifest), where)
 
     def close(self) -> None:
         """Close open files (they are reopened on next use)."""

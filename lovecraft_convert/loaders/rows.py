@@ -1,13 +1,15 @@
-"""Rows that remember the batch they come from, so that PyTorch's ``default_collate`` puts a batch
-back together with one slice per column instead of stacking every row.
+"""Rows that remember the batch they come from, so that a batch's rows can be put back together
+with one slice per column instead of stacking every row.
 
 The map-style dataset's ``__getitems__`` (PyTorch's batched fetch) reads a whole batch in one read
 and returns it as a :class:`RowList` of :class:`Row` s; the iterable dataset yields rows as
-:class:`Row` s. A :class:`Row` is a read-only mapping (``row["x"]``, ``dict(row)``), so a custom
-``collate_fn`` sees what it expects. :func:`register` adds :func:`collate_rows` to
-``default_collate``'s table of types (``default_collate_fn_map``, the extension point PyTorch
-documents for custom types): rows of one batch, in order, come back as that batch; rows of
-consecutive batches as one slice of each, concatenated; anything else one row at a time.
+:class:`Row` s. A :class:`Row` is a read-only mapping (``row["x"]``, ``dict(row)``), so any
+``collate_fn``, PyTorch's ``default_collate`` included, sees what it expects. :func:`collate` is
+the ``collate_fn`` that knows them (``DataLoader(ds.to_torch(), batch_size=256, collate_fn=collate)``):
+rows of one batch, in order, come back as that batch; rows of consecutive batches as one slice of
+each, concatenated; anything else as ``default_collate`` makes it. Nothing is registered with
+PyTorch (its ``default_collate_fn_map`` is process-wide): ``default_collate`` collates the rows one
+by one, the same batches, more slowly.
 """
 
 from __future__ import annotations
@@ -106,18 +108,32 @@ class RowList(Sequence):
         return f"RowList({self.n} rows)"
 
 
-def collate_rows(rows: list, *, collate_fn_map: dict | None = None) -> dict:
-    """``default_collate`` of :class:`Row` s (see the module docstring)."""
+def collate(rows: Sequence) -> Any:
+    """A ``collate_fn`` for ``DataLoader``: the batch a list of :class:`Row` s comes from, put back
+    together with one slice per column (see the module docstring); what ``default_collate`` makes of
+    anything else (rows of batches padded to other lengths included)."""
+    if len(rows) and all(type(r) is Row for r in (rows[0], rows[-1])):
+        try:
+            return collate_rows(rows)
+        except _Ragged:
+            pass
+    from torch.utils.data import default_collate
+
+    return default_collate(rows)
+
+
+def collate_rows(rows: Sequence) -> dict:
+    """Rows (:class:`Row` s, the first one at least) as one batch (see the module docstring)."""
     if type(rows) is RowList and rows.n == len(next(iter(rows.batch.values()), ())):
         return dict(rows.batch)
     held, lo = _item(rows[0], 0), _item(rows[0], 1)
     n = len(rows)
     # rows of one batch in order (the DataLoader's usual case): the same pairs, compared in C
     # (a RowList compares by identity)
-    if rows == list(zip(repeat(held), range(lo, lo + n))):
+    if list(rows) == list(zip(repeat(held), range(lo, lo + n))):
         return {key: col[lo : lo + n] for key, col in held.batch.items()}
     if any(type(r) is not Row for r in rows):
-        return _one_by_one(rows, collate_fn_map)
+        raise _Ragged
     runs: list[tuple[dict, int, int]] = []
     for r in rows:
         b, i = _item(r, 0).batch, _item(r, 1)
@@ -126,7 +142,7 @@ def collate_rows(rows: list, *, collate_fn_map: dict | None = None) -> dict:
         else:
             runs.append((b, i, i + 1))
     if len({tuple(b) for b, _, _ in runs}) > 1:
-        return _one_by_one(rows, collate_fn_map)
+        raise _Ragged
     out = {}
     for key in runs[0][0]:
         pieces = [b[key][lo:hi] for b, lo, hi in runs]
@@ -150,27 +166,4 @@ def _concat(pieces: list):
 
 
 class _Ragged(Exception):
-    """Rows of batches padded to different lengths: collated one by one (which raises as usual)."""
-
-
-def _one_by_one(rows: list, collate_fn_map: dict | None) -> dict:
-    from torch.utils.data._utils.collate import collate
-
-    return {key: collate([r[key] for r in rows], collate_fn_map=collate_fn_map) for key in rows[0]}
-
-
-def register() -> None:
-    """Teach ``default_collate`` about :class:`Row` (once per process; harmless when the table
-    is not where PyTorch keeps it: rows are mappings, collated one by one)."""
-    try:
-        from torch.utils.data._utils.collate import default_collate_fn_map
-    except ImportError:  # pragma: no cover - another PyTorch layout
-        return
-    default_collate_fn_map.setdefault(Row, _collate)
-
-
-def _collate(rows: list, *, collate_fn_map: dict | None = None) -> dict:
-    try:
-        return collate_rows(rows, collate_fn_map=collate_fn_map)
-    except _Ragged:
-        return _one_by_one(rows, collate_fn_map)
+    """Rows that are not whole runs of batches of one layout: collated by ``default_collate``."""

@@ -4,9 +4,10 @@
 
 * for memmap and HDF5 datasets (random access), a **map-style** ``torch.utils.data.Dataset``:
   ``len()`` rows, ``ds[i]`` one row, and ``__getitems__`` (which ``DataLoader`` uses to fetch a whole
-  batch of indices with one read; ``default_collate`` then puts the batch back together with one
-  slice per column, :mod:`.rows`). Shuffle with ``DataLoader(shuffle=True)``, split ranks with
-  ``DistributedSampler``, resume with torchdata's ``StatefulDataLoader`` (its stateful samplers).
+  batch of indices with one read, as rows of that batch, :mod:`.rows`). Pass ``collate_fn=collate``
+  (:func:`collate`) to the ``DataLoader`` to have them put back together with one slice per
+  column; PyTorch's ``default_collate`` stacks them one by one (the same batch, much slower).
+  Shuffle with ``DataLoader(shuffle=True)``, split ranks with ``DistributedSampler``, resume with torchdata's ``StatefulDataLoader`` (its stateful samplers).
   Files are opened lazily in the process that reads (each DataLoader worker opens its own), and an
   open HDF5 file is closed before any fork, so no HDF5 handle crosses one.
 * for Parquet and TFRecord datasets, for bucketed datasets and mixtures, or whenever ``batch_size``
@@ -23,6 +24,7 @@
   ``num_workers`` batches into one that any number of ranks and workers resume from.
 
 Batches are dicts of tensors (text columns: lists of ``str``); rows are mappings of the same.
+Nothing is registered with PyTorch (:func:`collate` is passed, not installed).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from ..errors import DatasetError, need
 from .common import int64_columns, widen
+from .rows import collate as collate  # the collate_fn to give a DataLoader: public here
 from .state import STATE_TAG, check_reader, check_state, make_state, plan_options
 
 ROW_READ_BATCH = 1024  # rows read at a time by an iterable dataset that yields rows
@@ -67,9 +70,7 @@ def _classes() -> dict[str, type]:
     from torch.utils.data import Dataset as TorchDataset
     from torch.utils.data import IterableDataset, get_worker_info
 
-    from .rows import RowList, register, rows_of
-
-    register()
+    from .rows import RowList, rows_of
 
     class TorchMapDataset(TorchDataset):
         """Rows of a memmap/HDF5 dataset by index."""
@@ -94,8 +95,8 @@ def _classes() -> dict[str, type]:
 
         def __getitems__(self, indices: list[int]) -> list:
             """One read for a whole batch of indices (DataLoader calls this with the sampler's
-            batch): its rows, which ``default_collate`` turns back into the batch without
-            stacking them one by one (:mod:`.rows`)."""
+            batch): its rows, which :func:`collate` (``DataLoader(collate_fn=collate)``) turns back
+            into the batch without stacking them one by one (:mod:`.rows`)."""
             b = self.ds.take(np.asarray(indices, dtype=np.int64), self.dtype_float16)
             b = _tensors(torch, b, self.int64) if self.as_tensors else widen(b, self.int64)
             return RowList(b, len(indices))
@@ -372,6 +373,9 @@ def to_torch(
     they are int64 or uint8 (pixels, bytes) already. The files keep their compact dtypes; the
     widening is per batch. ``keep_dtype=True`` hands every column over in its stored dtype (say, to
     move uint16 tokens to the GPU at half the bytes and widen them there).
+
+    Rows (no ``batch_size``) are batched fastest by ``DataLoader(..., collate_fn=collate)``
+    (:func:`collate`).
     """
 
     need("torch", "to_torch()", "pip install torch (https://pytorch.org/get-started/locally/)")

@@ -25,21 +25,33 @@ def _key(uri: str, rel: str) -> str:
 
 
 def manifest_bytes(uri: str) -> bytes | None:
+    """The manifest object of the dataset at ``uri`` (None when there is none); DatasetError when it
+    is larger than a manifest may be (its size is asked first: it is not read)."""
     from .base import StorageError, named
 
     try:
-        return store_for(uri).read_all(_key(uri, mf.MANIFEST_NAME))
+        store = store_for(uri)
+        key = _key(uri, mf.MANIFEST_NAME)
+        size = store.size(key)
+        if size is not None and size > mf.MAX_MANIFEST_BYTES:
+            raise DatasetError(mf.too_large(size), where=f"{uri}/{mf.MANIFEST_NAME}", kind="manifest")
+        return store.read_all(key)
     except StorageError as e:
         raise named(e, uri) from None
 
 
 def load(uri: str) -> tuple[dict | None, tuple[str, str] | None]:
     """:func:`lovecraft_convert.manifest.load` of a dataset on a store."""
-    data = manifest_bytes(uri)
+    try:
+        data = manifest_bytes(uri)
+    except DatasetError as e:
+        if e.kind != "manifest":
+            raise
+        return None, ("manifest", e.detail)
     if data is None:
         return None, ("missing", "missing: not a lovecraft dataset, or the run that wrote it did not finish")
     if len(data) > mf.MAX_MANIFEST_BYTES:
-        return None, ("manifest", f"implausibly large ({len(data)} bytes)")
+        return None, ("manifest", mf.too_large(len(data)))
     try:
         return json.loads(data), None
     except (ValueError, RecursionError) as e:
@@ -230,6 +242,7 @@ def open_remote(
     if problem is not None or not isinstance(m, dict):
         raise DatasetError(f"{uri}/{mf.MANIFEST_NAME}: unreadable manifest", hint="re-create the dataset")
     mf.check(m, f"{uri}/{mf.MANIFEST_NAME}")
+    mf.check_shape(m, f"{uri}/{mf.MANIFEST_NAME}")
     files = listed_files(m)
     try:
         have = sizes(uri)

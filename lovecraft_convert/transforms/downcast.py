@@ -7,11 +7,12 @@ count both, per column, and either refuse (naming the column and the row) or cli
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.interrupts import result
+from ..engine.interrupts import join
 from ..errors import OverflowErrorF16
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 
@@ -43,21 +44,12 @@ class DowncastStats:
 SUB = 1 << 18  # elements per step: temporaries stay small (cache-resident) whatever the batch size
 
 
-_POOL = None
-
-
-def _pool():
-    """Two threads: NumPy releases the GIL, so the halves of a batch downcast on both cores."""
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(2, thread_name_prefix="lovecraft-downcast")
-    return _POOL
-
-
 def downcast_array(src: np.ndarray, target: np.dtype, st: DowncastStats, on_overflow: str, where) -> np.ndarray:
-    """Cast ``src`` to ``target``, updating ``st``; ``where(index)`` names a flat index for errors."""
+    """Cast ``src`` to ``target``, updating ``st``; ``where(index)`` names a flat index for errors.
+
+    A large array is cast in two halves at once, the second by a thread started for this call (NumPy
+    releases the GIL, so both cores work) and joined before it returns, also on an error or an
+    interrupt: no thread outlives the call."""
     out = np.empty(src.shape, dtype=target)
     flat_src = src.reshape(-1)
     flat_out = out.reshape(-1)
@@ -72,20 +64,32 @@ def downcast_array(src: np.ndarray, target: np.dtype, st: DowncastStats, on_over
         span(0, n, st)
         return out
     mid = (n // 2 // SUB) * SUB
-    futures = [_pool().submit(span, a, b, DowncastStats(st.target)) for a, b in ((0, mid), (mid, n))]
-    errors = []
-    for f in futures:  # in order: the first half's error is the earlier one
+    halves = [DowncastStats(st.target), DowncastStats(st.target)]
+    errors: list[BaseException | None] = [None, None]
+
+    def second() -> None:
         try:
-            part = result(f)
+            span(mid, n, halves[1])
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            errors[1] = e
+
+    t = threading.Thread(target=second, name="lovecraft-downcast", daemon=True)
+    t.start()
+    try:
+        try:
+            span(0, mid, halves[0])
         except OverflowErrorF16 as e:
-            errors.append(e)
-            continue
+            errors[0] = e
+    finally:
+        join(t)  # in held slices: an interrupt is raised once the thread is done
+    for e in errors:  # in order: the first half's error is the earlier one
+        if e is not None:
+            raise e
+    for part in halves:
         for k in ("values", "overflow", "clipped", "flushed_to_zero", "nan"):
             setattr(st, k, getattr(st, k) + getattr(part, k))
         st.max_abs_error = max(st.max_abs_error, part.max_abs_error)
         st.max_rel_error = max(st.max_rel_error, part.max_rel_error)
-    if errors:
-        raise errors[0]
     return out
 
 

@@ -10,7 +10,10 @@ Checks, each problem one line naming the file:
 * each unit decodes completely with its format's own checker (the format package's ``check``
   module: checksums, headers against file sizes, links never followed);
 * the decoded rows, schema and statistics (count, min, max, NaN, lengths) match the manifest per
-  shard and overall, and in bucketed datasets every length lies within its bucket.
+  shard and overall, and in bucketed datasets every length lies within its bucket;
+* the format's own sections (a TFRecord feature spec and compression, a Megatron dtype code)
+  and the token sections (``tokenizer``, ``bucketing``, ``packing``: :mod:`.sections`) agree with
+  the schema and with the rows.
 
 ``against`` (:mod:`.source`): the source is re-read with the reader and options recorded in the
 manifest and compared, row by row or as a multiset of row hashes when shuffled; a bucketed dataset
@@ -39,6 +42,7 @@ from ..stats import ColumnStats
 from ..util import parse_size
 from .files import Files
 from .report import Problem, Report
+from .sections import Sections
 from .structure import Structure, is_count, read_structure
 
 MANIFEST = mf.MANIFEST_NAME
@@ -178,7 +182,9 @@ class Verifier:
                 self.report.against = {"inputs": against, "complete": False, "note": "the source cannot be compared"}
                 comparer = None
         self._stats_problems = 0
+        self.sections = Sections(m, self.schema, lambda _field, message: self.add(MANIFEST, "manifest", message))
         observed = self.check_units(comparer)
+        self.sections.finish(observed is not None)
         if observed is not None:
             if not self._stats_problems:  # a shard's mismatch is reported once, at the shard
                 self.compare_stats(MANIFEST, None, self.m.get("stats"), observed, overall=True)
@@ -254,6 +260,7 @@ class Verifier:
                 st.update(batch.columns[name])
             if lengths is not None:
                 lengths.update(batch, file)
+            self.sections.feed(batch, u)
             if comparer is not None:
                 comparer.feed(batch, u, file, rows)
             rows += batch.num_rows

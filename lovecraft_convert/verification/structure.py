@@ -47,16 +47,28 @@ def read_structure(m: Any, add) -> Structure | None:
         add(MANIFEST, "manifest", message)
         if kind != "incomplete":
             return None
+    shape = mf.shape_problems(m)  # every field of the type its readers read it as
+    for path, why in shape:
+        add(MANIFEST, "manifest", f"{path} {why}")
+    if shape:
+        return None
     try:
         fmt = for_dataset(m.get("output_format"), MANIFEST)
     except DatasetError:
         add(MANIFEST, "manifest", f"unknown output_format {m.get('output_format')!r}")
+        return None
+    shape = mf.shape_problems(m, fmt.manifest_spec, common=False)
+    for path, why in shape:
+        add(MANIFEST, "manifest", f"{path} {why}")
+    if shape:
         return None
     try:
         schema = mf.parse_schema(m.get("schema"))
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         add(MANIFEST, "manifest", f"unreadable schema ({short(e)})")
         return None
+    for message in fmt.manifest_problems(m):
+        add(MANIFEST, "manifest", message)
     rows = m.get("rows")
     if not is_count(rows):
         add(MANIFEST, "manifest", f"rows is {rows!r}, not a count")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -64,3 +65,56 @@ def test_a_worker_killed_mid_unit_is_one_line(ordered):
         )
     finally:
         ex.close(kill=True)
+
+
+STDIN_SCRIPT = """
+import sys
+import lovecraft_convert as lc
+from lovecraft_convert.errors import LovecraftError
+
+try:
+    lc.bucket([{src!r}], {out!r}, to="memmap", num_buckets=2, workers=2, progress=False)
+except LovecraftError as e:
+    print(type(e).__name__, e.one_line())
+    sys.exit(e.exit_code)
+print("written")
+"""
+
+
+def test_workers_from_a_script_on_stdin_say_why_they_cannot_start(tmp_path):
+    """``python - < script.py`` with ``workers=2``: spawned workers run the main script again and
+    ``<stdin>`` cannot be; the run says so (it said a worker died, most often for memory) and
+    leaves nothing behind. The same script from a file, under a ``__main__`` guard, runs."""
+    from tests.conftest import SUBPROCESS_ENV, leftovers
+
+    src = write(tmp_path / "seq.txt", b"".join(b"a" * (i % 17) + b" b\n" for i in range(2000)))
+    out = str(tmp_path / "out")
+    script = STDIN_SCRIPT.format(src=src, out=out)
+    r = subprocess.run(
+        [sys.executable, "-"], input=script, capture_output=True, text=True, env=SUBPROCESS_ENV, cwd=tmp_path
+    )
+    assert (r.returncode, r.stdout) == (
+        2,
+        "OptionsError workers=2 starts worker processes with spawn, each of which runs the main script again, "
+        "and the main script '<stdin>' is read from stdin (`python -`): they could not start; run the script "
+        'from a file, its calls under `if __name__ == "__main__":`, or pass workers=1\n',
+    ), r.stderr[-2000:]
+    assert not os.path.exists(out) and leftovers(tmp_path) == []
+    guarded = tmp_path / "script.py"
+    guarded.write_text('if __name__ == "__main__":\n' + "".join(f"    {line}\n" for line in script.splitlines()))
+    r = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, env=SUBPROCESS_ENV, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "written\n"), r.stderr[-2000:]
+
+
+def test_a_ray_unit_puts_pyarrows_settings_back():
+    """A unit run by a Ray worker pins pyarrow to one core and its system allocator while it runs,
+    and puts both back after it, also when it fails: the worker process runs other tasks after."""
+    import pyarrow as pa
+
+    before = (pa.cpu_count(), pa.default_memory_pool().backend_name)
+    seen = []
+    assert _unit(lambda: seen.append((pa.cpu_count(), pa.default_memory_pool().backend_name)) or 7, (), [], "") == 7
+    assert seen == [(1, "system")]
+    with pytest.raises(ZeroDivisionError):
+        _unit(lambda: 1 / 0, (), [], "")
+    assert (pa.cpu_count(), pa.default_memory_pool().backend_name) == before

@@ -260,3 +260,22 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, csv_input, fmt, shuffle
         assert [n for n in leftovers(d) if n != ".out.lock"] == [], why
         m = manifest(out)
         assert (m["rows"], m["complete"]) == (200_000, True)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_damaged_spill_frame_of_a_journalled_part_is_read_again_on_resume(csv_input, tmp_path, shuffle):
+    """Interrupted once a part is journalled, a byte of its spill flipped, then ``--resume``: the
+    part no longer matches its digest and is read again; the shards are the uninterrupted run's."""
+    from tests.conftest import interrupted_after_first_phase
+    from tests.jobs.test_bucket import flip_a_value
+
+    kw = dict(to="parquet", rows_per_shard=2000, shuffle=shuffle, seed=3 if shuffle else None, progress=False,
+              workers=1, part_bytes=1 << 20)  # fmt: skip
+    ref = str(tmp_path / "ref")
+    shard(csv_input, ref, **kw)
+    out = str(tmp_path / "out")
+    work = interrupted_after_first_phase(lambda: shard(csv_input, out, **kw), out)
+    flip_a_value(work)
+    shard(csv_input, out, resume=True, **kw)
+    assert _digest(out) == _digest(ref)
+    assert lovecraft("verify", out).exit_code == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from ...manifest import DTYPE, POSITIVE, Obj
 from ..base import OutputFormat, py_str
 
 
@@ -23,6 +24,7 @@ class MegatronFormat(OutputFormat):
     extensions = (".bin", ".idx")
     random_access = True
     manifest_keys = ("megatron",)
+    manifest_spec = Obj({}, {"megatron": Obj({"dtype": DTYPE, "dtype_code": POSITIVE})})
     kinds = ("sequence",)
 
     def writer_class(self):
@@ -64,6 +66,19 @@ class MegatronFormat(OutputFormat):
 
     def size_linear(self, compression):
         return True
+
+    def manifest_problems(self, manifest):
+        from .check import manifest_problems
+
+        return manifest_problems(manifest)
+
+    def most_rows(self, sizes, entries, schema, manifest):
+        from .idx import index_bytes
+
+        idx = [size for size, e in zip(sizes, entries, strict=True) if str(e.get("path", "")).endswith(".idx")]
+        if len(idx) != 1:
+            return None  # open_part says what is wrong
+        return max(0, (idx[0] - index_bytes(0, 1)) // (index_bytes(1, 2) - index_bytes(0, 1)))
 
     def open_part(self, files, manifest, shared):
         from ...errors import DatasetError

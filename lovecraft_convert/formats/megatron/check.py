@@ -20,6 +20,29 @@ from ..base import CheckContext, FileProblem, Unit
 from .idx import PIECE, IndexProblem, index_bytes, read_index
 
 
+def manifest_problems(m: dict) -> list[str]:
+    """What in the ``megatron`` section contradicts the schema: the dtype and its Megatron code
+    (every ``.idx`` holds that code; verify reads it)."""
+    from ...errors import DatasetError
+    from ...manifest import schema_of
+    from .idx import code_of
+
+    info = m.get("megatron")
+    if not isinstance(info, dict):
+        return []
+    try:
+        schema = schema_of(m, "")
+    except DatasetError:
+        return []
+    dt = schema.fields[0].np_dtype
+    out = []
+    if "dtype" in info and np.dtype(info["dtype"]) != dt.newbyteorder("=") and np.dtype(info["dtype"]) != dt:
+        out.append(f"megatron.dtype is {info['dtype']!r}; the schema says {dt.name}")
+    if "dtype_code" in info and info["dtype_code"] != code_of(dt):
+        out.append(f"megatron.dtype_code is {info['dtype_code']}; the code of the schema's {dt.name} is {code_of(dt)}")
+    return out
+
+
 def unit_files(unit: Unit) -> tuple[str, str]:
     """The unit's ``.bin`` and ``.idx`` (a FileProblem when it does not list exactly one of each)."""
     bins = [p for p in unit.files if p.endswith(".bin")]

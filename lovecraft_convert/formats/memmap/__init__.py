@@ -24,6 +24,24 @@ class MemmapFormat(OutputFormat):
     def size_linear(self, compression):
         return True
 
+    def most_rows(self, sizes, entries, schema, manifest):
+        """Each column's file holds its rows back to back (after a header): an offsets file 8
+        bytes a row, a data file the row's bytes."""
+        from ...schema import row_nbytes
+
+        fields = {f.name: f for f in schema}
+        most = None
+        for size, e in zip(sizes, entries, strict=True):
+            role, f = e.get("role") or "data", fields.get(e.get("column"))
+            if role == "offsets":
+                n = size // 8
+            elif role == "data" and f is not None and not f.variable and row_nbytes(f) > 0:
+                n = size // int(row_nbytes(f))
+            else:
+                continue
+            most = n if most is None else min(most, n)
+        return most
+
     def open_part(self, files, manifest, shared):
         from ...errors import DatasetError
         from .reader import MemmapReader

@@ -8,7 +8,7 @@ from tokenize import TokenError
 import numpy as np
 
 from ...errors import DatasetError
-from ...schema import Batch, Schema, VarColumn
+from ...schema import SEQUENCE, Batch, Schema, VarColumn
 from ..base import PartReader
 
 
@@ -28,11 +28,12 @@ class MemmapReader(PartReader):
             cols: dict[str, object] = {}
             for f in self.schema:
                 roles = self.files.get(f.name, {})
-                if "data" in roles:
-                    cols[f.name] = _load(roles["data"], self.rows)
-                elif "values" in roles and "offsets" in roles:
-                    offs = _load(roles["offsets"], self.rows + 1)
-                    cols[f.name] = (_load(roles["values"], None), offs)
+                if "data" in roles and not f.variable:
+                    cols[f.name] = _load(roles["data"], self.rows, f.np_dtype, f.shape, f.name)
+                elif "values" in roles and "offsets" in roles and f.variable:
+                    offs = _load(roles["offsets"], self.rows + 1, np.dtype(np.int64), (), f.name)
+                    vdt = f.np_dtype if f.kind == SEQUENCE else np.dtype(np.uint8)
+                    cols[f.name] = (_load(roles["values"], None, vdt, (), f.name), offs)
                 else:
                     raise DatasetError(f"the manifest lists no memmap file for column '{f.name}'", hint="re-create it")
             self._cols = cols
@@ -84,22 +85,36 @@ class MemmapReader(PartReader):
         self._cols = None
 
 
-def _load(path: str, rows: int | None) -> np.ndarray:
+def _load(path: str, rows: int | None, dtype: np.dtype, shape: tuple, column: str):
+    """``path`` mapped (a remote one as a :class:`~lovecraft_convert.storage.remote_array.RemoteArray`),
+    checked against what the manifest says it holds: ``rows`` rows (any when None) of ``shape`` and
+    ``dtype`` (column ``column``'s)."""
     from ...storage import is_remote
 
     if is_remote(path):
-        return _load_remote(path, rows)
-    try:
-        with warnings.catch_warnings():  # a damaged header can read as a "Python 2" one: the checks below judge it
-            warnings.simplefilter("ignore", UserWarning)
-            a = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, SyntaxError, TokenError) as e:  # a damaged header fails NumPy's parse
-        raise DatasetError(f"{path}: cannot map ({e})", hint="the dataset is damaged; run `lovecraft verify`") from None
-    if rows is not None and a.shape[0] != rows:
+        a = _load_remote(path, rows)
+    else:
+        try:
+            with warnings.catch_warnings():  # a damaged header can read as a "Python 2" one: the checks below judge it
+                warnings.simplefilter("ignore", UserWarning)
+                a = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, SyntaxError, TokenError) as e:  # a damaged header fails NumPy's parse
+            raise DatasetError(
+                f"{path}: cannot map ({e})", hint="the dataset is damaged; run `lovecraft verify`"
+            ) from None
+        if a.ndim == 0 or (rows is not None and a.shape[0] != rows):
+            raise DatasetError(
+                f"{path}: holds {a.shape[0] if a.ndim else 'no'} rows, the manifest says {rows}",
+                hint="the dataset is damaged; re-create it",
+            )
+    if a.dtype.newbyteorder("=") != np.dtype(dtype).newbyteorder("=") or tuple(a.shape[1:]) != tuple(shape):
+        said = f"{np.dtype(dtype).name}{list(shape) if shape else ''}"
         raise DatasetError(
-            f"{path}: holds {a.shape[0]} rows, the manifest says {rows}", hint="the dataset is damaged; re-create it"
+            f"{path}: holds {a.dtype.name}{list(a.shape[1:]) if a.ndim > 1 else ''} rows, the manifest's schema says "
+            f"column '{column}' is {said}",
+            hint="the manifest was edited or damaged; re-create the dataset",
         )
-    return a.view(np.ndarray)  # a plain ndarray view: cheaper slices, copies are ndarrays
+    return a.view(np.ndarray) if isinstance(a, np.ndarray) else a  # a plain view: cheaper slices
 
 
 def _load_remote(path: str, rows: int | None):

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...arrowconv import arrow_schema, batch_from_arrow, holds_nulls, same_rows
+from ...arrowconv import arrow_schema, batch_from_arrow, holds_nulls
 from ...errors import SchemaError
 from ...schema import Batch, Schema
 from ..base import CheckContext, FileProblem, Unit, short
+from .reader import schema_difference
 
 
 def check_unit(
@@ -30,9 +31,9 @@ def check_unit(
         want = arrow_schema(schema)
         if got.names != want.names:
             raise FileProblem(p, f"holds columns {got.names}, the schema says {want.names}", "schema")
-        for a, b in zip(got, want, strict=True):
-            if not same_rows(a.type, b.type) and a.type != _stored(b.type):  # a padded bucket's rows may be a list
-                raise FileProblem(p, f"column '{a.name}' is {a.type}, the schema says {b.type}", "schema")
+        why = schema_difference(got, schema)
+        if why is not None:
+            raise FileProblem(p, why, "schema")
         if md.num_rows != rows:
             raise FileProblem(p, f"holds {md.num_rows} rows, the manifest says {rows}", "rows")
         limit = max(1 << 30, 4 * ctx.budget)
@@ -54,13 +55,3 @@ def check_unit(
                 yield batch, p
         except (OSError, pa.ArrowException, ValueError, SchemaError) as e:
             raise FileProblem(p, f"cannot be decoded after row {done} ({short(e)})") from None
-
-
-def _stored(t: pa.DataType) -> pa.DataType:
-    """The type Parquet gives back for ``t``: it has no seconds, so timestamps and times of seconds
-    are written (and read) as milliseconds; our readers cast them back."""
-    if pa.types.is_timestamp(t) and t.unit == "s":
-        return pa.timestamp("ms", t.tz)
-    if pa.types.is_time32(t) and t.unit == "s":
-        return pa.time32("ms")
-    return t

@@ -13,6 +13,34 @@ from ...schema import Batch, Schema
 from ..base import CORRUPT, PartReader
 
 
+def schema_difference(got, schema: Schema) -> str | None:
+    """How a Parquet file's Arrow schema ``got`` differs from the columns ``schema`` (or some of
+    them) as lovecraft writes them, or None: a column it does not hold, or holds with another type."""
+    from ...arrowconv import arrow_schema, same_rows
+
+    want = arrow_schema(schema)
+    for field in want:
+        i = got.get_field_index(field.name)
+        if i < 0:
+            return f"holds no column '{field.name}' (it holds {', '.join(got.names)}); the schema lists it"
+        t = got.field(i).type
+        if not (same_rows(t, field.type) or t.equals(stored_type(field.type))):  # a padded bucket: a list
+            return f"column '{field.name}' is {t}, the schema says {field.type}"
+    return None
+
+
+def stored_type(t):
+    """The type Parquet gives back for ``t``: it has no seconds, so timestamps and times of seconds
+    are written (and read) as milliseconds; our readers cast them back."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t) and t.unit == "s":
+        return pa.timestamp("ms", t.tz)
+    if pa.types.is_time32(t) and t.unit == "s":
+        return pa.time32("ms")
+    return t
+
+
 class ParquetReader(PartReader):
     """``pyarrow.parquet.ParquetFile.iter_batches`` in large batches, converted without copying.
     A part may be several files (a wide table's writer starts a new file to bound its footer):
@@ -55,6 +83,11 @@ class ParquetReader(PartReader):
                     raise DatasetError(
                         f"{path}: holds {pf.metadata.num_rows} rows, the manifest says {want}",
                         hint="the dataset is damaged; re-create it",
+                    )
+                why = schema_difference(pf.schema_arrow, self.schema)
+                if why is not None:
+                    raise DatasetError(
+                        f"{path}: {why}", hint="the manifest was edited or damaged; re-create the dataset"
                     )
                 md = pf.metadata
                 for g in range(md.num_row_groups):

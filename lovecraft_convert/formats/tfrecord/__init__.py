@@ -8,7 +8,20 @@ from __future__ import annotations
 
 import os
 
+from ...manifest import BOOL, COUNT, POSITIVE, STR, ListOf, MapOf, Null, Obj, OneOf, Pair
 from ..base import OutputFormat, py_str
+
+FEATURE = Obj(
+    {"type": OneOf("FixedLenFeature", "VarLenFeature"), "dtype": OneOf("float32", "int64", "string")},
+    {"shape": ListOf(COUNT), "encoding": OneOf("float64le"), "ragged": BOOL, "value_shape": ListOf(COUNT)},
+)
+SECTION = Obj(
+    {"feature_spec": MapOf(FEATURE)},
+    {
+        "compression": Null(OneOf("GZIP")),  # what tf.data's TFRecordDataset is given
+        "blocks": MapOf(Obj({"records": POSITIVE, "bytes": ListOf(Pair(COUNT, COUNT))})),
+    },
+)
 
 
 class TfrecordFormat(OutputFormat):
@@ -18,6 +31,9 @@ class TfrecordFormat(OutputFormat):
     compressions = ("gzip",)
     variable_as_objects = True
     manifest_keys = ("tfrecord",)
+    manifest_spec = Obj(
+        {"tfrecord": SECTION}, {"buckets": ListOf(Obj({}, {"feature_spec": MapOf(FEATURE), "name": STR}))}
+    )
 
     def writer_class(self):
         from .writer import TfrecordWriter
@@ -41,6 +57,33 @@ class TfrecordFormat(OutputFormat):
 
     def bucket_extra(self, unit_extra):
         return {"feature_spec": unit_extra["tfrecord"]["feature_spec"]}
+
+    def manifest_problems(self, manifest):
+        from .check import manifest_problems
+
+        return manifest_problems(manifest)
+
+    def most_rows(self, sizes, entries, schema, manifest):
+        from .check import most_records
+
+        return most_records(sizes, entries, manifest)
+
+    def count_problem(self, sizes, entries, rows, schema, manifest):
+        """Also each file's block index against its size and rows (the reader would make one
+        offset per block it lists)."""
+        why = super().count_problem(sizes, entries, rows, schema, manifest)
+        if why is not None:
+            return why
+        from .blocks import blocks_problem
+
+        info = manifest.get("tfrecord") if isinstance(manifest.get("tfrecord"), dict) else {}
+        blocks = info.get("blocks") if isinstance(info.get("blocks"), dict) else {}
+        mine = [(size, e) for size, e in zip(sizes, entries, strict=True) if e.get("path") in blocks]
+        if len(mine) == 1 and len(entries) == 1:
+            size, e = mine[0]
+            why = blocks_problem(blocks[e["path"]], rows, size)
+            return None if why is None else f"file {e['path']}: {why}"
+        return None
 
     def storage_dtype(self, field, manifest=None):
         from .example import storage_dtype

@@ -48,32 +48,41 @@ def encode_blocks(block_records: int, offsets: list[int] | np.ndarray) -> dict:
     return {"records": int(block_records), "bytes": runs}
 
 
-def decode_blocks(entry, rows: int, size: int, where: str) -> tuple[int, np.ndarray]:
-    """``(N, offsets)`` (``k + 1`` offsets, the file size last) from a file's manifest entry, checked
-    against the file's ``rows`` and ``size``; DatasetError naming the file when they do not fit."""
+def blocks_problem(entry, rows: int, size: int) -> str | None:
+    """Why a file's manifest entry of blocks does not fit a file of ``rows`` records in ``size``
+    bytes, judged from its numbers alone (nothing is allocated for them), or None."""
     block_records = entry.get("records") if isinstance(entry, dict) else None
     runs = entry.get("bytes") if isinstance(entry, dict) else None
     ok = isinstance(block_records, int) and not isinstance(block_records, bool) and block_records > 0
     ok = ok and isinstance(runs, list)
     ok = ok and all(isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) and v >= 0 for v in r) for r in runs)
     if not ok:
-        raise DatasetError(
-            "the manifest's block index of the file is not {records: N, bytes: [[bytes, count], ...]}",
-            where=where,
-            hint="re-create the dataset",
-            kind="manifest",
-        )
-    sizes = np.repeat(np.array([r[0] for r in runs], dtype=np.int64), [r[1] for r in runs])
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return "the manifest's block index of the file is not {records: N, bytes: [[bytes, count], ...]}"
+    listed = sum(r[1] for r in runs)
+    listed_bytes = sum(r[0] * r[1] for r in runs)
     blocks = -(-rows // block_records)
-    if len(offsets) != blocks + 1 or int(offsets[-1]) != size:
+    if listed != blocks or listed_bytes != size:
+        return (
+            f"the manifest lists {listed} blocks in {listed_bytes} bytes; "
+            f"the file has {rows} records ({blocks} blocks of {block_records}) in {size} bytes"
+        )
+    return None
+
+
+def decode_blocks(entry, rows: int, size: int, where: str) -> tuple[int, np.ndarray]:
+    """``(N, offsets)`` (``k + 1`` offsets, the file size last) from a file's manifest entry, checked
+    against the file's ``rows`` and ``size``; DatasetError naming the file when they do not fit."""
+    why = blocks_problem(entry, rows, size)
+    if why is not None:
         raise DatasetError(
-            f"the manifest lists {len(offsets) - 1} blocks in {int(offsets[-1])} bytes; "
-            f"the file has {rows} records ({blocks} blocks of {block_records}) in {size} bytes",
+            why,
             where=where,
             hint="the dataset is damaged; run `lovecraft verify` or re-create it",
             kind="manifest",
         )
+    block_records, runs = entry["records"], entry["bytes"]
+    sizes = np.repeat(np.array([r[0] for r in runs], dtype=np.int64), [r[1] for r in runs])
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return block_records, offsets
 
 

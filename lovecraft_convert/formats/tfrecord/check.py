@@ -7,6 +7,7 @@ is refused."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import zlib
 from collections.abc import Iterator
@@ -21,6 +22,79 @@ from .decode import decode_records
 from .framing import iter_records
 from .reader import TfrecordReader
 
+GZIP_MAX_RATIO = 1032  # deflate never inflates more than this (258 bytes from 2 bits)
+MIN_RECORD = 16  # a record's framing: its length, and a CRC of it and of its data
+MIN_MEMBER = 18  # a gzip member's header and trailer
+
+
+def manifest_problems(m: dict) -> list[str]:
+    """What in the ``tfrecord`` section contradicts the rest of the manifest: the feature spec
+    tf.data parses with against the schema (the records are decoded against the schema), each
+    bucket's against the columns its files hold (padded buckets: dense rows of its width)."""
+    from ...manifest import schema_of
+    from ...schema import FIXED, SEQUENCE, Field, Schema
+    from .example import feature_spec
+
+    try:
+        schema = schema_of(m, "")
+    except DatasetError:
+        return []  # reported as the schema's problem
+    info = m.get("tfrecord") if isinstance(m.get("tfrecord"), dict) else {}
+    out = _spec_differences("tfrecord.feature_spec", info.get("feature_spec"), feature_spec(schema))
+    for i, b in enumerate(m.get("buckets") or []):
+        if not isinstance(b, dict) or "feature_spec" not in b:
+            continue
+        if b.get("layout", "padded") == "padded" and isinstance(b.get("max_length"), int):
+            w = int(b["max_length"])
+            schema_b = Schema(tuple(Field(f.name, FIXED, f.dtype, (w,)) if f.kind == SEQUENCE else f for f in schema))
+        else:
+            schema_b = schema
+        out += _spec_differences(f"buckets[{i}].feature_spec", b["feature_spec"], feature_spec(schema_b))
+    return out
+
+
+def _spec_differences(where: str, got, want: dict) -> list[str]:
+    if not isinstance(got, dict):
+        return [f"{where} is missing"]
+    out = []
+    for name in set(want) | set(got):
+        g, w = got.get(name), want.get(name)
+        if g == w:
+            continue
+        if w is None:
+            out.append(f"{where}[{json.dumps(name)}] names no column of the schema")
+        elif g is None:
+            out.append(f"{where} has no feature for column '{name}'")
+        else:
+            key = next(
+                k for k in ("type", "dtype", "shape", "encoding", "ragged", "value_shape") if g.get(k) != w.get(k)
+            )
+            out.append(
+                f"{where}[{json.dumps(name)}].{key} is {json.dumps(g.get(key))}; the schema (and the records, "
+                f"which verify decodes against it) say {json.dumps(w.get(key))}"
+            )
+    return sorted(out)
+
+
+def most_records(sizes: list[int], entries: list[dict], m: dict) -> int:
+    """The most records files of ``sizes`` bytes can hold: a record takes at least 16 bytes; in a
+    gzip file those are inflated at most 1032-fold, and with a block index at most ``N`` records
+    per gzip member of at least 18 bytes."""
+    info = m.get("tfrecord") if isinstance(m.get("tfrecord"), dict) else {}
+    blocks = info.get("blocks") if isinstance(info.get("blocks"), dict) else {}
+    total = 0
+    for size, e in zip(sizes, entries, strict=True):
+        path = str(e.get("path", ""))
+        if not (info.get("compression") == "GZIP" or path.endswith(".gz")):
+            total += size // MIN_RECORD
+            continue
+        most = size * GZIP_MAX_RATIO // MIN_RECORD
+        idx = blocks.get(path)
+        if isinstance(idx, dict) and isinstance(idx.get("records"), int):
+            most = min(most, idx["records"] * max(1, size // MIN_MEMBER))
+        total += most
+    return total
+
 
 def is_gzip(ctx: CheckContext, path: str) -> bool:
     info = ctx.manifest.get("tfrecord")
@@ -28,7 +102,25 @@ def is_gzip(ctx: CheckContext, path: str) -> bool:
     return (comp.upper() == "GZIP" if isinstance(comp, str) else False) or path.endswith(".gz")
 
 
+def check_compression(ctx: CheckContext, p: str) -> None:
+    """The manifest's ``tfrecord.compression`` is what the file is (tf.data reads it so): GZIP
+    exactly when the file is gzip (its first bytes), and the file's name says the same."""
+    info = ctx.manifest.get("tfrecord") if isinstance(ctx.manifest.get("tfrecord"), dict) else {}
+    said = info.get("compression")
+    with open(ctx.full(p), "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    if gz != (said == "GZIP"):
+        what = "gzip" if gz else "not compressed"
+        raise FileProblem(p, f"is {what}; the manifest's tfrecord.compression is {said!r}", "manifest")
+    if gz != p.endswith(".gz"):
+        raise FileProblem(p, f"is {'gzip' if gz else 'not compressed'}, its name says otherwise", "manifest")
+
+
 def check_unit(ctx: CheckContext, unit: Unit, schema: Schema, p: str) -> Iterator[tuple[Batch, str]]:
+    try:
+        check_compression(ctx, p)
+    except OSError as e:
+        raise FileProblem(p, f"cannot be read ({short(e)})") from None
     gz = is_gzip(ctx, p)
     step = ctx.step_rows(schema)
     if all(f.kind == FIXED for f in schema):
