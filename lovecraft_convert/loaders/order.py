@@ -36,6 +36,12 @@ CHUNK_BYTES = 8 << 20  # rows read per call when reading in order: large contigu
 GATHER_BYTES = 2 << 20  # rows of a window gathered at once (in the window's bytes), then sliced into batches
 
 
+def chunk_bytes(ds: Dataset) -> int:
+    """:data:`CHUNK_BYTES`, or less for a dataset read through a small cache (storage/dataset.py)."""
+    remote = getattr(ds, "remote", None)
+    return CHUNK_BYTES if remote is None else min(CHUNK_BYTES, remote.read_bytes)
+
+
 class Wanted:
     """The positions of an epoch one reader asks for: from ``start`` on, the ``B``-row batches
     ``j, j + J, j + 2J, ...`` (every position from ``start`` when ``J == 1``)."""
@@ -113,7 +119,7 @@ class RangeCursor(Cursor):
 
     def __init__(self, ds: Dataset, g: Group, wanted: Wanted, row_bytes: int) -> None:
         self.ds, self.g = ds, g
-        self.chunk = max(1, CHUNK_BYTES // row_bytes) if wanted.everything else 0
+        self.chunk = max(1, chunk_bytes(ds) // row_bytes) if wanted.everything else 0
         self.buf: Batch | None = None
         self.lo = self.hi = 0
 
@@ -138,7 +144,7 @@ class StreamCursor(Cursor):
 
     def __init__(self, ds: Dataset, g: Group, row_bytes: int, background: bool) -> None:
         self.ds, self.g = ds, g
-        self.chunk = max(1, CHUNK_BYTES // row_bytes)
+        self.chunk = max(1, chunk_bytes(ds) // row_bytes)
         self.background = background
         self.it: Iterator[Batch] | None = None
         self.buf: Batch | None = None

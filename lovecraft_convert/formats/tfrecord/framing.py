@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...errors import DatasetError, InputError
+from ...storage import open_input
 from .crcspan import length_crcs, run_crcs_ok
 
 MASK_DELTA = 0xA282EAD8
@@ -109,7 +110,7 @@ class RecordRuns:
         """The file's (decompressed) bytes from byte ``at`` of the file (for gzip, the start of a
         member), reading at most ``limit`` bytes of it."""
         try:
-            f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
+            f = open_input(self.path, buffering=0)  # a local file, or a remote dataset's through the cache
         except OSError as e:
             raise self._err(f"cannot open ({e})", "the dataset is damaged") from None
         left = (1 << 62) if limit is None else limit

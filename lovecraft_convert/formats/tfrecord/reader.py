@@ -15,7 +15,6 @@ gzip file without one can only be read from its start.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ import numpy as np
 
 from ...engine.pipeline import Prefetch
 from ...schema import FIXED, Batch, Schema, row_nbytes
+from ...storage import input_size
 from ..base import PartReader
 from .blocks import block_records_for, decode_blocks, scan_index
 from .decode import decode_fixed, decode_records, decode_span, kinds_of
@@ -82,7 +82,7 @@ class TfrecordReader(PartReader):
         """The offsets of the blocks (k + 1, the file size last), or None (gzip written without one)."""
         if not self._indexed:
             if self._blocks is not None:
-                size = os.path.getsize(self.path)
+                size = input_size(self.path)
                 self._block_records, self._offsets = decode_blocks(self._blocks, self.rows, size, self.path)
             elif not self.gzip:
                 self._offsets = scan_index(self.path, False, self.block_records)
@@ -99,6 +99,16 @@ class TfrecordReader(PartReader):
             return None
         at = int(offsets[block])
         return at, block * self.block_records, None if whole_file else int(offsets[block + 1]) - at
+
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]] | None:
+        """The bytes of the blocks holding records ``[start, stop)`` (None without an index: a gzip
+        file written as one stream is read from its start)."""
+        offsets = self._load_index()
+        if offsets is None or stop <= start:
+            return None if offsets is None else []
+        n = self.block_records
+        a, b = start // n, min(len(offsets) - 1, -(-stop // n))
+        return [(self.path, int(offsets[a]), int(offsets[b]))]
 
     def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
         n = self.block_records
