@@ -125,8 +125,10 @@ def run_job(
         engine = getattr(o, "engine", "local")
         # a run writing to a store on Ray: its units share nothing with this process but the store
         place = place_of(work, engine == "ray")
-        if place is not None and place["isolated"] and stdin_spec is not None:
-            inputs = put_spooled(inputs, work, place)
+        if place is not None and place["isolated"]:
+            if stdin_spec is not None:
+                inputs = put_spooled(inputs, work, place)
+            place["files"] = put_local_files(getattr(o, "local_files", dict)(), place)
         plan = load_plan(work, fingerprint, out.path)
         journal = Journal(work)
         executor = make_executor(
@@ -244,6 +246,22 @@ def put_spooled(inputs: list[str], work: str, place: dict) -> list[str]:
         get_store(place["uri"]).upload(p, key, part=place["part"], hash="sha256")
         scheme, bucket, _ = split(place["uri"])
         out.append(f"{scheme}://{bucket}/{key}")
+    return out
+
+
+def put_local_files(files: dict[str, str], place: dict) -> dict[str, dict]:
+    """Put the local files options name (``files``: option -> path, a tokenizer file) on the store
+    beside the run's spill, for units that share nothing with this process: option -> where
+    (``key``), its file ``name`` and ``sha256`` (the unit checks what it gets)."""
+    from ..storage.stores import get_store
+    from ..storage.stream import SPILL_OBJECTS
+
+    out = {}
+    for opt, path in files.items():
+        name = os.path.basename(path)
+        key = f"{place['prefix']}{SPILL_OBJECTS}/{opt}-{name}"
+        nbytes, digest = get_store(place["uri"]).upload(path, key, part=place["part"], hash="sha256")
+        out[opt] = {"key": key, "name": name, "bytes": nbytes, "sha256": digest}
     return out
 
 

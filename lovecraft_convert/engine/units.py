@@ -109,8 +109,11 @@ def unit(fn: Callable) -> Callable:
         clock.take()  # what an earlier unit of this process left
         t0 = time.perf_counter()
         with unit_dir(ctx) as work:
-            res = fn(ctx if work == ctx.work else dataclasses.replace(ctx, work=work), *args)
-            if work != ctx.work:
+            own = work != ctx.work
+            if own:
+                ctx = dataclasses.replace(ctx, work=work, options=_local_options(ctx, work))
+            res = fn(ctx, *args)
+            if own:
                 from ..storage.stream import records
 
                 res["uploaded"] = records(work)
@@ -120,6 +123,34 @@ def unit(fn: Callable) -> Callable:
         return res
 
     return run
+
+
+def _local_options(ctx, work: str) -> dict:
+    """``ctx.options`` with the files the driver put on the store for its units (a tokenizer
+    file: :func:`~.driver.put_local_files`) fetched into the unit's directory and named there."""
+    files = (ctx.place or {}).get("files") or {}
+    if not files:
+        return ctx.options
+    import hashlib
+
+    from ..storage.stores import get_store
+
+    options = dict(ctx.options)
+    store = get_store(ctx.place["uri"])
+    for opt, f in files.items():
+        with clock.timed("read"):
+            data = store.read_all(f["key"])
+        if data is None or len(data) != f["bytes"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
+            raise OutputError(
+                f"{_object_uri(ctx.place, f['key'].rsplit('/', 1)[-1])}: the copy of --{opt.replace('_', '-')} "
+                "the driver put on the store is missing or changed",
+                hint="run the same command with --resume (the driver puts it there again)",
+            )
+        path = os.path.join(work, f"{opt}-{f['name']}")
+        with open(path, "wb") as out:
+            out.write(data)
+        options[opt] = path
+    return options
 
 
 def hand_over(work: str, res: dict) -> dict:

@@ -151,6 +151,10 @@ class Cluster:
             ray.shutdown()
 
     def shutdown(self) -> None:
+        import ray
+
+        if ray.is_initialized():  # the in-process drivers' connection
+            ray.shutdown()
         for g in list(self.nodes):
             self.kill(g)
         self.head.shutdown()
@@ -195,15 +199,24 @@ def cluster(s3_server, tmp_path_factory):  # noqa: F811 - the fixture imported a
 @pytest.fixture
 def driver(cluster, monkeypatch, tmp_path):
     """This process as a driver of the cluster: its scratch inside the directory the worker nodes'
-    tmpfs hides, a unit log; returns the log's path."""
+    tmpfs hides; returns a fresh path for a unit log."""
     if not cluster.live_workers():
         cluster.add_worker(2)
     scratch = os.path.join(cluster.scratch, f"d-{tmp_path.name}")
     os.makedirs(scratch, exist_ok=True)
     monkeypatch.setenv("LOVECRAFT_SCRATCH", scratch)
-    log = str(tmp_path / "units.jsonl")
-    monkeypatch.setenv("LOVECRAFT_UNIT_LOG", log)
-    return log
+    monkeypatch.delenv("LOVECRAFT_UNIT_LOG", raising=False)
+    return lambda name: str(tmp_path / f"{name}.units.jsonl")
+
+
+def workers(cluster, n: int) -> list[str]:
+    """Have ``n`` live worker nodes (started or stopped); their Ray node ids."""
+    live = cluster.live_workers()
+    while len(live) > n:
+        cluster.kill(live.pop())
+    while len(live) < n:
+        live.append(cluster.add_worker(2))
+    return [cluster.node_ids[g] for g in live]
 
 
 def _units(log: str) -> list[dict]:
@@ -220,11 +233,8 @@ def _dataset(s3, bucket: str, prefix: str) -> dict[str, bytes]:  # noqa: F811
     names = [f["path"] for f in m["files"]]
     names += [v["path"] for v in m.values() if isinstance(v, dict) and isinstance(v.get("path"), str)]
     assert set(objects(s3, bucket, prefix + "/")) == {f"{prefix}/_manifest.json"} | {f"{prefix}/{n}" for n in names}
-    assert [
-        u["Key"]
-        for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
-        if u["Key"].startswith(prefix + "/")
-    ] == []
+    uploads = s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix + "/").get("Uploads", [])
+    assert [u["Key"] for u in uploads] == []
     return {n.split("/", 1)[1]: get(s3, bucket, f"{prefix}/{n}") for n in names}
 
 
@@ -239,22 +249,34 @@ def test_the_worker_node_is_isolated(cluster):
 
 # -- inputs ----------------------------------------------------------------------------------------
 
+TEXT = [("the quick brown fox " * (1 + i % 23)).strip() + f" {i % 101}" for i in range(6_000)]
+
 
 @pytest.fixture(scope="module")
-def csv_objects(s3_server, tmp_path_factory):  # noqa: F811
-    """Six CSV objects (six parts) on the store, in their own bucket."""
+def inputs(s3_server, tmp_path_factory):  # noqa: F811
+    """On the store, in a bucket of their own: six CSV objects (six parts), twenty more for the
+    runs killed midway, two text objects; a tokenizer.json on the driver's disk only."""
     import boto3
 
     client = boto3.client("s3")
     name = f"lc-in-{os.getpid()}"
     client.create_bucket(Bucket=name)
-    for k in range(6):
+    for k in range(26):
         rows = "".join(f"{i},{i * 0.25},w{i % 97} x{i % 13}\n" for i in range(k * 20_000, (k + 1) * 20_000))
-        client.put_object(Bucket=name, Key=f"csv/p{k}.csv", Body=("id,x,name\n" + rows).encode())
-    text = "".join(("word " * (1 + i % 53)).strip() + "\n" for i in range(30_000))
+        where = "csv" if k < 6 else "many"
+        client.put_object(Bucket=name, Key=f"{where}/p{k:02d}.csv", Body=("id,x,name\n" + rows).encode())
+    text = "\n".join(TEXT) + "\n"
     client.put_object(Bucket=name, Key="text/a.txt", Body=text.encode())
-    client.put_object(Bucket=name, Key="text/b.txt", Body=text[::-1].encode())
-    return name
+    client.put_object(Bucket=name, Key="text/b.txt", Body="\n".join(reversed(TEXT)).encode() + b"\n")
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers, trainers
+
+    t = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    t.train_from_iterator(TEXT[:500], trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "</s>"]))
+    tok = str(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+    t.save(tok)
+    return {"bucket": name, "tokenizer": tok}
 
 
 def _args(fmt: str) -> list[str]:
@@ -265,36 +287,181 @@ def _args(fmt: str) -> list[str]:
     return []
 
 
-def _same_as_local(s3, bucket, cluster, command: str, src: str, name: str, args: list[str], ray_workers: str):  # noqa: F811
+def _same_as_local(s3, bucket, cluster, log, command, src, name, args) -> list[dict]:  # noqa: F811
     """Run ``command`` with the local engine and on the cluster to the same store; the objects
-    must be byte-identical and ``verify`` must pass."""
+    must be byte-identical and ``verify`` must pass. Returns the units of the Ray run."""
     local, remote = f"s3://{bucket}/{name}-local", f"s3://{bucket}/{name}-ray"
     r = lovecraft(command, src, "-o", local, *args, "--workers", "2", "-q")
     assert r.exit_code == 0, r.stderr
-    ray = ["--engine", "ray", "--ray-address", cluster.address, "--workers", ray_workers]
-    r = lovecraft(command, src, "-o", remote, *args, *ray, "-q")
+    os.environ["LOVECRAFT_UNIT_LOG"] = log
+    try:
+        r = lovecraft(command, src, "-o", remote, *args, "--engine", "ray", "--ray-address", cluster.address, "-q")
+    finally:
+        del os.environ["LOVECRAFT_UNIT_LOG"]
     assert r.exit_code == 0, r.stderr
     want, got = _dataset(s3, bucket, f"{name}-local"), _dataset(s3, bucket, f"{name}-ray")
-    assert got.keys() == want.keys() and got == want
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k] == want[k], k
     r = lovecraft("verify", remote)
     assert r.exit_code == 0, r.stdout + r.stderr
+    units = _units(log)
+    assert units and all("node" in u["timing"] for u in units)
+    return units
+
+
+# -- the same bytes ----------------------------------------------------------------------------------
+
+
+def test_a_local_output_still_needs_a_shared_file_system(cluster, driver, inputs, bucket, tmp_path):  # noqa: F811
+    workers(cluster, 1)
+    out = os.path.join(os.environ["LOVECRAFT_SCRATCH"], "out")  # on the driver's disk only
+    ray = ["--engine", "ray", "--ray-address", cluster.address]
+    r = lovecraft("shard", f"s3://{inputs['bucket']}/csv/", "-o", out, "--to", "parquet", "--num-shards", "2", *ray)
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(
+        f"Error: {os.path.dirname(out)}/.out.partial: the work directory is not visible on Ray node "
+    )
+    assert "must be on storage every node reaches, e.g. a shared file system" in r.stderr
+    assert not os.path.exists(out)
+    # a local input with an object-store output: the input's folder is what the node cannot see
+    src = os.path.join(os.environ["LOVECRAFT_SCRATCH"], "in.csv")
+    with open(src, "w") as f:
+        f.write("a,b\n" + "".join(f"{i},{i}\n" for i in range(100)))
+    r = lovecraft("shard", src, "-o", f"s3://{bucket}/x", "--to", "parquet", "--num-shards", "2", *ray)
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"Error: {os.path.dirname(src)}: the folder of an input is not visible on Ray node ")
+    assert "put the inputs on an object store" in r.stderr
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_shard_on_the_cluster_equals_local(cluster, driver, s3, bucket, csv_objects, fmt):  # noqa: F811
-    for extra, workers in (([], "1"), (["--shuffle", "--seed", "5"], "2")):
-        args = ["--to", fmt, "--num-shards", "3", "--max-memory", "32MiB", *_args(fmt), *extra]
-        _same_as_local(s3, bucket, cluster, "shard", f"s3://{csv_objects}/csv/", f"{fmt}{len(extra)}", args, workers)
-    units = _units(driver)
+def test_shard_on_one_node_equals_local(cluster, driver, s3, bucket, inputs, fmt):  # noqa: F811
+    (node,) = workers(cluster, 1)
+    size = ["--shard-size", "300KiB"] if fmt == "tfrecord" else ["--num-shards", "3"]  # trial shards too
+    args = ["--to", fmt, *size, "--max-memory", "32MiB", *_args(fmt)]
+    units = _same_as_local(s3, bucket, cluster, driver("plain"), "shard", f"s3://{inputs['bucket']}/csv/", fmt, args)
     assert {u["phase"] for u in units} == {1, 2}
-    # every unit ran on the isolated node (the head has no CPUs)
-    assert {u["timing"]["node"] for u in units} <= set(cluster.node_ids.values()) - {cluster.head_id}
+    assert {u["timing"]["node"] for u in units} == {node}  # the head has no CPUs
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_shard_shuffled_across_two_nodes_equals_local(cluster, driver, s3, bucket, inputs, fmt):  # noqa: F811
+    nodes = workers(cluster, 2)
+    args = ["--to", fmt, "--num-shards", "4", "--shuffle", "--seed", "5", "--max-memory", "32MiB", *_args(fmt)]
+    log = driver("shuffled")
+    units = _same_as_local(s3, bucket, cluster, log, "shard", f"s3://{inputs['bucket']}/csv/", f"{fmt}-s", args)
+    assert {u["phase"] for u in units} == {1, 2}
+    # both nodes ran units: the phase-2 units read frames that units of the other node spilled
+    assert {u["timing"]["node"] for u in units} == set(nodes)
+    assert sum(u["timing"].get("spill", 0) > 0 for u in units) == len(units)
 
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-def test_bucket_on_the_cluster_equals_local(cluster, driver, s3, bucket, csv_objects, layout):  # noqa: F811
-    args = ["--to", "parquet", "--tokenizer", "bytes", "--shuffle", "--seed", "2", "--max-memory", "32MiB"]
-    args += ["--layout", "packed", "--seq-len", "64", "--num-shards", "3"] if layout == "packed" else [
-        "--num-buckets", "3", "--rows-per-shard", "9000"]  # fmt: skip
-    _same_as_local(s3, bucket, cluster, "bucket", f"s3://{csv_objects}/text/", f"b-{layout}", args, "2")
-    assert {u["timing"]["node"] for u in _units(driver)} <= set(cluster.node_ids.values()) - {cluster.head_id}
+def test_bucket_with_a_tokenizer_across_two_nodes_equals_local(cluster, driver, s3, bucket, inputs, layout):  # noqa: F811
+    nodes = workers(cluster, 2)
+    args = ["--to", "parquet", "--tokenizer", inputs["tokenizer"], "--eos", "</s>", "--shuffle", "--seed", "2",
+            "--max-memory", "32MiB"]  # fmt: skip
+    if layout == "packed":
+        args += ["--layout", "packed", "--seq-len", "64", "--num-shards", "3"]
+    else:
+        args += ["--num-buckets", "3", "--rows-per-shard", "2000"]
+    src = f"s3://{inputs['bucket']}/text/"
+    units = _same_as_local(s3, bucket, cluster, driver(layout), "bucket", src, f"b-{layout}", args)
+    assert {u["timing"]["node"] for u in units} <= set(nodes)
+
+
+# -- killed midway -----------------------------------------------------------------------------------
+
+
+def _driver(cluster, out: str, args: list[str], scratch: str, log: str) -> subprocess.Popen:
+    """A driver in a process of its own (a machine of its own: its own scratch)."""
+    os.makedirs(scratch, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+           "LOVECRAFT_SCRATCH": scratch, "LOVECRAFT_UNIT_LOG": log}  # fmt: skip
+    cmd = [sys.executable, "-m", "lovecraft_convert", *args[:1], args[1], "-o", out, *args[2:]]
+    cmd += ["--engine", "ray", "--ray-address", cluster.address, "-q"]
+    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+
+
+def _journal(s3, bucket: str, prefix: str) -> list[dict]:  # noqa: F811
+    """The journal entries the run under ``prefix`` keeps on the store."""
+    keys = sorted(k for k in objects(s3, bucket, prefix + "/") if "/_resume/journal/" in k)
+    return [json.loads(get(s3, bucket, k)) for k in keys]
+
+
+def _key(entry: dict) -> tuple[int, int]:
+    return entry["phase"], entry["part"] if entry["phase"] == 1 else entry["shard"]
+
+
+SHUFFLED = ["--to", "parquet", "--num-shards", "10", "--shuffle", "--seed", "9", "--max-memory", "16MiB"]
+
+
+def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs, tmp_path):  # noqa: F811
+    """SIGKILL of every process of a worker node while its units run: Ray runs them again on the
+    other node, and the output is the local engine's."""
+    workers(cluster, 2)
+    src = f"s3://{inputs['bucket']}/many/"
+    r = lovecraft("shard", src, "-o", f"s3://{bucket}/local", *SHUFFLED, "--workers", "2", "-q")
+    assert r.exit_code == 0, r.stderr
+    log = driver("killed-node")
+    p = _driver(cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED], os.environ["LOVECRAFT_SCRATCH"], log)
+    try:
+        t0 = time.time()
+        while len(_units(log)) < 3 and p.poll() is None and time.time() - t0 < 300:
+            time.sleep(0.05)
+        assert p.poll() is None, "the run ended before a node could be killed"
+        victim = cluster.live_workers()[0]
+        cluster.kill(victim)
+        _, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert _dataset(s3, bucket, "ray") == _dataset(s3, bucket, "local")
+    assert lovecraft("verify", f"s3://{bucket}/ray").exit_code == 0
+
+
+@pytest.mark.parametrize("phase", [1, 2])
+def test_a_killed_driver_is_resumed_from_another_machine(cluster, driver, s3, bucket, inputs, tmp_path, phase):  # noqa: F811
+    """SIGKILL of the driver in phase 1 or 2, then ``--resume`` from another driver with an empty
+    scratch: the local engine's bytes; the units the journal counted are not run again; nothing
+    else is left on the store."""
+    workers(cluster, 1)
+    src = f"s3://{inputs['bucket']}/many/"
+    r = lovecraft("shard", src, "-o", f"s3://{bucket}/local", *SHUFFLED, "--workers", "2", "-q")
+    assert r.exit_code == 0, r.stderr
+    first = driver("first")
+    p = _driver(cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED], str(tmp_path / "machine-a"), first)
+    try:
+        t0 = time.time()
+        while p.poll() is None and time.time() - t0 < 300:
+            done = [u for u in _units(first) if u["phase"] == phase]
+            if len(done) >= 3:
+                break
+            time.sleep(0.02)
+        assert p.poll() is None, "the run ended before its driver could be killed"
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    journalled = {_key(e) for e in _journal(s3, bucket, "ray")}
+    assert {k for k in journalled if k[0] == phase}, "nothing of the phase was journalled"
+    again = driver("again")
+    p = _driver(
+        cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED, "--resume"], str(tmp_path / "machine-b"), again
+    )
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err
+    redone = {(u["phase"], u["key"]) for u in _units(again)}
+    assert not redone & journalled  # no unit the journal counted ran again
+    assert redone | journalled == {(1, k) for k in range(20)} | {(2, k) for k in range(10)}
+    assert _dataset(s3, bucket, "ray") == _dataset(s3, bucket, "local")
+    assert lovecraft("verify", f"s3://{bucket}/ray").exit_code == 0
+
+
+def test_gs_takes_the_same_path():
+    """gs:// runs through the same units (the store is chosen by the output's scheme); no GCS
+    emulator is installed here, so this needs LOVECRAFT_TEST_GCS (a bucket to write to)."""
+    if not os.environ.get("LOVECRAFT_TEST_GCS"):
+        pytest.skip("no GCS emulator or bucket (set LOVECRAFT_TEST_GCS=<bucket> to run against one)")
