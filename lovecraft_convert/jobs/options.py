@@ -140,7 +140,8 @@ class ConvertOptions:
     def local_files(self) -> dict[str, str]:
         """Option name -> the local file the units read for it (a tokenizer file): what a run whose
         units share nothing with its driver puts on the store for them (engine/units.py)."""
-        return {"tokenizer": src["path"] for src in self.tokenizer_source()}
+        sources = self.tokenizer_source()
+        return {"tokenizer": sources[0]["path"]} if sources else {}
 
     def validate_inputs(self) -> None:
         """The CSV syntax options (inspect takes them too)."""

@@ -28,6 +28,7 @@ from tests.storage.conftest import bucket, get, objects, s3, s3_server  # noqa: 
 pytestmark = pytest.mark.slow
 
 FORMATS = ["memmap", "hdf5", "parquet", "tfrecord", "megatron"]
+MANY = 12  # parts of the runs killed midway
 
 
 # -- the cluster -----------------------------------------------------------------------------------
@@ -112,15 +113,22 @@ class Cluster:
         raise RuntimeError("the worker node did not join the cluster")
 
     def kill(self, pgid: int) -> None:
-        """SIGKILL every process of a worker node (its process group), and wait for them."""
+        """SIGKILL every process of a worker node, and wait for them: its process group (``ray
+        start``, the raylet, its agents), and the worker processes, which Ray puts in process
+        groups of their own, in the node's session (started with it, so its id is the group's)."""
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        for pid in _session(pgid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         p = self.nodes.pop(pgid)
         p.wait(timeout=60)
         t0 = time.time()
-        while _group(pgid) and time.time() - t0 < 30:
+        while _session(pgid) and time.time() - t0 < 30:
             time.sleep(0.1)
 
     def live_workers(self) -> list[int]:
@@ -160,8 +168,8 @@ class Cluster:
         self.head.shutdown()
 
 
-def _group(pgid: int) -> list[int]:
-    """Processes of the process group ``pgid`` still alive."""
+def _session(sid: int) -> list[int]:
+    """Processes of the session ``sid`` still alive (not zombies)."""
     out = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -170,7 +178,7 @@ def _group(pgid: int) -> list[int]:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
+            if int(fields[3]) == sid and fields[0] != "Z":
                 out.append(int(pid))
     return out
 
@@ -254,14 +262,14 @@ TEXT = [("the quick brown fox " * (1 + i % 23)).strip() + f" {i % 101}" for i in
 
 @pytest.fixture(scope="module")
 def inputs(s3_server, tmp_path_factory):  # noqa: F811
-    """On the store, in a bucket of their own: six CSV objects (six parts), twenty more for the
+    """On the store, in a bucket of their own: six CSV objects (six parts), twelve more for the
     runs killed midway, two text objects; a tokenizer.json on the driver's disk only."""
     import boto3
 
     client = boto3.client("s3")
     name = f"lc-in-{os.getpid()}"
     client.create_bucket(Bucket=name)
-    for k in range(26):
+    for k in range(6 + MANY):
         rows = "".join(f"{i},{i * 0.25},w{i % 97} x{i % 13}\n" for i in range(k * 20_000, (k + 1) * 20_000))
         where = "csv" if k < 6 else "many"
         client.put_object(Bucket=name, Key=f"{where}/p{k:02d}.csv", Body=("id,x,name\n" + rows).encode())
@@ -393,50 +401,79 @@ def _key(entry: dict) -> tuple[int, int]:
     return entry["phase"], entry["part"] if entry["phase"] == 1 else entry["shard"]
 
 
-SHUFFLED = ["--to", "parquet", "--num-shards", "10", "--shuffle", "--seed", "9", "--max-memory", "16MiB"]
+SHUFFLED = ["--to", "parquet", "--num-shards", "8", "--shuffle", "--seed", "9", "--max-memory", "16MiB"]
 
 
-def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs, tmp_path):  # noqa: F811
-    """SIGKILL of every process of a worker node while its units run: Ray runs them again on the
+@pytest.fixture(scope="module")
+def shuffled_local(s3_server, inputs):  # noqa: F811
+    """The local engine's objects for the runs killed midway (their own bucket)."""
+    import boto3
+
+    client = boto3.client("s3")
+    name = f"lc-local-{os.getpid()}"
+    client.create_bucket(Bucket=name)
+    r = lovecraft("shard", f"s3://{inputs['bucket']}/many/", "-o", f"s3://{name}/local", *SHUFFLED, "--workers", "2")
+    assert r.exit_code == 0, r.stderr
+    return _dataset(client, name, "local")
+
+
+def _unit_processes(node: int) -> list[int]:
+    """The Ray worker processes of the worker node ``node`` running a unit now."""
+    out = []
+    for pid in _session(node):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"ray::_unit" in f.read():
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs, shuffled_local):  # noqa: F811
+    """SIGKILL of every process of a worker node while it runs units: Ray runs them again on the
     other node, and the output is the local engine's."""
     workers(cluster, 2)
-    src = f"s3://{inputs['bucket']}/many/"
-    r = lovecraft("shard", src, "-o", f"s3://{bucket}/local", *SHUFFLED, "--workers", "2", "-q")
-    assert r.exit_code == 0, r.stderr
     log = driver("killed-node")
+    src = f"s3://{inputs['bucket']}/many/"
     p = _driver(cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED], os.environ["LOVECRAFT_SCRATCH"], log)
     try:
-        t0 = time.time()
-        while len(_units(log)) < 3 and p.poll() is None and time.time() - t0 < 300:
-            time.sleep(0.05)
-        assert p.poll() is None, "the run ended before a node could be killed"
-        victim = cluster.live_workers()[0]
+        victim, busy, t0 = cluster.live_workers()[0], [], time.time()
+        while p.poll() is None and time.time() - t0 < 300:
+            busy = _unit_processes(victim)
+            if busy and len(_units(log)) >= 2:
+                break
+            time.sleep(0.02)
+        assert p.poll() is None and busy, "the run ended before a node running units could be killed"
         cluster.kill(victim)
         _, err = p.communicate(timeout=600)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, err
-    assert _dataset(s3, bucket, "ray") == _dataset(s3, bucket, "local")
+    survivor = {cluster.node_ids[g] for g in cluster.live_workers()}
+    after = [u for u in _units(log) if u["timing"]["node"] in survivor]
+    assert {(u["phase"], u["key"]) for u in _units(log)} == {(1, k) for k in range(MANY)} | {(2, k) for k in range(8)}
+    assert after  # units the killed node had were run again there
+    assert _dataset(s3, bucket, "ray") == shuffled_local
     assert lovecraft("verify", f"s3://{bucket}/ray").exit_code == 0
 
 
 @pytest.mark.parametrize("phase", [1, 2])
-def test_a_killed_driver_is_resumed_from_another_machine(cluster, driver, s3, bucket, inputs, tmp_path, phase):  # noqa: F811
+def test_a_killed_driver_is_resumed_from_another_machine(
+    cluster, driver, s3, bucket, inputs, shuffled_local, tmp_path, phase
+):  # noqa: E501, F811
     """SIGKILL of the driver in phase 1 or 2, then ``--resume`` from another driver with an empty
-    scratch: the local engine's bytes; the units the journal counted are not run again; nothing
-    else is left on the store."""
+    scratch: the local engine's bytes; the units the journal counted are not run again (phase 1's
+    spill is read back from the store); nothing else is left on the store."""
     workers(cluster, 1)
     src = f"s3://{inputs['bucket']}/many/"
-    r = lovecraft("shard", src, "-o", f"s3://{bucket}/local", *SHUFFLED, "--workers", "2", "-q")
-    assert r.exit_code == 0, r.stderr
     first = driver("first")
     p = _driver(cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED], str(tmp_path / "machine-a"), first)
     try:
         t0 = time.time()
         while p.poll() is None and time.time() - t0 < 300:
-            done = [u for u in _units(first) if u["phase"] == phase]
-            if len(done) >= 3:
+            if sum(u["phase"] == phase for u in _units(first)) >= 2:
                 break
             time.sleep(0.02)
         assert p.poll() is None, "the run ended before its driver could be killed"
@@ -455,13 +492,39 @@ def test_a_killed_driver_is_resumed_from_another_machine(cluster, driver, s3, bu
     assert p.returncode == 0, err
     redone = {(u["phase"], u["key"]) for u in _units(again)}
     assert not redone & journalled  # no unit the journal counted ran again
-    assert redone | journalled == {(1, k) for k in range(20)} | {(2, k) for k in range(10)}
-    assert _dataset(s3, bucket, "ray") == _dataset(s3, bucket, "local")
+    assert redone | journalled == {(1, k) for k in range(MANY)} | {(2, k) for k in range(8)}
+    print(f"phase {phase}: {len(journalled)} units journalled before the kill, {len(redone)} run on --resume")
+    assert _dataset(s3, bucket, "ray") == shuffled_local
     assert lovecraft("verify", f"s3://{bucket}/ray").exit_code == 0
 
 
-def test_gs_takes_the_same_path():
-    """gs:// runs through the same units (the store is chosen by the output's scheme); no GCS
-    emulator is installed here, so this needs LOVECRAFT_TEST_GCS (a bucket to write to)."""
-    if not os.environ.get("LOVECRAFT_TEST_GCS"):
-        pytest.skip("no GCS emulator or bucket (set LOVECRAFT_TEST_GCS=<bucket> to run against one)")
+def test_gs_takes_the_same_path(cluster, driver, inputs):
+    """gs:// goes through the same units (the store is chosen by the output's scheme). No GCS
+    emulator is installed here, so this runs only where LOVECRAFT_TEST_GCS names a bucket the
+    driver and the worker nodes can write to (credentials as Google's libraries find them)."""
+    gcs = os.environ.get("LOVECRAFT_TEST_GCS")
+    if not gcs:
+        pytest.skip("no GCS emulator or bucket here (set LOVECRAFT_TEST_GCS=<bucket> to run against one)")
+    import secrets
+
+    from lovecraft_convert.storage import store_for
+
+    workers(cluster, 1)
+    base = f"lovecraft-test-{secrets.token_hex(4)}"
+    args = ["--to", "parquet", "--num-shards", "3", "--shuffle", "--seed", "1"]
+    src = f"s3://{inputs['bucket']}/csv/"
+    store = store_for(f"gs://{gcs}")
+    try:
+        for name, engine in (("local", []), ("ray", ["--engine", "ray", "--ray-address", cluster.address])):
+            r = lovecraft("shard", src, "-o", f"gs://{gcs}/{base}/{name}", *args, *engine, "-q")
+            assert r.exit_code == 0, r.stderr
+        got = {}
+        for name in ("local", "ray"):
+            m = json.loads(store.read_all(f"{base}/{name}/_manifest.json"))
+            keys = {k for k, _ in store.list(f"{base}/{name}/")}
+            assert keys == {f"{base}/{name}/_manifest.json"} | {f"{base}/{name}/{f['path']}" for f in m["files"]}
+            got[name] = {f["path"].split("/", 1)[1]: store.read_all(f"{base}/{name}/{f['path']}") for f in m["files"]}
+        assert got["ray"] == got["local"]
+        assert lovecraft("verify", f"gs://{gcs}/{base}/ray").exit_code == 0
+    finally:
+        store.delete([k for k, _ in store.list(f"{base}/")])
