@@ -11,6 +11,7 @@ it ran on), which shows where the units ran and, across a driver's death and ``-
 units were run again. Skipped with the reason where Ray, moto, ``unshare`` or mounts are missing.
 """
 
+# ruff: noqa: F811 - the store fixtures imported below are taken as parameters
 from __future__ import annotations
 
 import json
@@ -184,7 +185,7 @@ def _session(sid: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster(s3_server, tmp_path_factory):  # noqa: F811 - the fixture imported above
+def cluster(s3_server, tmp_path_factory):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'lovecraft-convert[ray]')")
     scratch = str(tmp_path_factory.mktemp("driver_scratch"))
     why = _can_isolate(scratch)
@@ -234,7 +235,7 @@ def _units(log: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def _dataset(s3, bucket: str, prefix: str) -> dict[str, bytes]:  # noqa: F811
+def _dataset(s3, bucket: str, prefix: str) -> dict[str, bytes]:
     """The committed dataset under ``prefix``: file name (without the run prefix) -> bytes, checked
     to be all there is (the manifest and the run's files, no other object, no open upload)."""
     m = json.loads(get(s3, bucket, f"{prefix}/_manifest.json"))
@@ -261,7 +262,7 @@ TEXT = [("the quick brown fox " * (1 + i % 23)).strip() + f" {i % 101}" for i in
 
 
 @pytest.fixture(scope="module")
-def inputs(s3_server, tmp_path_factory):  # noqa: F811
+def inputs(s3_server, tmp_path_factory):
     """On the store, in a bucket of their own: six CSV objects (six parts), twelve more for the
     runs killed midway, two text objects; a tokenizer.json on the driver's disk only."""
     import boto3
@@ -295,7 +296,7 @@ def _args(fmt: str) -> list[str]:
     return []
 
 
-def _same_as_local(s3, bucket, cluster, log, command, src, name, args) -> list[dict]:  # noqa: F811
+def _same_as_local(s3, bucket, cluster, log, command, src, name, args) -> list[dict]:
     """Run ``command`` with the local engine and on the cluster to the same store; the objects
     must be byte-identical and ``verify`` must pass. Returns the units of the Ray run."""
     local, remote = f"s3://{bucket}/{name}-local", f"s3://{bucket}/{name}-ray"
@@ -321,7 +322,7 @@ def _same_as_local(s3, bucket, cluster, log, command, src, name, args) -> list[d
 # -- the same bytes ----------------------------------------------------------------------------------
 
 
-def test_a_local_output_still_needs_a_shared_file_system(cluster, driver, inputs, bucket, tmp_path):  # noqa: F811
+def test_a_local_output_still_needs_a_shared_file_system(cluster, driver, inputs, bucket, tmp_path):
     workers(cluster, 1)
     out = os.path.join(os.environ["LOVECRAFT_SCRATCH"], "out")  # on the driver's disk only
     ray = ["--engine", "ray", "--ray-address", cluster.address]
@@ -343,7 +344,7 @@ def test_a_local_output_still_needs_a_shared_file_system(cluster, driver, inputs
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_shard_on_one_node_equals_local(cluster, driver, s3, bucket, inputs, fmt):  # noqa: F811
+def test_shard_on_one_node_equals_local(cluster, driver, s3, bucket, inputs, fmt):
     (node,) = workers(cluster, 1)
     size = ["--shard-size", "300KiB"] if fmt == "tfrecord" else ["--num-shards", "3"]  # trial shards too
     args = ["--to", fmt, *size, "--max-memory", "32MiB", *_args(fmt)]
@@ -353,7 +354,7 @@ def test_shard_on_one_node_equals_local(cluster, driver, s3, bucket, inputs, fmt
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_shard_shuffled_across_two_nodes_equals_local(cluster, driver, s3, bucket, inputs, fmt):  # noqa: F811
+def test_shard_shuffled_across_two_nodes_equals_local(cluster, driver, s3, bucket, inputs, fmt):
     nodes = workers(cluster, 2)
     args = ["--to", fmt, "--num-shards", "4", "--shuffle", "--seed", "5", "--max-memory", "32MiB", *_args(fmt)]
     log = driver("shuffled")
@@ -365,7 +366,7 @@ def test_shard_shuffled_across_two_nodes_equals_local(cluster, driver, s3, bucke
 
 
 @pytest.mark.parametrize("layout", ["padded", "packed"])
-def test_bucket_with_a_tokenizer_across_two_nodes_equals_local(cluster, driver, s3, bucket, inputs, layout):  # noqa: F811
+def test_bucket_with_a_tokenizer_across_two_nodes_equals_local(cluster, driver, s3, bucket, inputs, layout):
     nodes = workers(cluster, 2)
     args = ["--to", "parquet", "--tokenizer", inputs["tokenizer"], "--eos", "</s>", "--shuffle", "--seed", "2",
             "--max-memory", "32MiB"]  # fmt: skip
@@ -391,7 +392,7 @@ def _driver(cluster, out: str, args: list[str], scratch: str, log: str) -> subpr
     return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
 
 
-def _journal(s3, bucket: str, prefix: str) -> list[dict]:  # noqa: F811
+def _journal(s3, bucket: str, prefix: str) -> list[dict]:
     """The journal entries the run under ``prefix`` keeps on the store."""
     keys = sorted(k for k in objects(s3, bucket, prefix + "/") if "/_resume/journal/" in k)
     return [json.loads(get(s3, bucket, k)) for k in keys]
@@ -405,7 +406,7 @@ SHUFFLED = ["--to", "parquet", "--num-shards", "8", "--shuffle", "--seed", "9", 
 
 
 @pytest.fixture(scope="module")
-def shuffled_local(s3_server, inputs):  # noqa: F811
+def shuffled_local(s3_server, inputs):
     """The local engine's objects for the runs killed midway (their own bucket)."""
     import boto3
 
@@ -430,7 +431,7 @@ def _unit_processes(node: int) -> list[int]:
     return out
 
 
-def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs, shuffled_local):  # noqa: F811
+def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs, shuffled_local):
     """SIGKILL of every process of a worker node while it runs units: Ray runs them again on the
     other node, and the output is the local engine's."""
     workers(cluster, 2)
@@ -462,7 +463,7 @@ def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs,
 @pytest.mark.parametrize("phase", [1, 2])
 def test_a_killed_driver_is_resumed_from_another_machine(
     cluster, driver, s3, bucket, inputs, shuffled_local, tmp_path, phase
-):  # noqa: E501, F811
+):
     """SIGKILL of the driver in phase 1 or 2, then ``--resume`` from another driver with an empty
     scratch: the local engine's bytes; the units the journal counted are not run again (phase 1's
     spill is read back from the store); nothing else is left on the store."""
