@@ -67,11 +67,12 @@ class Run:
             bar, done = units, lambda res: units.update()
         try:
             for res in self.executor.map(fn, calls):
+                t0 = time.perf_counter()
                 timing = hand_over(self.work, res)
                 if tag:
                     res.update(tag)
                 self.journal.add(res)
-                log_unit(res, key, timing)
+                log_unit(res, key, timing, time.perf_counter() - t0)
                 into[res[key]] = res
                 done(res)
         finally:

@@ -178,15 +178,22 @@ def discard(work: str, res: dict) -> None:
             drop_uploaded(work, f["path"])
 
 
-def log_unit(res: dict, key: str, timing: dict) -> None:
+def log_unit(res: dict, key: str, timing: dict, driver: float = 0.0) -> None:
     """One JSON line per finished unit in the file ``LOVECRAFT_UNIT_LOG`` names, when it is set:
-    its phase, key and time split (for tuning a cluster run, and the benchmark's split)."""
+    its phase, key, time split, the bytes it spilled and the seconds the driver spent taking it
+    (``driver``: its records kept, its journal entry written and put on the store), for tuning a
+    cluster run and the benchmark's split."""
     path = os.environ.get("LOVECRAFT_UNIT_LOG")
     if not path:
         return
-    line = json.dumps({"phase": res.get("phase"), "key": res.get(key), "timing": timing}) + "\n"
+    files = res.get("files")
+    spilled = (
+        sum(int(i.get("size", 0)) for i in files.values() if isinstance(i, dict)) if isinstance(files, dict) else 0
+    )
+    entry = {"phase": res.get("phase"), "key": res.get(key), "timing": timing, "spill_bytes": spilled}
+    entry["driver"] = round(driver, 5)
     with open(path, "a") as f:
-        f.write(line)
+        f.write(json.dumps(entry) + "\n")
 
 
 # -- spill frames: written ---------------------------------------------------------------------
