@@ -415,7 +415,8 @@ def _number(v: Any) -> bool:
 
 
 def _dtype(v: Any) -> bool:
-    """A NumPy dtype string naming plain numbers or bytes (what lovecraft writes)."""
+    """A NumPy dtype string naming plain numbers, or fixed-width bytes or text (what lovecraft writes:
+    the last from NPY, NPZ and HDF5 inputs' ``S``/``U`` arrays)."""
     if not isinstance(v, str) or len(v) > 16:
         return False
     import numpy as np
@@ -424,7 +425,7 @@ def _dtype(v: Any) -> bool:
         dt = np.dtype(v)
     except (TypeError, ValueError):
         return False
-    return dt.kind in "biuf" and dt.fields is None and dt.subdtype is None
+    return dt.kind in "biufSU" and dt.fields is None and dt.subdtype is None
 
 
 ANY = Spec()
@@ -439,7 +440,7 @@ HEX64 = Atom(
     lambda v: isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v),
     "digests",
 )
-DTYPE = Atom("a dtype of numbers (such as '<f4')", _dtype, "dtypes")
+DTYPE = Atom("a dtype of numbers or fixed-width text (such as '<f4' or '<U8')", _dtype, "dtypes")
 
 
 class OneOf(Spec):

@@ -238,7 +238,7 @@ def _segment_crcs(raw: np.ndarray, nbytes: np.ndarray) -> list[int]:
     """The CRC32C of each of the consecutive segments of ``raw`` (bytes) that are ``nbytes`` long."""
     mv = memoryview(raw)
     ends = np.cumsum(nbytes).tolist()
-    return [crc32c.crc32c(mv[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    return [crc32c.crc32c(mv[a:b]) for a, b in zip([0, *ends][:-1], ends, strict=True)]
 
 
 class Grouped:

@@ -54,6 +54,11 @@ def _strings(c: VarColumn, text: bool) -> np.ndarray:
     import pyarrow as pa
 
     offs = np.ascontiguousarray(c.offsets, dtype=np.int64)
+    if len(offs) and (offs[0] < 0 or offs[-1] > len(c.values) or bool((offs[1:] < offs[:-1]).any())):
+        raise DatasetError(
+            "a text or bytes column's offsets point outside its values",
+            hint="the dataset is damaged; run `lovecraft verify` or re-create it",
+        )
     values = np.ascontiguousarray(c.values[int(offs[0]) : int(offs[-1])] if len(offs) else c.values[:0])
     if len(offs) and offs[0]:
         offs = offs - offs[0]

@@ -168,3 +168,14 @@ def test_a_spill_file_is_digested_whole_as_it_is_written(tmp_path):
         write_frame(f, _batch(9), SCHEMA)
         write_grouped(f, np.array([2, 2, 3]), np.arange(7, dtype=np.uint8))
     assert f.crc == file_crc(str(p)) != 0
+
+
+def test_grouped_frames_hold_no_rows(tmp_path):
+    """A unit whose rows all went to other buckets writes an empty grouped frame; it reads back as no rows."""
+    p = tmp_path / "u00003.bin"
+    with open(p, "wb") as f:
+        offset, rows = write_grouped(f, np.zeros(0, np.int64), np.zeros(0, np.uint16))
+    assert rows == 0
+    with open(p, "rb") as f:
+        g = read_grouped(f, offset, 0, 10, np.dtype(np.uint16))
+    assert g.rows == 0 and g.values.size == 0
