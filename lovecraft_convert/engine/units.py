@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +50,7 @@ from . import clock
 from .journal import SPILL, intact
 
 GET_THREADS = 8  # ranged GETs of spill sections in flight at once (a unit's fetch)
+SPILL_OBJECT = re.compile(r"u\d{5,}\.bin")  # a unit's spill object under run-<id>/_spill/
 
 
 def isolated(ctx) -> bool:
@@ -213,7 +215,7 @@ def publish(spill, ctx) -> list[tuple[int, str, dict]]:
     from ..storage.stream import SPILL_OBJECTS
 
     place = ctx.place
-    obj = f"u{spill.unit:05d}.bin"
+    obj = f"u{spill.unit:05d}.bin"  # matches SPILL_OBJECT
     key = f"{place['prefix']}{SPILL_OBJECTS}/{obj}"
     if not files:
         return []
@@ -253,7 +255,8 @@ def spill_info(info: dict) -> dict:
 
 
 def drop_spill(ctx_or_run) -> None:
-    """Delete the spill the run's units put on the store (a run that starts its phase 1 over)."""
+    """Delete the spill the run's units put on the store (a run that starts its phase 1 over);
+    the files the driver put there for its units (a tokenizer file, stdin) stay."""
     place = getattr(ctx_or_run, "place", None)
     if not place:
         return
@@ -261,7 +264,8 @@ def drop_spill(ctx_or_run) -> None:
     from ..storage.stream import SPILL_OBJECTS
 
     store = get_store(place["uri"])
-    store.delete([k for k, _ in store.list(f"{place['prefix']}{SPILL_OBJECTS}/")])
+    base = f"{place['prefix']}{SPILL_OBJECTS}/"
+    store.delete([k for k, _ in store.list(base) if SPILL_OBJECT.fullmatch(k[len(base) :])])
 
 
 # -- spill frames: read back -------------------------------------------------------------------

@@ -114,3 +114,15 @@ def test_usable_keeps_the_parts_whose_spill_can_be_read(s3, bucket, tmp_path):
     open(os.path.join(ctx.work, "spill", "u00007.bin"), "wb").close()
     assert usable(run, [local]) == []
     assert usable(SimpleNamespace(work=ctx.work, place=None), [local]) == [local]
+
+
+def test_starting_phase_1_over_keeps_the_files_put_there_for_the_units(s3, bucket, tmp_path):
+    """A run whose input's types widened mid-way deletes its spill and starts over: the tokenizer
+    file the driver put beside it must stay, or the units run next could not fetch it."""
+    from lovecraft_convert.engine.units import drop_spill
+
+    ctx = _ctx(tmp_path, bucket)
+    _spill(ctx, 3, 0, {0: [_batch(5, 1)]})
+    s3.put_object(Bucket=bucket, Key="out/run-t/_spill/tokenizer-tokenizer.json", Body=b"{}")
+    drop_spill(ctx)
+    assert list(objects(s3, bucket, "out/")) == ["out/run-t/_spill/tokenizer-tokenizer.json"]
