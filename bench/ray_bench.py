@@ -47,6 +47,7 @@ sys.path.insert(0, ROOT)
 
 PY = sys.executable
 OBJECTS = 8
+LOADS: list[float] = []  # the load average after each run
 SHARDS = 4
 
 
@@ -201,8 +202,8 @@ def split_of(path: str) -> dict[int, dict[str, float]]:
             d["units"] += 1
             d["spill_bytes"] += int(u.get("spill_bytes", 0))
             d["driver"] = d.get("driver", 0.0) + float(u.get("driver", 0.0))
-            for k in ("seconds", "read", "spill", "upload"):
-                d[k] += float(t.get(k, 0.0))
+            for k in ("seconds", "read", "spill", "upload", "cpu"):
+                d[k] = d.get(k, 0.0) + float(t.get(k, 0.0))
     for d in out.values():
         d["compute"] = d["seconds"] - d["read"] - d["spill"] - d["upload"]
     return out
@@ -354,6 +355,7 @@ def main() -> None:
             for name in order:
                 out = f"{name}-{r}"
                 dt = run_job(engines[name], src, f"s3://{bucket}/{out}", tok, driver_scratch, unit_log)
+                LOADS.append(os.getloadavg()[0])
                 log(f"round {r}: {name} {dt:.1f} s")
                 if r:
                     times[name].append(dt)
@@ -414,7 +416,7 @@ def report(n: int, times, splits, same: bool, ex: dict, spill_bytes: int, cpus: 
                 f"{d['upload']:.2f} | {d['compute']:.2f} |"
             )
             if name == "ray":
-                per_mb[phase] = {k: d[k] / mb for k in ("seconds", "read", "spill", "upload", "compute")}
+                per_mb[phase] = {k: d[k] / mb for k in ("seconds", "read", "spill", "upload", "compute", "cpu")}
     ray_split = _median_split(splits["ray"])
     units = sum(d["seconds"] for d in ray_split.values())
     n_units = sum(d["units"] for d in ray_split.values())
@@ -426,7 +428,10 @@ def report(n: int, times, splits, same: bool, ex: dict, spill_bytes: int, cpus: 
         f"(store reads {per_mb[1]['read'] * 1000:.1f}, spill up {per_mb[1]['spill'] * 1000:.1f}, "
         f"compute {per_mb[1]['compute'] * 1000:.0f}), phase 2 {per_mb[2]['seconds'] * 1000:.0f} ms "
         f"(spill back {per_mb[2]['spill'] * 1000:.1f}, uploads {per_mb[2]['upload'] * 1000:.1f}, "
-        f"compute {per_mb[2]['compute'] * 1000:.0f}). The Ray run's wall time is {ray_s:.1f} s for "
+        f"compute {per_mb[2]['compute'] * 1000:.0f}); CPU seconds (the units' processes, all threads, "
+        f"which other work on the machine does not inflate): phase 1 {per_mb[1]['cpu'] * 1000:.0f} ms, "
+        f"phase 2 {per_mb[2]['cpu'] * 1000:.0f} ms per MB. Load average during the runs: "
+        f"{statistics.median(LOADS):.1f} (this machine has {os.cpu_count()} cores). The Ray run's wall time is {ray_s:.1f} s for "
         f"{units:.1f} unit-seconds on {cpus} CPUs: {ray_s - units / cpus:.1f} s are the job's start and "
         "end, the driver and the waits between the phases. The driver spends "
         f"{driver_ms:.1f} ms on each finished unit (its upload records kept, its journal entry "

@@ -6,6 +6,8 @@ for the time split of ``make bench`` and ``LOVECRAFT_UNIT_LOG`` (see :mod:`.unit
 * ``upload``: the output's files going up (waits for a streamed file's parts, whole uploads).
 
 What is left of a unit's wall time is its compute (parsing, transforming, encoding, hashing).
+A unit's ``timing`` also has its ``seconds`` (wall) and ``cpu`` (the CPU seconds of its process,
+all threads), which a machine shared with other work does not inflate.
 The counters are per process: a unit runs alone in its worker process (or units run one after
 another in-process); seconds a background thread of the unit spends waiting count too, seconds an
 upload thread works while the unit goes on do not.

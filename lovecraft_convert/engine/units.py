@@ -109,7 +109,7 @@ def unit(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def run(ctx, *args: Any) -> dict:
         clock.take()  # what an earlier unit of this process left
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with unit_dir(ctx) as work:
             own = work != ctx.work
             if own:
@@ -121,6 +121,7 @@ def unit(fn: Callable) -> Callable:
                 res["uploaded"] = records(work)
         spent = clock.take()
         spent["seconds"] = time.perf_counter() - t0
+        spent["cpu"] = time.process_time() - c0  # every thread of the process: what a loaded machine does not inflate
         res["timing"] = {k: round(v, 4) for k, v in spent.items()}
         return res
 
