@@ -80,10 +80,22 @@ class Cluster:
             "LOVECRAFT_SCRATCH": self.scratch,
         }
 
+    def _connect(self) -> None:
+        """Connect this process to the cluster, after the in-process drivers' own connection is
+        gone (a finished run disconnects in a thread of its own)."""
+        import ray
+
+        t0 = time.time()
+        while ray.is_initialized() and time.time() - t0 < 10:
+            time.sleep(0.1)
+        if ray.is_initialized():
+            ray.shutdown()
+        ray.init(address=self.address, log_to_driver=False, logging_level="error")
+
     def _alive(self) -> list[str]:
         import ray
 
-        ray.init(address=self.address, log_to_driver=False, logging_level="error")
+        self._connect()
         try:
             return [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         finally:
@@ -139,7 +151,7 @@ class Cluster:
         """Run a task and say where and with what it ran."""
         import ray
 
-        ray.init(address=self.address, log_to_driver=False, logging_level="error")
+        self._connect()
         try:
 
             @ray.remote(num_cpus=1)
