@@ -35,6 +35,7 @@ SCRIPTS = [
     "resume_bench.py",
     "peer_loaders_bench.py",
     "stream_bench.py",
+    "ray_bench.py",
 ]
 START = "<!-- bench:headline"
 END = "<!-- bench:end -->"

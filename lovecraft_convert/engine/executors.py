@@ -203,11 +203,14 @@ def make_executor(
     address: str | None = None,
     memory: int = 64 << 20,
     work: str = "",
+    visible: list[str] | None = None,
 ):
     """The executor of ``engine``: ``workers`` local processes, or Ray tasks (see
-    :mod:`.ray_executor`) of ``memory`` bytes each; formats of ``plugins`` known in every worker."""
+    :mod:`.ray_executor`) of ``memory`` bytes each; formats of ``plugins`` known in every worker.
+    ``work`` (the work directory, "" when units need none) and ``visible`` (the folders of local
+    inputs) must be seen by every Ray node."""
     if engine == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(workers, plugins, address=address, memory=memory, work=work)
+        return RayExecutor(workers, plugins, address=address, memory=memory, work=work, visible=visible)
     return LocalExecutor(workers, plugins)

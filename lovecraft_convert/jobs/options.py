@@ -137,6 +137,12 @@ class ConvertOptions:
         path = os.path.abspath(self.tokenizer)
         return [{"name": self.tokenizer, "path": path, "size": st.st_size, "mtime": st.st_mtime, "format": "tokenizer"}]
 
+    def local_files(self) -> dict[str, str]:
+        """Option name -> the local file the units read for it (a tokenizer file): what a run whose
+        units share nothing with its driver puts on the store for them (engine/units.py)."""
+        sources = self.tokenizer_source()
+        return {"tokenizer": sources[0]["path"]} if sources else {}
+
     def validate_inputs(self) -> None:
         """The CSV syntax options (inspect takes them too)."""
         for flag, c in (("--delimiter", self.delimiter), ("--comment", self.comment)):

@@ -31,9 +31,10 @@ import numpy as np
 
 from .. import manifest as mf
 from ..engine.driver import Run, run_job
-from ..engine.frames import Digesting, frames_from_buffer, read_frame, write_frame
-from ..engine.journal import SPILL, intact, save_plan
+from ..engine.frames import UnitSpill, frames_from_buffer, read_frame, write_frame
+from ..engine.journal import SPILL, save_plan
 from ..engine.meter import UnitMeter
+from ..engine.units import discard, drop_spill, fetch, open_section, publish, unit, usable
 from ..errors import LovecraftError, OverflowErrorF16, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part, open_reader
@@ -59,6 +60,7 @@ class Context:
     widened: dict[str, str]
     buckets: int  # 0: not shuffled
     out_schema: list[dict] | None = None
+    place: dict | None = None  # where the run's objects go (engine/units.py), None for a local output
 
     @property
     def o(self) -> ShardOptions:
@@ -101,6 +103,7 @@ def unit_inputs(reader, part: Part) -> tuple[Part, list]:
 # --------------------------------------------------------------------------------------------
 
 
+@unit
 def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str, Any]:
     """Read one part of the input, downcast, spill to frame files (scatter when shuffling);
     ``specs``: the inputs the part needs (see :func:`unit_inputs`; None: every input)."""
@@ -109,18 +112,15 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
     schema, down = plan.schema, plan.down
     if down is not None:
         down.row_offset = part.rows[0] if part.rows else None
-    spill = os.path.join(ctx.work, SPILL)
     rows = 0
     seed = ctx.o.seed or 0
     meter = UnitMeter(ctx.work, part.index, reader.progress_done)  # input bytes read, for the driver's bar
-    if ctx.buckets:
-        paths = [os.path.join(spill, f"u{part.index:05d}-b{b:04d}.bin") for b in range(ctx.buckets)]
-        files: list = [None] * ctx.buckets
-        bucket_rows = [0] * ctx.buckets
-    else:
-        path = os.path.join(spill, f"u{part.index:05d}.bin")
-        out = Digesting(open(path + ".tmp", "wb"))  # noqa: SIM115 - closed below
-        frames: list = []
+    # Spill files are not fsynced: the journal records their sizes and digests instead, and a
+    # resumed run redoes any part whose files are missing, short or changed (a crash of the
+    # machine, a damaged disk).
+    spill = UnitSpill(os.path.join(ctx.work, SPILL), part.index, ctx.buckets)
+    bucket_rows = [0] * ctx.buckets
+    frames: list = []
     try:
         for batch in _gathered(reader.part_batches(part), ctx.budget() // 16):
             batch = plan.prepare(batch) if down is None else down(plan.prepare(batch))
@@ -133,43 +133,24 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
                 for b in range(ctx.buckets):
                     n = int(counts[b])
                     if n:
-                        if files[b] is None:
-                            files[b] = Digesting(open(paths[b] + ".tmp", "wb"))  # noqa: SIM115
-                        write_frame(files[b], sorted_batch.slice(pos, pos + n), schema, counted=True)
+                        write_frame(spill.file(b), sorted_batch.slice(pos, pos + n), schema, counted=True)
                         bucket_rows[b] += n
                         pos += n
             else:
-                frames.append(write_frame(out, batch, schema))
+                frames.append(write_frame(spill.file(0), batch, schema))
             rows += batch.num_rows
             meter.tick()
     except OverflowErrorF16 as e:
         e.part = part.index  # the row is placed by the driver, which knows the rows before the part
         raise
     finally:
-        # Spill files are not fsynced: the journal records their sizes and digests instead, and a
-        # resumed run redoes any part whose files are missing, short or changed (a crash of the
-        # machine, a damaged disk).
-        for f in [f for f in files if f is not None] if ctx.buckets else [out]:
-            f.close()
+        spill.close()
         nbytes = meter.close()
+    files = {name: info for _b, name, info in publish(spill, ctx)}
     if ctx.buckets:
-        for b, f in enumerate(files):
-            if f is not None:
-                os.rename(paths[b] + ".tmp", paths[b])
-        result = {
-            "buckets": {str(b): n for b, n in enumerate(bucket_rows) if n},
-            "files": {
-                os.path.basename(p): {"size": os.path.getsize(p), "crc32c": files[b].crc}
-                for b, p in enumerate(paths)
-                if files[b] is not None
-            },
-        }
+        result = {"buckets": {str(b): n for b, n in enumerate(bucket_rows) if n}, "files": files}
     else:
-        os.rename(path + ".tmp", path)
-        result = {
-            "frames": frames,
-            "files": {os.path.basename(path): {"size": os.path.getsize(path), "crc32c": out.crc}},
-        }
+        result = {"frames": frames, "files": files}
     return {
         "phase": 1,
         "part": part.index,
@@ -221,19 +202,55 @@ class _Order:
 
     def batches(self, start: int, stop: int) -> Iterator[Batch]:
         step_bytes = max(1 << 20, self.ctx.budget() // 16)
+        spans = []
         for i in range(len(self.starts) - 1):
             a, b = int(self.starts[i]), int(self.starts[i + 1])
             lo, hi = max(a, start), min(b, stop)
-            if lo >= hi:
-                continue
-            if self.ctx.buckets:
-                yield from _rechunk(self._bucket(i).slice(lo - a, hi - a), step_bytes)
-            else:
+            if lo < hi:
+                spans.append((i, a, lo, hi))
+        if not self.ctx.buckets:
+            for i, a, lo, hi in spans:
                 yield from self._part(self.parts[i], lo - a, hi - a)
+            return
+        # buckets whose spill together fits a bucket's share of the budget are fetched at once: the
+        # adjacent sections of each part's spill object in one ranged GET (engine/units.py)
+        for group in self._groups(spans):
+            got = fetch(self.ctx, [item for i, *_ in group for item in self._sections(i)])
+            k = 0
+            for i, a, lo, hi in group:
+                n = len(self._sections(i))
+                pieces, got[k : k + n] = got[k : k + n], [None] * n  # each bucket's bytes freed once used
+                k += n
+                batch = self._bucket(i, pieces)
+                del pieces
+                yield from _rechunk(batch.slice(lo - a, hi - a), step_bytes)
+
+    def _sections(self, b: int) -> list[tuple[str, dict]]:
+        """(name, journal info) of the spill of hash bucket ``b`` in each part that has rows in it."""
+        out = []
+        for p in self.parts:
+            if p["buckets"].get(str(b)):
+                name = f"u{p['part']:05d}-b{b:04d}.bin"
+                out.append((name, p["files"][name]))
+        return out
+
+    def _groups(self, spans: list[tuple]) -> Iterator[list[tuple]]:
+        cap = max(1, self.ctx.budget() // 4)
+        group: list[tuple] = []
+        held = 0
+        for span in spans:
+            size = sum(int(info["size"]) for _n, info in self._sections(span[0]))
+            if group and held + size > cap:
+                yield group
+                group, held = [], 0
+            group.append(span)
+            held += size
+        if group:
+            yield group
 
     def _part(self, p: dict, lo: int, hi: int) -> Iterator[Batch]:
-        path = os.path.join(self.ctx.work, SPILL, f"u{p['part']:05d}.bin")
-        with open(path, "rb") as f:
+        name = f"u{p['part']:05d}.bin"
+        with open_section(self.ctx, name, p["files"][name]) as f:
             pos = 0
             for offset, n in p["frames"]:
                 if pos + n > lo and pos < hi:
@@ -243,15 +260,12 @@ class _Order:
                 if pos >= hi:
                     break
 
-    def _bucket(self, b: int) -> Batch:
-        pieces = []
-        for p in self.parts:
-            if not p["buckets"].get(str(b)):
-                continue
-            with open(os.path.join(self.ctx.work, SPILL, f"u{p['part']:05d}-b{b:04d}.bin"), "rb") as f:
-                pieces.extend(frames_from_buffer(f.read(), self.schema, f.name))
-        batch = Batch.concat(pieces)
-        del pieces
+    def _bucket(self, b: int, pieces: list[tuple]) -> Batch:
+        frames = []
+        for buf, name in pieces:
+            frames.extend(frames_from_buffer(buf, self.schema, name))
+        batch = Batch.concat(frames)
+        del frames
         perm = np.random.default_rng([self.ctx.o.seed or 0, b]).permutation(batch.num_rows)
         return batch.take(perm)
 
@@ -262,6 +276,7 @@ def _rechunk(batch: Batch, step_bytes: int) -> Iterator[Batch]:
         yield batch.slice(i, i + rows)
 
 
+@unit
 def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None) -> dict[str, Any]:
     """Write shard ``k`` (rows [start, stop) of the global order) and commit its files."""
     o = ctx.o
@@ -328,7 +343,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     plan, journal, executor = run.plan, run.journal, run.executor
     fmt = get_format(o.to)
     while True:
-        ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0)
+        ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0, place=run.place)
         # the inputs as the probe resolved them (stat'ed and peeked at once, not again per pass);
         # stdin, copied into the work directory, is resolved anew
         reader = ctx.reader(specs=None if any(s.is_stdin for s in probe.specs) else probe.specs)
@@ -355,6 +370,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             plan["widened"] = {**plan.get("widened", {}), **e.widened}
             save_plan(run.work, plan)
             journal.reset()
+            drop_spill(run)
             shutil.rmtree(os.path.join(run.work, SPILL), ignore_errors=True)
             os.makedirs(os.path.join(run.work, SPILL))
             continue
@@ -374,7 +390,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
 
 
 def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions, input_bytes: int | None, reader) -> list[dict]:
-    done = {e["part"]: e for e in run.journal.phase(1) if intact(ctx.work, e)}
+    done = {e["part"]: e for e in usable(run, run.journal.phase(1))}
     calls = [(ctx, *unit_inputs(reader, p)) for p in parts if p.index not in done]
     try:
         run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=input_bytes)
@@ -447,8 +463,7 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
 
     def trial(rows: int) -> int:  # in a worker when there are workers: the main process stays small
         res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split)])))
-        for f in res["files"]:
-            os.unlink(os.path.join(run.work, f["path"]))
+        discard(run.work, res)
         return sum(f["bytes"] for f in res["files"])
 
     sample = min(total, 1 << 16)
