@@ -26,6 +26,7 @@ _BUILTIN = {
     "parquet": "lovecraft_convert.formats.parquet",
     "tfrecord": "lovecraft_convert.formats.tfrecord",
     "megatron": "lovecraft_convert.formats.megatron",
+    "mds": "lovecraft_convert.formats.mds",
 }
 DEFAULT = "parquet"
 # One line per built-in format for ``lovecraft --help`` (no descriptor is imported for it: they need
@@ -36,6 +37,7 @@ HELP = {
     "parquet": "a Parquet file per shard: pyarrow, pandas, polars, duckdb",
     "tfrecord": "tf.train.Example records: tf.data.TFRecordDataset",
     "megatron": "token ids as Megatron-LM .bin/.idx: megatron-core IndexedDataset",
+    "mds": "MosaicML Streaming .mds shards + index.json: streaming.StreamingDataset",
 }
 ENTRY_POINTS = "lovecraft_convert.formats"
 

@@ -65,6 +65,7 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
             **plan.extra(),
             **fmt.dataset_extra(schema, [extra]),
         )
+        manifest.update(fmt.finish_dataset(out.tmp, manifest))  # files that list the whole dataset
         out.commit(manifest)
     return manifest
 

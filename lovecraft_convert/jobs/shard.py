@@ -280,6 +280,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         specs=probe.specs,
         sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
         body=lambda run: _run(o, run, probe),
+        finish=get_format(o.to).finish_dataset,
         argv=argv,
     )
 
