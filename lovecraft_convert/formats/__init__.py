@@ -27,6 +27,7 @@ _BUILTIN = {
     "tfrecord": "lovecraft_convert.formats.tfrecord",
     "megatron": "lovecraft_convert.formats.megatron",
     "mds": "lovecraft_convert.formats.mds",
+    "litdata": "lovecraft_convert.formats.litdata",
 }
 DEFAULT = "parquet"
 # One line per built-in format for ``lovecraft --help`` (no descriptor is imported for it: they need
@@ -38,6 +39,7 @@ HELP = {
     "tfrecord": "tf.train.Example records: tf.data.TFRecordDataset",
     "megatron": "token ids as Megatron-LM .bin/.idx: megatron-core IndexedDataset",
     "mds": "MosaicML Streaming .mds shards + index.json: streaming.StreamingDataset",
+    "litdata": "litdata chunks + index.json: litdata.StreamingDataset",
 }
 ENTRY_POINTS = "lovecraft_convert.formats"
 
