@@ -28,6 +28,7 @@ _BUILTIN = {
     "megatron": "lovecraft_convert.formats.megatron",
     "mds": "lovecraft_convert.formats.mds",
     "litdata": "lovecraft_convert.formats.litdata",
+    "webdataset": "lovecraft_convert.formats.webdataset",
 }
 DEFAULT = "parquet"
 # One line per built-in format for ``lovecraft --help`` (no descriptor is imported for it: they need
@@ -40,6 +41,7 @@ HELP = {
     "megatron": "token ids as Megatron-LM .bin/.idx: megatron-core IndexedDataset",
     "mds": "MosaicML Streaming .mds shards + index.json: streaming.StreamingDataset",
     "litdata": "litdata chunks + index.json: litdata.StreamingDataset",
+    "webdataset": "WebDataset .tar shards of <key>.<ext> members: webdataset.WebDataset, tar",
 }
 ENTRY_POINTS = "lovecraft_convert.formats"
 

@@ -64,6 +64,9 @@ class WriteOptions:
     # the dataset's files hold fixed 1-d columns whose widths differ from unit to unit (a padded
     # bucket each): a format whose readers unify its files' schemas writes them as lists (Parquet)
     widths_vary: bool = False
+    # the unit's first row in the dataset (shard k: the rows of shards 0..k-1), for formats that
+    # name rows (WebDataset's keys); 0 where units are not one order (buckets)
+    first_row: int = 0
 
 
 class Writer:

@@ -240,7 +240,9 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
     name = shard_name(k, n_shards)
-    files, stats, extra = write_unit_files(ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, down)
+    files, stats, extra = write_unit_files(
+        ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, down, first_row=start
+    )
     return {
         "phase": 2,
         "shard": k,
