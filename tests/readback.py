@@ -307,74 +307,79 @@ def plain(v):
         return {"bytes": bytes(v).hex()}
     return v
 
-def dump(rows):
+def columns(rows):
     cols, types = {}, {}
     for row in rows:
         for k, v in row.items():
             cols.setdefault(k, []).append(plain(v))
-            types.setdefault(k, [type(v).__name__, str(getattr(v, "dtype", ""))])
-    print(json.dumps({"columns": cols, "types": types}))
+            types.setdefault(k, [type(v).__name__, str(getattr(v, "dtype", "")), list(getattr(v, "shape", []))])
+    return {"columns": cols, "types": types}
 """
 
-READ_MDS = (
-    PEER_ROWS
-    + """
+READ_MDS = PEER_ROWS + """
 from streaming import StreamingDataset
 
-ds = StreamingDataset(local=sys.argv[1], shuffle=False, batch_size=1)
-dump(ds[i] for i in range(len(ds)))
+out = []
+for d in json.loads(sys.argv[1]):
+    ds = StreamingDataset(local=d, shuffle=False, batch_size=1)
+    out.append(columns(ds[i] for i in range(len(ds))))
+print(json.dumps(out))
 """
-)
 
-READ_LITDATA = (
-    PEER_ROWS
-    + """
+READ_LITDATA = PEER_ROWS + """
 import litdata
 
-ds = litdata.StreamingDataset(sys.argv[1])
-dump(ds[i] for i in range(len(ds)))
+out = []
+for d in json.loads(sys.argv[1]):
+    ds = litdata.StreamingDataset(d)
+    out.append(columns(ds[i] for i in range(len(ds))))
+print(json.dumps(out))
 """
-)
 
-READ_WEBDATASET = (
-    PEER_ROWS
-    + """
+READ_WEBDATASET = PEER_ROWS + """
 import webdataset as wds
 
-files = json.loads(sys.argv[1])
-dump({k: v for k, v in s.items() if not k.startswith("__")} for s in wds.WebDataset(files, shardshuffle=False).decode())
+out = []
+for files in json.loads(sys.argv[1]):
+    ds = wds.WebDataset(files, shardshuffle=False).decode()
+    out.append(columns({k: v for k, v in s.items() if k not in ("__url__", "__local_path__")} for s in ds))
+print(json.dumps(out))
 """
-)
 
 
-def peer_rows(fmt: str, out: str) -> tuple[dict[str, list], dict[str, list]]:
-    """Every row of ``out`` through the peer's own reader, in the peers' venv (skipped, saying how to
-    build it, where it is missing): ``(columns, types)``, bytes values as bytes again."""
+def peer_read(fmt: str, outs: list[str]) -> list[tuple[dict[str, list], dict[str, list]]]:
+    """Every row of each dataset of ``outs`` through the peer's own reader, in one process of the
+    peers' venv (the test is skipped, saying how to build it, where it is missing): per dataset
+    ``(columns, types)``, types as ``[type name, dtype, shape]`` of the first row's value; bytes
+    values are bytes again."""
     from tests.peers import require_peers, run_peer
 
     if fmt == "mds":
         require_peers("streaming")
-        got = run_peer(READ_MDS, out)
+        got = run_peer(READ_MDS, json.dumps(outs))
     elif fmt == "litdata":
         require_peers("litdata")
-        got = run_peer(READ_LITDATA, out)
+        got = run_peer(READ_LITDATA, json.dumps(outs))
     else:
         require_peers("webdataset")
-        files = [os.path.join(out, f["path"]) for f in manifest(out)["files"]]
+        files = [[os.path.join(out, f["path"]) for f in manifest(out)["files"]] for out in outs]
         got = run_peer(READ_WEBDATASET, json.dumps(files))
-    cols = {
-        k: [bytes.fromhex(v["bytes"]) if isinstance(v, dict) and set(v) == {"bytes"} else v for v in vals]
-        for k, vals in got["columns"].items()
-    }
-    return cols, got["types"]
+    result = []
+    for one in got:
+        cols = {
+            k: [bytes.fromhex(v["bytes"]) if isinstance(v, dict) and set(v) == {"bytes"} else v for v in vals]
+            for k, vals in one["columns"].items()
+        }
+        result.append((cols, one["types"]))
+    return result
 
 
 def read_mds(out: str) -> dict[str, object]:
-    return peer_rows("mds", out)[0]
+    return peer_read("mds", [out])[0][0]
 
 
 def read_litdata(out: str) -> dict[str, object]:
-    return peer_rows("litdata", out)[0]
+    return peer_read("litdata", [out])[0][0]
 
 
 READERS = {

@@ -88,12 +88,62 @@ def runs(lens: np.ndarray, limit: int = RUN_BYTES) -> Iterator[tuple[int, int]]:
         a = b
 
 
-def pack(pieces: list[Piece], n: int, lens: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The items of ``n`` rows, back to back: ``(uint8 buffer, item lengths)`` per run of rows."""
+def pack(
+    pieces: list[Piece], n: int, lens: np.ndarray | None = None, rows: tuple[int, int] | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The items of ``n`` rows (or of ``rows = (a, b)`` of them), back to back: ``(uint8 buffer,
+    item lengths)`` per run of rows."""
     if lens is None:
         lens = lengths(pieces, n)
-    for a, b in runs(lens):
-        yield _build(pieces, a, b, lens[a:b]), lens[a:b]
+    a0, b0 = rows or (0, n)
+    for a, b in runs(lens[a0:b0]):
+        yield _build(pieces, a0 + a, a0 + b, lens[a0 + a : a0 + b]), lens[a0 + a : a0 + b]
+
+
+BIG = 64 << 10  # an item at least this large is handed on as its pieces, not copied into a run
+
+
+def stream(pieces: list[Piece], n: int, lens: np.ndarray | None = None) -> Iterator[tuple[list, np.ndarray]]:
+    """The items of ``n`` rows in order, as ``(buffers, item lengths)``: runs of small items built
+    in one buffer each (:func:`pack`), and each item of :data:`BIG` bytes or more as its pieces
+    (views of the batch's arrays: written with ``writev`` or handed to the hashing writer, they
+    are not copied; the batch's arrays are never changed once made), small pieces joined."""
+    if lens is None:
+        lens = lengths(pieces, n)
+    big = np.flatnonzero(lens >= BIG).tolist()
+    a = 0
+    for b in [*big, n]:
+        if b > a:
+            for buf, part in pack(pieces, n, lens, (a, b)):
+                yield [buf], part
+        if b < n:
+            out: list = []
+            small = bytearray()
+            for part in row_parts(pieces, b):
+                if len(part) < BIG:
+                    small += part if isinstance(part, bytes) else memoryview(np.ascontiguousarray(part)).cast("B")
+                    continue
+                if small:
+                    out.append(bytes(small))
+                    small = bytearray()
+                out.append(part)
+            if small:
+                out.append(bytes(small))
+            yield out, lens[b : b + 1]
+        a = b + 1
+
+
+def row_parts(pieces: list[Piece], i: int) -> list[np.ndarray | bytes]:
+    """Row ``i``'s item as its pieces (views, no copy): for an item too large to build whole."""
+    out: list[np.ndarray | bytes] = []
+    for p in pieces:
+        if isinstance(p, Const):
+            out.append(p.data)
+        elif isinstance(p, Fixed):
+            out.append(p.arr[i])
+        else:
+            out.append(p.values[int(p.offsets[i]) : int(p.offsets[i + 1])])
+    return out
 
 
 def _build(pieces: list[Piece], a: int, b: int, lens: np.ndarray) -> np.ndarray:

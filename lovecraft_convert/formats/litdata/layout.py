@@ -60,10 +60,15 @@ def leaf_format(f: Field, source: str = "") -> str:
         return "json"
     if f.kind == FIXED and dt.kind in "US" and not f.shape:
         return "str" if dt.kind == "U" else "bytes"
+    if dt.kind in "US":
+        raise SchemaError(
+            f"{where}: rows of {f.describe()} text; litdata holds one text value per row, not arrays of them",
+            hint="leave the column out with --columns, or write another format",
+        )
     if dt.name not in DTYPES:
         raise SchemaError(
             f"{where}: litdata has no {dt.name} values (its arrays are {', '.join(DTYPES)})",
-            hint="cast the column with --column-type, leave it out with --columns, or write another format",
+            hint="leave the column out with --columns, or write another format",
         )
     if f.kind == SEQUENCE or (f.kind == FIXED and len(f.shape) == 1):
         return f"no_header_numpy:{code(dt)}"

@@ -57,10 +57,15 @@ def encoding(f: Field, source: str = "") -> str:
         return "json"
     if f.kind == FIXED and dt.kind in "US" and not f.shape:
         return "str" if dt.kind == "U" else "bytes"
+    if dt.kind in "US":
+        raise SchemaError(
+            f"{where}: rows of {f.describe()} text; MDS holds one text value per row, not arrays of them",
+            hint="leave the column out with --columns, or write another format",
+        )
     if dt.kind not in "biuf" or stored_dtype(f) not in DTYPES:
         raise SchemaError(
             f"{where}: MDS has no {dt.name} values (its numbers are {', '.join(DTYPES)})",
-            hint="cast the column with --column-type, leave it out with --columns, or write another format",
+            hint="leave the column out with --columns, or write another format",
         )
     if f.kind == SEQUENCE:
         return f"ndarray:{stored_dtype(f)}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...schema import Batch, Schema
 from ..base import FileRecord, WriteOptions, Writer
 from ..itemfile import TableWriter
-from ..items import pack
+from ..items import stream
 from .layout import encoding, preamble, sample_pieces
 
 
@@ -29,8 +29,8 @@ class MdsWriter(Writer):
         n = batch.num_rows
         if n == 0:
             return
-        for buf, lens in pack(sample_pieces(self.schema, batch), n):
-            self.table.add(buf, lens)
+        for bufs, lens in stream(sample_pieces(self.schema, batch), n):
+            self.table.add(bufs, lens)
         self.rows += n
 
     def close(self) -> list[FileRecord]:

@@ -84,7 +84,7 @@ def plan(schema: Schema, source: str = "") -> Plan:
             if f.np_dtype.kind not in "biuf":
                 where = f"{source}, column '{f.name}'" if source else f"column '{f.name}'"
                 raise SchemaError(
-                    f"{where}: rows of {f.np_dtype.name} arrays; WebDataset's .npy members hold numbers",
+                    f"{where}: rows of {f.describe()} arrays; lovecraft's WebDataset .npy members hold numbers",
                     hint="leave the column out with --columns, or write another format",
                 )
             members.append(Member(f"{f.name}.npy", NPY, f))
@@ -98,27 +98,29 @@ def plan(schema: Schema, source: str = "") -> Plan:
             js.append(f)
     if js:
         members.append(Member("json", JSON, None))
+
+    def where(f: Field) -> str:
+        return f"{source}, column '{f.name}'" if source else f"column '{f.name}'"
+
     seen: dict[str, Member] = {}
     for m in members:
-        where = (
-            f"{source}, column '{m.field.name}'"
-            if source and m.field
-            else f"column '{m.field.name}'"
-            if m.field
-            else source
-        )
         if m.field is not None and (not m.field.name or "/" in m.field.name or "\0" in m.field.name):
             raise SchemaError(
-                f"{where}: a WebDataset member is named <key>.<column>; this column's name cannot be an extension "
-                "(empty, or with / or NUL)",
+                f"{where(m.field)}: a WebDataset member is named <key>.<column>; this column's name cannot be an "
+                "extension (empty, or with / or NUL)",
                 hint="rename the column (--column-names for CSV), or leave it out with --columns",
             )
         low = m.ext.lower()
         if low in seen:
-            other = seen[low]
-            what = f"column '{other.field.name}'" if other.field else "the JSON member of the other columns"
+            mine, other = (m, seen[low]) if m.field is not None else (seen[low], m)
+            what = (
+                f"column '{other.field.name}''s .{other.ext}"
+                if other.field
+                else "the .json member of the other columns"
+            )
             raise SchemaError(
-                f"{where}: its member .{m.ext} is {what}'s .{other.ext} to WebDataset (which lowercases extensions)",
+                f"{where(mine.field)}: its member .{mine.ext} and {what} are one extension to WebDataset, which "
+                "lowercases them",
                 hint="rename one of the columns, or leave one out with --columns",
             )
         seen[low] = m

@@ -69,6 +69,33 @@ def member_header(name: str, size: int) -> bytes:
     return pax + _header(raw, min(size, MAX_OCTAL), b"0")
 
 
+_DIGITS = np.arange(32, dtype=np.int64)
+
+
+def headers(keys: np.ndarray, width: int, ext: str, sizes: np.ndarray) -> np.ndarray | None:
+    """The headers of members ``<key>.<ext>`` (keys as ``width`` decimal digits) of ``sizes``
+    bytes, one per row of a ``uint8[n, 512]`` array, the same bytes :func:`member_header` makes;
+    None when one needs a pax header (a long or non-ASCII name, a size of 8 GiB or more)."""
+    n = len(keys)
+    name = ext.encode("utf-8")
+    if width + 1 + len(name) > 100 or not ext.isascii() or (n and int(sizes.max()) > MAX_OCTAL):
+        return None
+    if n and int(keys.max()) >= 10**width:
+        return None
+    h = np.tile(np.frombuffer(_header(b"", 0, b"0"), dtype=np.uint8), (n, 1))
+    h[:, 148:156] = 32
+    h[:, 0:width] = (keys[:, None] // 10 ** _DIGITS[width - 1 :: -1] % 10 + 48).astype(np.uint8)
+    h[:, width] = ord(".")
+    h[:, width + 1 : width + 1 + len(name)] = np.frombuffer(name, dtype=np.uint8)
+    h[:, 124:135] = ((sizes[:, None] >> (3 * _DIGITS[10::-1])) & 7) + 48
+    h[:, 135] = 0
+    chk = h.sum(axis=1, dtype=np.int64)
+    h[:, 148:154] = ((chk[:, None] >> (3 * _DIGITS[5::-1])) & 7) + 48
+    h[:, 154] = 0
+    h[:, 155] = 32
+    return h
+
+
 def end_of_archive(written: int) -> bytes:
     """The two zero blocks that end an archive of ``written`` bytes so far, and the record padding."""
     total = written + 2 * BLOCK

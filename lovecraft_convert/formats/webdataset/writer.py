@@ -1,7 +1,12 @@
 """WebDataset output: one ``.tar`` per unit (``data.tar`` for convert, ``part-00003-of-00064.tar``
 for shard), samples appended as they come through the hashing writer (and so straight to the object
-store when the run writes to one). Members are gathered into runs of about 4 MiB; a value larger
-than that goes in pieces, so no value is held twice."""
+store when the run writes to one).
+
+A sample is laid out as an item of pieces (:mod:`..items`): each member's header (all rows' headers
+made at once with NumPy, :func:`.tar.headers`), its data, its padding; runs of small samples are
+built in one buffer each, and a large sample's pieces go to the hashing writer as they are (its
+values not copied: the writer thread hashes and writes them from the batch's own arrays).
+"""
 
 from __future__ import annotations
 
@@ -13,12 +18,15 @@ from ...engine.writer import HashingWriter
 from ...schema import FIXED, Batch, Schema, VarColumn
 from ...storage.stream import open_stream
 from ..base import FileRecord, WriteOptions, Writer
-from .layout import CLS, JSON, NPY, RAW, json_rows, key, npy_dtype, npy_header, plan
-from .tar import end_of_archive, member_header, padding
+from ..items import Const, Fixed, Piece, Var, fixed_bytes, lengths, stream, var_bytes
+from .layout import CLS, JSON, KEY_DIGITS, RAW, json_rows, key, npy_dtype, npy_header, plan
+from .tar import BLOCK, end_of_archive, headers, member_header
 
-RUN = 4 << 20
-PIECE = 8 << 20
-ZEROS = bytes(512)
+
+def _joined(data: list[bytes]) -> Var:
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
+    return Var(np.frombuffer(b"".join(data), dtype=np.uint8), offsets)
 
 
 class WebdatasetWriter(Writer):
@@ -35,82 +43,62 @@ class WebdatasetWriter(Writer):
         self.out = HashingWriter(self.path, hash=options.hash, sink=open_stream(self.path))
         self.written = 0
 
-    def _sources(self, batch: Batch) -> list[tuple[str, np.ndarray, object]]:
-        """Per member: its extension, each row's data size, and a function of the row giving its data."""
+    def _data(self, m, batch: Batch) -> list[Piece]:
+        """The data of member ``m`` in every row of ``batch``."""
         n = batch.num_rows
-        out = []
+        if m.kind == JSON:
+            return [_joined(json_rows(self.plan.json, [batch.columns[f.name] for f in self.plan.json], n))]
+        f = m.field
+        col = batch.columns[f.name]
+        if m.kind == CLS:
+            return [_joined([str(x).encode("ascii") for x in np.asarray(col).reshape(n).tolist()])]
+        if m.kind == RAW and isinstance(col, VarColumn):
+            return [Var(np.asarray(col.values, dtype=np.uint8), np.asarray(col.offsets, dtype=np.int64))]
+        if m.kind == RAW:  # fixed-width bytes (NumPy strips their trailing NULs)
+            return [_joined(np.asarray(col).reshape(n).tolist())]
+        dt = npy_dtype(f)
+        descr = np.lib.format.dtype_to_descr(dt)
+        if f.kind == FIXED:
+            return [Const(npy_header(descr, tuple(f.shape))), fixed_bytes(np.asarray(col), dt)]
+        offs = np.asarray(col.offsets, dtype=np.int64)
+        heads = _joined([npy_header(descr, (k,)) for k in np.diff(offs).tolist()])
+        return [heads, var_bytes(np.asarray(col.values).astype(dt, copy=False), offs, dt.itemsize)]
+
+    def _pieces(self, batch: Batch) -> list[Piece]:
+        """Every row's sample: per member, its header, data and padding."""
+        n = batch.num_rows
+        keys = np.arange(n, dtype=np.int64) + self.options.first_row + self.rows
+        width = max(KEY_DIGITS, len(str(int(keys[-1])))) if n else KEY_DIGITS
+        out: list[Piece] = []
         for m in self.plan.members:
-            if m.kind == JSON:
-                data = json_rows(self.plan.json, [batch.columns[f.name] for f in self.plan.json], n)
-                out.append((m.ext, np.fromiter(map(len, data), np.int64, n), data.__getitem__))
-                continue
-            f = m.field
-            col = batch.columns[f.name]
-            if m.kind == CLS:
-                data = [str(x).encode("ascii") for x in np.asarray(col).reshape(n).tolist()]
-                out.append((m.ext, np.fromiter(map(len, data), np.int64, n), data.__getitem__))
-            elif m.kind == RAW and isinstance(col, VarColumn):
-                offs = np.asarray(col.offsets, dtype=np.int64)
-                values = np.asarray(col.values, dtype=np.uint8)
-                starts = offs[:-1].tolist()
-                ends = offs[1:].tolist()
-                out.append((m.ext, np.diff(offs), lambda i, v=values, s=starts, e=ends: v[s[i] : e[i]]))
-            elif m.kind == RAW:  # fixed-width bytes (NumPy strips their trailing NULs)
-                data = np.asarray(col).reshape(n).tolist()
-                out.append((m.ext, np.fromiter(map(len, data), np.int64, n), data.__getitem__))
-            elif m.kind == NPY and f.kind == FIXED:
-                dt = npy_dtype(f)
-                rows = np.ascontiguousarray(col, dtype=dt).reshape(n, -1).view(np.uint8)
-                head = npy_header(np.lib.format.dtype_to_descr(dt), tuple(f.shape))
-                size = np.full(n, len(head) + rows.shape[1], np.int64)
-                out.append((m.ext, size, lambda i, h=head, r=rows: (h, r[i])))
-            else:  # NPY of a sequence: a header per length
-                dt = npy_dtype(f)
-                offs = np.asarray(col.offsets, dtype=np.int64)
-                values = np.ascontiguousarray(np.asarray(col.values)[offs[0] : offs[-1]], dtype=dt)
-                offs = offs - offs[0]
-                descr = np.lib.format.dtype_to_descr(dt)
-                lens = np.diff(offs)
-                heads = [npy_header(descr, (k,)) for k in lens.tolist()]
-                size = np.fromiter(map(len, heads), np.int64, n) + lens * dt.itemsize
-                view = values.view(np.uint8)
-                b = offs * dt.itemsize
-                out.append((m.ext, size, lambda i, h=heads, v=view, b=b: (h[i], v[b[i] : b[i + 1]])))
+            data = self._data(m, batch)
+            sizes = lengths(data, n)
+            mixed = width != KEY_DIGITS and len(str(int(keys[0]))) != width  # keys of two widths
+            head = None if mixed else headers(keys, width, m.ext, sizes)
+            if head is None:  # one by one (pax headers where needed)
+                names = [f"{key(k)}.{m.ext}" for k in keys.tolist()]
+                head_piece: Piece = _joined([member_header(x, s) for x, s in zip(names, sizes.tolist(), strict=True)])
+            else:
+                head_piece = Fixed(head)
+            pads = -sizes % BLOCK
+            pad_offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(pads, out=pad_offsets[1:])
+            out += [head_piece, *data, Var(np.zeros(int(pad_offsets[-1]), np.uint8), pad_offsets)]
         return out
 
     def write(self, batch: Batch) -> None:
         n = batch.num_rows
         if n == 0:
             return
-        sources = self._sources(batch)
-        sizes = [s[1].tolist() for s in sources]
-        base = self.options.first_row + self.rows
-        buf = bytearray()
-        for i in range(n):
-            k = key(base + i)
-            for (ext, _, get), size in zip(sources, sizes, strict=True):
-                buf += member_header(f"{k}.{ext}", size[i])
-                data = get(i)
-                for part in data if isinstance(data, tuple) else (data,):
-                    if len(buf) + len(part) > PIECE:
-                        self._flush(buf)
-                        buf = bytearray()
-                        view = memoryview(part).cast("B")
-                        for a in range(0, len(view), PIECE):
-                            self._flush(bytes(view[a : a + PIECE]))
-                    else:
-                        buf += memoryview(part).cast("B") if not isinstance(part, bytes) else part
-                buf += ZEROS[: padding(size[i])]
-            if len(buf) >= RUN:
+        for bufs, _ in stream(self._pieces(batch), n):
+            for buf in bufs:  # a large value goes to the hashing writer as it is, not copied
                 self._flush(buf)
-                buf = bytearray()
-        if buf:
-            self._flush(buf)
         self.rows += n
 
     def _flush(self, data) -> None:
-        self.out.write(data)
-        self.written += len(data)
+        if len(data):
+            self.out.write(data)
+            self.written += len(data)
 
     def close(self) -> list[FileRecord]:
         self._flush(end_of_archive(self.written))
