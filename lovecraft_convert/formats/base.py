@@ -310,6 +310,7 @@ class OutputFormat:
     manifest_spec: Spec | None = None  # the types of those sections' fields (manifest.check_shape)
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
     column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
+    reads_remote: bool = False  # its readers stream from an object store URI (inspect shows their code for one)
 
     # -- options ------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ class LitdataFormat(OutputFormat):
     title = "litdata chunks (.bin + index.json), read with litdata.StreamingDataset"
     extensions = (".bin",)
     random_access = True
+    reads_remote = True  # StreamingDataset(remote="s3://...") / StreamingDataset("s3://...")
     kinds = ("fixed", "string", "binary", "sequence", "string_list")
     manifest_keys = ("litdata_index",)
     manifest_spec = Obj({}, {"litdata_index": FILE_ENTRY})

@@ -18,6 +18,7 @@ class MdsFormat(OutputFormat):
     title = "MosaicML Streaming shards (.mds + index.json), read with streaming.StreamingDataset"
     extensions = (".mds",)
     random_access = True
+    reads_remote = True  # StreamingDataset(remote="s3://...") / StreamingDataset("s3://...")
     kinds = ("fixed", "string", "binary", "sequence", "string_list")
     manifest_keys = ("mds_index",)
     manifest_spec = Obj({}, {"mds_index": FILE_ENTRY})
