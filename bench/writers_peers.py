@@ -24,7 +24,11 @@ def rows(src: str, group: int | None = None):
     base = sum(pf.metadata.row_group(g).num_rows for g in range(groups[0])) if group is not None else 0
     for g in groups:
         t = pf.read_row_group(g)
-        jpg, label, caption = t.column("jpg").to_pylist(), t.column("label").to_pylist(), t.column("caption").to_pylist()
+        jpg, label, caption = (
+            t.column("jpg").to_pylist(),
+            t.column("label").to_pylist(),
+            t.column("caption").to_pylist(),
+        )
         for i in range(t.num_rows):
             yield base + i, jpg[i], label[i], caption[i]
         base += t.num_rows
