@@ -290,7 +290,8 @@ def read_webdataset_tar(out: str) -> dict[str, object]:
                 got.append(s["cls"])
             else:
                 got.append(s["json"][name])
-        cols[name] = np.array(got) if f["kind"] == "fixed" else got
+        # a number in the .json member is a Python int or float: cast back to the declared dtype
+        cols[name] = np.array(got, dtype=np.dtype(f["dtype"])) if f["kind"] == "fixed" else got
     return cols
 
 
@@ -316,7 +317,9 @@ def columns(rows):
     return {"columns": cols, "types": types}
 """
 
-READ_MDS = PEER_ROWS + """
+READ_MDS = (
+    PEER_ROWS
+    + """
 from streaming import StreamingDataset
 
 out = []
@@ -325,8 +328,11 @@ for d in json.loads(sys.argv[1]):
     out.append(columns(ds[i] for i in range(len(ds))))
 print(json.dumps(out))
 """
+)
 
-READ_LITDATA = PEER_ROWS + """
+READ_LITDATA = (
+    PEER_ROWS
+    + """
 import litdata
 
 out = []
@@ -335,8 +341,11 @@ for d in json.loads(sys.argv[1]):
     out.append(columns(ds[i] for i in range(len(ds))))
 print(json.dumps(out))
 """
+)
 
-READ_WEBDATASET = PEER_ROWS + """
+READ_WEBDATASET = (
+    PEER_ROWS
+    + """
 import webdataset as wds
 
 out = []
@@ -345,6 +354,7 @@ for files in json.loads(sys.argv[1]):
     out.append(columns({k: v for k, v in s.items() if k not in ("__url__", "__local_path__")} for s in ds))
 print(json.dumps(out))
 """
+)
 
 
 def peer_read(fmt: str, outs: list[str]) -> list[tuple[dict[str, list], dict[str, list]]]:
