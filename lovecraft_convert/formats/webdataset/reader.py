@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from array import array
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from ...schema import FIXED, Batch, Schema, VarColumn
 from ..base import CORRUPT, PartReader
 from ..items import gather, gather_fixed
 from .layout import CLS, JSON, KEY_RE, RAW, DecodeProblem, Plan, json_columns, key, npy_dtype, npy_header, plan
-from .tar import TarProblem, scan
+from .tar import Scan, TarProblem
 
 INT_RE = re.compile(rb"-?[0-9]+")
 SHAPE_RE = re.compile(r"'shape': \((\d+),\)")
@@ -28,27 +29,34 @@ class TarIndex:
         self.path = path
         self.plan = plan
         self.buf = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
-        members, self.end = scan(self.buf, strict)
         m = len(plan.members)
-        if len(members) != rows * m:
-            raise DecodeProblem(f"holds {len(members)} members; {rows} samples of {m} members each make {rows * m}")
         exts = plan.extensions()
         self.first = 0
-        if members:
-            k0 = members[0].name.split(".", 1)[0]
-            if not KEY_RE.match(k0):
-                raise DecodeProblem(f"its first member {members[0].name!r} has no key of {len(key(0))} digits or more")
-            self.first = int(k0)
-            if first is not None and self.first != first:
-                raise DecodeProblem(f"its first sample's key is {k0}, the rows before it say {key(first)}")
-        for i, mem in enumerate(members):
+        # 16 bytes a member (its data's offset and size), no object kept per member
+        offsets, sizes = array("q"), array("q")
+        scan = Scan(self.buf, strict)
+        for i, mem in enumerate(scan):
+            if i == 0:
+                k0 = mem.name.split(".", 1)[0]
+                if not KEY_RE.match(k0):
+                    raise DecodeProblem(f"its first member {mem.name!r} has no key of {len(key(0))} digits or more")
+                self.first = int(k0)
+                if first is not None and self.first != first:
+                    raise DecodeProblem(f"its first sample's key is {k0}, the rows before it say {key(first)}")
+            if i >= rows * m:
+                raise DecodeProblem(f"holds more than the {rows * m} members of {rows} samples of {m} members each")
             want = f"{key(self.first + i // m)}.{exts[i % m]}"
             if mem.name != want:
                 raise DecodeProblem(f"member {i} is named {mem.name!r}, expected {want!r}")
-        offs = np.fromiter((x.offset for x in members), np.int64, len(members)).reshape(rows, m)
-        sizes = np.fromiter((x.size for x in members), np.int64, len(members)).reshape(rows, m)
+            offsets.append(mem.offset)
+            sizes.append(mem.size)
+        self.end = scan.end
+        if len(offsets) != rows * m:
+            raise DecodeProblem(f"holds {len(offsets)} members; {rows} samples of {m} members each make {rows * m}")
+        offs = np.frombuffer(offsets, np.int64).reshape(rows, m) if rows * m else np.zeros((rows, m), np.int64)
+        lens = np.frombuffer(sizes, np.int64).reshape(rows, m) if rows * m else np.zeros((rows, m), np.int64)
         self.offsets = [offs[:, j].copy() for j in range(m)]
-        self.sizes = [sizes[:, j].copy() for j in range(m)]
+        self.sizes = [lens[:, j].copy() for j in range(m)]
 
     def decode(self, idx: np.ndarray, names: list[str]) -> Batch:
         """Rows ``idx`` (int64), the columns ``names``."""

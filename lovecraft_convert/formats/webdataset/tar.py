@@ -11,6 +11,7 @@ says and GNU tar, bsdtar and Python's tarfile read.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ MTIME = 0
 MODE = 0o444
 MAX_OCTAL = (1 << 33) - 1  # 11 octal digits
 PAX_NAME = b"././@PaxHeader"
+ZERO_BLOCK = bytes(BLOCK)
 
 
 def _header(name: bytes, size: int, typeflag: bytes) -> bytes:
@@ -143,57 +145,64 @@ def _parse_pax(data: bytes, at: int) -> dict[str, bytes]:
     return out
 
 
-def scan(buf: np.ndarray, strict: bool = False) -> tuple[list[Member], int]:
-    """The regular members of the tar mapped as ``buf`` (uint8) and where its end-of-archive blocks
+class Scan:
+    """The regular members of the tar mapped as ``buf`` (uint8), one at a time, as the headers are
+    read (each member's data skipped); once iterated, ``end`` is where the end-of-archive blocks
     start. ``strict``: the metadata must be what :func:`member_header` writes (verify)."""
-    size = len(buf)
-    pos = 0
-    members: list[Member] = []
-    pax: dict[str, bytes] = {}
-    while True:
-        if pos + BLOCK > size:
-            raise TarProblem(f"ends at byte {size} without the two zero blocks that end a tar archive")
-        head = bytes(buf[pos : pos + BLOCK])
-        if head == bytes(BLOCK):
-            break
-        if head[257:263] not in (b"ustar\0", b"ustar ") or head[263:265] not in (b"00", b" \0"):
-            raise TarProblem(f"the block at byte {pos} is not a tar header")
-        want = _octal(head[148:156], "checksum", pos)
-        got = sum(head[:148]) + 8 * 32 + sum(head[156:])
-        if want != got:
-            raise TarProblem(f"the header at byte {pos} has checksum {want:o}, its bytes add up to {got:o}")
-        n = _octal(head[124:136], "size", pos)
-        typeflag = head[156:157]
-        data = pos + BLOCK
-        if data + n > size:
-            raise TarProblem(f"the member at byte {pos} claims {n} bytes, past the end of the file")
-        if typeflag == b"x":
-            pax = _parse_pax(bytes(buf[data : data + n]), pos)
-        elif typeflag in (b"0", b"\0"):
-            name = head[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
-            if "path" in pax:
-                name = pax["path"].decode("utf-8", "replace")
-            if "size" in pax:
-                try:
-                    n = int(pax["size"])
-                except ValueError:
-                    raise TarProblem(f"the pax header before byte {pos} has a size that is not a number") from None
-                if data + n > size:
-                    raise TarProblem(f"the member at byte {pos} claims {n} bytes, past the end of the file")
-            if strict and (
-                head[100:108] != b"%07o\0" % MODE
-                or head[136:148] != b"%011o\0" % MTIME
-                or head[108:124] != b"0000000\x000000000\x00"
-            ):
-                raise TarProblem(f"the header of {name} has another mode, owner or time than lovecraft writes")
-            members.append(Member(name, data, n))
-            pax = {}
-        elif strict:
-            raise TarProblem(f"the member at byte {pos} is of type {typeflag!r}, not a regular file")
-        pos = data + n + padding(n)
-    end = pos
-    if strict:
-        rest = buf[end:]
-        if len(rest) < 2 * BLOCK or np.count_nonzero(rest) or len(buf) % RECORD:
-            raise TarProblem(f"does not end with zero blocks up to a multiple of {RECORD} bytes after byte {end}")
-    return members, end
+
+    def __init__(self, buf: np.ndarray, strict: bool = False) -> None:
+        self.buf = buf
+        self.strict = strict
+        self.end = -1
+
+    def __iter__(self) -> Iterator[Member]:
+        buf, strict = self.buf, self.strict
+        size = len(buf)
+        pos = 0
+        pax: dict[str, bytes] = {}
+        while True:
+            if pos + BLOCK > size:
+                raise TarProblem(f"ends at byte {size} without the two zero blocks that end a tar archive")
+            head = bytes(buf[pos : pos + BLOCK])
+            if head == ZERO_BLOCK:
+                break
+            if head[257:263] not in (b"ustar\0", b"ustar ") or head[263:265] not in (b"00", b" \0"):
+                raise TarProblem(f"the block at byte {pos} is not a tar header")
+            want = _octal(head[148:156], "checksum", pos)
+            got = sum(head[:148]) + 8 * 32 + sum(head[156:])
+            if want != got:
+                raise TarProblem(f"the header at byte {pos} has checksum {want:o}, its bytes add up to {got:o}")
+            n = _octal(head[124:136], "size", pos)
+            typeflag = head[156:157]
+            data = pos + BLOCK
+            if data + n > size:
+                raise TarProblem(f"the member at byte {pos} claims {n} bytes, past the end of the file")
+            if typeflag == b"x":
+                pax = _parse_pax(bytes(buf[data : data + n]), pos)
+            elif typeflag in (b"0", b"\0"):
+                name = head[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+                if "path" in pax:
+                    name = pax["path"].decode("utf-8", "replace")
+                if "size" in pax:
+                    try:
+                        n = int(pax["size"])
+                    except ValueError:
+                        raise TarProblem(f"the pax header before byte {pos} has a size that is not a number") from None
+                    if data + n > size:
+                        raise TarProblem(f"the member at byte {pos} claims {n} bytes, past the end of the file")
+                if strict and (
+                    head[100:108] != b"%07o\0" % MODE
+                    or head[136:148] != b"%011o\0" % MTIME
+                    or head[108:124] != b"0000000\x000000000\x00"
+                ):
+                    raise TarProblem(f"the header of {name} has another mode, owner or time than lovecraft writes")
+                yield Member(name, data, n)
+                pax = {}
+            elif strict:
+                raise TarProblem(f"the member at byte {pos} is of type {typeflag!r}, not a regular file")
+            pos = data + n + padding(n)
+        self.end = pos
+        if strict:
+            rest = buf[pos:]
+            if len(rest) < 2 * BLOCK or np.count_nonzero(rest) or len(buf) % RECORD:
+                raise TarProblem(f"does not end with zero blocks up to a multiple of {RECORD} bytes after byte {pos}")
