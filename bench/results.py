@@ -36,6 +36,7 @@ SCRIPTS = [
     "peer_loaders_bench.py",
     "stream_bench.py",
     "ray_bench.py",
+    "writers_bench.py",
 ]
 START = "<!-- bench:headline"
 END = "<!-- bench:end -->"

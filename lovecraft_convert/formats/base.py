@@ -64,6 +64,9 @@ class WriteOptions:
     # the dataset's files hold fixed 1-d columns whose widths differ from unit to unit (a padded
     # bucket each): a format whose readers unify its files' schemas writes them as lists (Parquet)
     widths_vary: bool = False
+    # the unit's first row in the dataset (shard k: the rows of shards 0..k-1), for formats that
+    # name rows (WebDataset's keys); 0 where units are not one order (buckets)
+    first_row: int = 0
 
 
 class Writer:
@@ -321,6 +324,7 @@ class OutputFormat:
     manifest_spec: Spec | None = None  # the types of those sections' fields (manifest.check_shape)
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
     column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
+    reads_remote: bool = False  # its readers stream from an object store URI (inspect shows their code for one)
 
     # -- options ------------------------------------------------------------------------------
 

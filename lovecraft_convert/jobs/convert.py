@@ -65,6 +65,7 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
             **plan.extra(),
             **fmt.dataset_extra(schema, [extra]),
         )
+        manifest.update(fmt.finish_dataset(out.tmp, manifest))  # files that list the whole dataset
         out.commit(manifest)
     return manifest
 
@@ -193,7 +194,9 @@ def check_memory(schema: Schema, fmt, budget: int, source: str) -> None:
         )
 
 
-def write_options(o: ConvertOptions, budget: int, rows: int | None, widths_vary: bool = False) -> WriteOptions:
+def write_options(
+    o: ConvertOptions, budget: int, rows: int | None, widths_vary: bool = False, first_row: int = 0
+) -> WriteOptions:
     return WriteOptions(
         compression=o.compression,
         hash=o.hash,
@@ -201,6 +204,7 @@ def write_options(o: ConvertOptions, budget: int, rows: int | None, widths_vary:
         expected_rows=rows,
         memory=budget // 4,
         widths_vary=widths_vary,
+        first_row=first_row,
     )
 
 
@@ -215,10 +219,12 @@ def write_unit_files(
     rows: int,
     down=None,
     widths_vary: bool = False,
+    first_row: int = 0,
 ):
     """Write the batches of ``source`` as the files of unit ``k`` named ``name`` (statistics and
     downcast on the way) and commit them into ``work``; returns (file records, statistics, the
-    writer's manifest keys). ``widths_vary``: see :class:`~lovecraft_convert.formats.base.WriteOptions`."""
+    writer's manifest keys). ``widths_vary``, ``first_row``: see
+    :class:`~lovecraft_convert.formats.base.WriteOptions`."""
     fmt = get_format(o.to)
     stats = BatchStats(schema)
 
@@ -227,7 +233,10 @@ def write_unit_files(
             write_step(batch, down, stats, writer)
 
     files, extra = commit_unit(
-        work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows, widths_vary)), feed
+        work,
+        k,
+        lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows, widths_vary, first_row)),
+        feed,
     )
     return files, stats, extra
 

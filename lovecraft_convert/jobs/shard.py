@@ -292,7 +292,9 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
     name = shard_name(k, n_shards)
-    files, stats, extra = write_unit_files(ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, down)
+    files, stats, extra = write_unit_files(
+        ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, down, first_row=start
+    )
     return {
         "phase": 2,
         "shard": k,
@@ -332,6 +334,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         specs=probe.specs,
         sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
         body=lambda run: _run(o, run, probe),
+        finish=get_format(o.to).finish_dataset,
         argv=argv,
     )
 
@@ -467,6 +470,12 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
         return sum(f["bytes"] for f in res["files"])
 
     sample = min(total, 1 << 16)
+    # rows of 100 KB (images): 65,536 of them would be the whole input written once more before
+    # the first shard; a sample of about two shards' bytes (at least 64 MiB) says as much
+    est = _row_bytes(ctx, total, split)
+    cap = max(2 * target, 64 << 20)
+    if est and sample * est > cap:
+        sample = max(1, int(cap // est))
     per = max(1, int(round(target / (trial(sample) / sample))))
     if get_format(o.to).size_linear(o.compression):
         return per  # bytes grow linearly with rows: the sample settles it
@@ -478,6 +487,15 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
             break
         per = max(1, int(round(per * target / size)))
     return per
+
+
+def _row_bytes(ctx: Context, total: int, split) -> float | None:
+    """Roughly the bytes of a row: from the spilled frames (phase 1), else the reader's estimate."""
+    if split:
+        size = sum(int(f.get("size", 0)) for p in split for f in (p.get("files") or {}).values())
+        return size / total if total and size else None
+    known = ctx.reader().memory_bytes()
+    return known / total if known and total else None
 
 
 def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict], split, total: int) -> dict:

@@ -82,6 +82,11 @@ def open_stream(path: str) -> StreamedFile | None:
     return None if where is None else StreamedFile(path, where)
 
 
+def streams(path: str) -> bool:
+    """Would the file ``path`` go to an object store as it is written (:func:`open_stream`)? Opens nothing."""
+    return target(_work_of(path)[0]) is not None
+
+
 def move_streamed(src: str, dst: str) -> None:
     """Rename a streamed file (a writer that numbers its first file once it starts a second): the
     object is copied inside the store to its new name and the old one deleted."""
