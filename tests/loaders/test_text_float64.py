@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -179,3 +180,32 @@ def test_text_that_is_not_utf8_is_one_line(table, tmp_path, shuffle):
         "a text column holds invalid UTF-8 (invalid start byte); "
         "the dataset is damaged; run `lovecraft verify` or re-create it"
     ]
+
+
+@pytest.mark.parametrize("damaged", [0, 333, 699])
+def test_in_order_every_span_before_a_damaged_record_is_delivered(table, tmp_path, damaged):
+    """Read in order in spans of 50 records (framed in one thread, decoded in others, several in
+    flight), a file whose record ``damaged`` fails its CRC gives every span before the damaged
+    one, in order, then one line naming the record; no thread is left."""
+    paths, _ = table
+    ds_path = str(tmp_path / "tfrecord")
+    shutil.copytree(paths["tfrecord"], ds_path)
+    f = os.path.join(ds_path, open_dataset(ds_path).manifest["files"][0]["path"])
+    with open(f, "rb") as fh:
+        data = bytearray(fh.read())
+    pos = 0
+    for _ in range(damaged):
+        pos += struct.unpack_from("<Q", data, pos)[0] + 16
+    data[pos + 12] ^= 0x01  # the record's first data byte: its data CRC no longer matches
+    with open(f, "wb") as fh:
+        fh.write(bytes(data))
+    ds = open_dataset(ds_path)
+    reader = ds.reader(ds.groups[0], ds.groups[0].parts[0])
+    ids = []
+    with pytest.raises(DatasetError) as e:
+        for b in reader.chunks(0, N, 50):
+            assert b.num_rows <= 50
+            ids.extend(b.columns["id"].tolist())
+    assert ids == list(range(damaged // 50 * 50))
+    assert f"record {damaged + 1} at byte {pos}: data CRC mismatch (file is corrupt)" in str(e.value)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("lovecraft-decode", "lovecraft-reader"))]

@@ -29,6 +29,7 @@ MAX_RECORD = 2 << 30
 BLOCK = 8 << 20
 RUN_CHECK_MIN = 16  # records of one length checked together with one CRC pass (crcspan), from this many
 SPAN_RECORDS = 1 << 16  # records of varying lengths framed (and decoded) together, at most
+SLACK = 64  # zero bytes after the records of a concatenated buffer
 
 
 def crc32c_fn():
@@ -336,18 +337,25 @@ class Records:
     @classmethod
     def concat(cls, parts: list[Records]) -> Records:
         """The records of ``parts`` in one buffer (each part's bytes from its first record to its
-        last copied once), so that they are decoded together."""
+        last copied once), so that they are decoded together; :data:`SLACK` zero bytes follow the
+        last record (a decoder reads a few bytes past a position without copying the buffer)."""
         parts = [r for r in parts if len(r)] or parts[:1]
         if len(parts) == 1:
             return parts[0]
-        regions, starts, base = [], [], 0
+        bounds, starts, base = [], [], 0
         for r in parts:
             a, b = int(r.starts[0]), int(r.starts[-1] + r.lens[-1])
-            regions.append(r.buf[a:b])
+            bounds.append((a, b))
             starts.append(r.starts - a + base)
             base += b - a
+        buf = np.empty(base + SLACK, dtype=np.uint8)
+        buf[base:] = 0
+        at = 0
+        for r, (a, b) in zip(parts, bounds, strict=True):
+            buf[at : at + b - a] = r.buf[a:b]
+            at += b - a
         lens = np.concatenate([r.lens for r in parts])
-        out = cls(np.concatenate(regions), np.concatenate(starts), lens)
+        out = cls(buf, np.concatenate(starts), lens)
         out.ids = np.concatenate([r.indices() for r in parts])
         out.first = int(out.ids[0])
         return out
