@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import is_
 from typing import Any
 
@@ -25,6 +26,9 @@ KINDS = (FIXED, STRING, BINARY, SEQUENCE, STRING_LIST)
 
 
 WIDE_COLUMNS = 64  # a table this many columns wide or more is read and written in larger batches
+# no more columns than this, whatever the input: each costs memory before any row is read (see
+# inputs/csvwide.py; a CSV wider than this is read as one matrix with --stack-columns)
+MAX_COLUMNS = 100_000
 
 TEMPORAL = ("timestamp", "date", "time", "duration")
 CATEGORY = "category"
@@ -172,10 +176,16 @@ class Schema:
         return dtypes.pop()
 
     def __getitem__(self, name: str) -> Field:
-        for f in self.fields:
-            if f.name == name:
-                return f
-        raise KeyError(name)
+        return self.fields[self.index[name]]  # (KeyError for a name it lacks)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Each column's position (the first, for a repeated name): a lookup by name costs the
+        same for a table of 1,000,000 columns as for one of 3."""
+        out: dict[str, int] = {}
+        for i, f in enumerate(self.fields):
+            out.setdefault(f.name, i)
+        return out
 
     def to_list(self) -> list[dict[str, Any]]:
         return [f.to_dict() for f in self.fields]

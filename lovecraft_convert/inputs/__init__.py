@@ -9,6 +9,7 @@ budget.
 
 from __future__ import annotations
 
+import copy
 import importlib
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from .kinds import names
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from .base import Reader
+    from .sources import InputSpec
 
 # Missing values of CSV columns of numbers and booleans besides an empty field: R's NA (palmerpenguins and
 # most R exports write it) and what spreadsheets and SQL exports write. pandas, pyarrow and R read them so;
@@ -79,6 +81,8 @@ def open_reader(
     na_values: list[str] | None = None,
     column_names: list[str] | None = None,
     text_column: str | None = None,
+    stack_columns: list[str] | None = None,
+    resolved: list[InputSpec] | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
@@ -87,13 +91,16 @@ def open_reader(
     instead of refusing them (``inspect``); ``text_column``: the one of ``columns`` a tokenizer
     reads (an input without it says so). ``na_values`` (CSV): the strings read as missing in columns
     of numbers and booleans besides an empty field (None: :data:`DEFAULT_NA_VALUES`);
-    ``column_names`` (CSV): the names of the columns of a file without a header."""
+    ``column_names`` (CSV): the names of the columns of a file without a header; ``stack_columns``:
+    the ``--stack-columns`` specs, which a reader of a table too wide to read column by column
+    applies itself (``reader.stacked``); ``resolved``: the inputs as a reader of them already
+    resolved them (``reader.specs``; no file is looked at again), instead of ``inputs``."""
     from .base import ReadOptions
     from .sources import resolve_inputs
 
     if input_format is not None and input_format not in names():
         raise OptionsError(f"unknown input format '{input_format}'", hint=f"use one of {', '.join(names())}")
-    specs = resolve_inputs(list(inputs), input_format)
+    specs = [copy.copy(s) for s in resolved] if resolved is not None else resolve_inputs(list(inputs), input_format)
     kinds = {s.format for s in specs}
     if len(kinds) > 1:
         raise SchemaError(f"inputs mix formats ({', '.join(sorted(kinds))})", hint="convert them separately")
@@ -127,6 +134,7 @@ def open_reader(
         columns=list(columns) if columns else None,
         lenient=lenient,
         text_column=text_column,
+        stack_columns=list(stack_columns) if stack_columns else None,
     )
     reader = cls(specs, ropts)
     reader.format = kind

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from ..errors import InputError
 from .columnar import DAMAGED, Block, ColumnarReader, SourceFile, guarded, reading
+from .decoded import ROW_SHARE, bounded
 
 FEATHER_V1 = b"FEA1"
 
@@ -62,11 +63,30 @@ def _batches(reader, kind: str, name: str, b0: int = 0, b1: int | None = None) -
             yield rb
 
 
-def scan_ipc(path: str, name: str) -> list[tuple[int, int]]:
-    """(rows, bytes) of each record batch of an IPC file or stream (metadata only when the file is
-    not compressed: the batches are views of the memory map)."""
+def scan_ipc(path: str, name: str) -> list[tuple[int, int, int]]:
+    """(rows, bytes in the file, bytes decoded) of each record batch of an IPC file or stream: from
+    its metadata (nothing decompressed), else by reading it."""
+    layout = ipc_layout(path)
+    if layout is not None:
+        return [(b.rows, b.body, b.decoded) for b in layout[0]]
     reader, kind = _open_ipc(path, name)
-    return [(rb.num_rows, rb.nbytes) for rb in _batches(reader, kind, name)]
+    return [(rb.num_rows, rb.nbytes, rb.nbytes) for rb in _batches(reader, kind, name)]
+
+
+def ipc_layout(path: str):
+    """(record batches, dictionary batches) of an IPC file or stream as its metadata describes
+    them (:mod:`.ipcmeta`), None when it does not parse."""
+    from ..storage import open_input
+    from .ipcmeta import file_batches, stream_batches
+
+    try:
+        with open_input(path, buffering=0, readahead=64 << 10) as fh:
+            size = fh.seek(0, 2)
+            fh.seek(0)
+            head = fh.read(8)
+            return (file_batches if head.startswith(b"ARROW1") else stream_batches)(fh, size)
+    except OSError:
+        return None
 
 
 def _binary_type(t):
@@ -128,9 +148,9 @@ class ArrowReader(ColumnarReader):
             return
         run = mapper or (lambda fn, calls: [fn(*c) for c in calls])
         for f, blocks in zip(todo, run(scan_ipc, [(f.path, f.name) for f in todo]), strict=True):
-            f.blocks = [Block(rows, size, size) for rows, size in blocks]
+            f.blocks = [Block(rows, size, decoded) for rows, size, decoded in blocks]
             f.info["record_batches"] = len(blocks)
-            f.info["rows"] = sum(r for r, _ in blocks)
+            f.info["rows"] = sum(r for r, _, _ in blocks)
 
     def memory_bytes(self) -> int | None:
         from ..storage import is_remote
@@ -145,15 +165,50 @@ class ArrowReader(ColumnarReader):
             return None
         return [f.schema.get_field_index(t) for t in tops]
 
+    def _check_decoded(self, f: SourceFile, kind: str, b0: int, b1: int | None) -> None:
+        """Refuse a record batch (or the dictionaries) that would decode to more than a quarter of
+        the memory budget, before pyarrow decompresses it: a compressed body is decoded whole (and
+        a stream's batches before ``b0`` are decoded too, to be skipped). Uncompressed batches of
+        a local file are views of its memory map, which cost no memory of the process."""
+        from ..storage import is_remote
+
+        layout = ipc_layout(f.path)
+        if layout is None:
+            return
+        batches, dictionaries = layout
+        limit = ROW_SHARE * self.options.batch_bytes
+        remote = is_remote(f.path)
+        held = sum(d.decoded for d in dictionaries if d.compressed or remote)
+        hint = (
+            f"raise --max-memory (a record batch must fit in {ROW_SHARE}/16 of it), or re-write the file in "
+            "smaller record batches (pyarrow: write_table(..., max_chunksize=ROWS))"
+        )
+        if held > limit:
+            raise InputError(
+                f"{f.name}: its dictionaries decode to {held} bytes, more than a batch may take under this memory "
+                f"budget ({limit})",
+                hint=hint,
+            )
+        stop = len(batches) if b1 is None else min(b1, len(batches))
+        for i in range(b0 if kind == "file" else 0, stop):
+            b = batches[i]
+            if (b.compressed or remote) and b.decoded > limit:
+                raise InputError(
+                    f"{f.name}, record batch {i}: its {'compressed ' if b.compressed else ''}buffers decode to "
+                    f"{b.decoded} bytes, more than a batch may take under this memory budget ({limit})",
+                    hint=hint,
+                )
+
     def read_file(self, f: SourceFile, blocks: tuple[int, int] | None, row0: int = 0) -> Iterator[tuple[object, int]]:
         reader, kind = _open_ipc(f.path, f.name, self._fields(f))
         b0, b1 = blocks or (0, None)
+        self._check_decoded(f, kind, b0, b1)
         row = row0
         for i, rb in enumerate(_batches(reader, kind, f.name, b0, b1), b0):
             validate(rb, f.name, f"record batch {i}")
             step = max(1, int(self.options.batch_bytes * rb.num_rows // max(1, rb.nbytes)))
-            for a in range(0, rb.num_rows, step):
-                yield rb.slice(a, step), row + a
+            for a in range(0, rb.num_rows, step):  # (dictionaries and views: cut by decoded bytes)
+                yield from bounded(rb.slice(a, step), self.options.batch_bytes, f.name, f"record batch {i}", row + a)
             row += rb.num_rows
             self._done += rb.nbytes
 
@@ -179,7 +234,7 @@ def _data_files(directory: str) -> list[str]:
         try:
             with open(splits, encoding="utf-8") as fh:
                 names = [str(s) for s in json.load(fh).get("splits", [])]
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             names = []
         example = os.path.join(directory, names[0] if names else "train")
         raise InputError(
@@ -190,7 +245,7 @@ def _data_files(directory: str) -> list[str]:
         with open(state, encoding="utf-8") as fh:
             entries = json.load(fh)["_data_files"]
         names = [e["filename"] for e in entries]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # (nested too deeply: RecursionError)
         raise InputError(
             f"{state}: not a Hugging Face dataset state ({type(e).__name__}: {' '.join(str(e).split())[:120]})",
             hint="re-save the dataset with save_to_disk",

@@ -42,12 +42,14 @@ class ReadOptions:
     columns: list[str] | None = None  # --columns: readers that can read only these do (Parquet, Arrow, JSON Lines)
     text_column: str | None = None  # one of ``columns``: the text a tokenizer reads (named so when missing)
     lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
+    stack_columns: list[str] | None = None  # --stack-columns: a CSV wider than csvwide.MAX_COLUMNS is stacked as read
 
 
 @dataclass(frozen=True)
 class Part:
     """A unit of input that can be read on its own: a byte range of one file (``start``/``end``),
-    a whole (compressed or piped) input (both None), a row range of NPY inputs (``rows``), or
+    a whole (compressed or piped) input (both None), whole small files ``[spec, stop_spec)``
+    gathered up to the target size (``stop_spec``), a row range of NPY inputs (``rows``), or
     blocks ``[b0, b1)`` of file ``f`` of a columnar input (``blocks``: Parquet row groups, Arrow
     record batches; ``rows`` is then the range of the whole input they hold, ``line0`` the rows of
     the file before them)."""
@@ -59,6 +61,12 @@ class Part:
     line0: int = 0  # lines before ``start`` (text), for error messages
     rows: tuple[int, int] | None = None
     blocks: tuple[int, int, int] | None = None  # (file, b0, b1)
+    stop_spec: int | None = None  # whole inputs ``[spec, stop_spec)``: small files gathered into one part
+
+    @property
+    def spec_range(self) -> range:
+        """The inputs the part reads (one, unless it gathers whole small files)."""
+        return range(self.spec, self.stop_spec if self.stop_spec is not None else self.spec + 1)
 
 
 class Reader:
@@ -132,11 +140,34 @@ class Reader:
     def widen(self, widened: dict[str, str]) -> None:
         """Read columns with the wider types another run of this reader settled on (CSV, JSON Lines)."""
 
+    # the leading inputs a reader needs to settle its schema as a reader of every input does
+    # (CSV: the first file's header and rows): a reader of those and of a part's files reads that
+    # part as one of every input would, so a unit of work opens only its own files. None: all.
+    probe_specs: int | None = None
+
     def _byte_partitions(self, target_bytes: int, quoted: bool, mapper=None, **split) -> list[Part]:
-        """Byte ranges of plain files cut at record boundaries; other inputs whole. ``split``: the
-        CSV keywords of :func:`~.split.split_points`."""
+        """Byte ranges of plain files cut at record boundaries; other inputs whole; runs of whole
+        files of known size gathered into parts of up to ``target_bytes`` (100,000 small files
+        are a few parts, not 100,000). ``split``: the CSV keywords of :func:`~.split.split_points`."""
         parts: list[Part] = []
+        run: list[int] = []  # small files not yet in a part
+        held = 0
+
+        def gather() -> None:
+            nonlocal held
+            if run:
+                parts.append(Part(len(parts), run[0], stop_spec=run[-1] + 1 if len(run) > 1 else None))
+                run.clear()
+                held = 0
+
         for i, spec in enumerate(self.specs):
+            if spec.size is not None and spec.size <= target_bytes and not (spec.is_stdin or spec.stdin_spool):
+                if run and held + spec.size > target_bytes:
+                    gather()
+                run.append(i)
+                held += spec.size
+                continue
+            gather()
             if spec.compression is not None or spec.is_stdin or spec.stdin_spool or not spec.size:
                 parts.append(Part(len(parts), i))
                 continue
@@ -144,6 +175,7 @@ class Reader:
             ends = [p[0] for p in points[1:]] + [spec.size]
             for (start, line0), end in zip(points, ends, strict=True):
                 parts.append(Part(len(parts), i, start, end, line0))
+        gather()
         return parts
 
     def progress_total(self) -> int | None:

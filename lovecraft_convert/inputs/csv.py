@@ -22,8 +22,10 @@ from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_u
 from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema, typed_field
 from ..selection import ColumnTypes
 from .base import Part, Reader, ReadOptions, SchemaChanged
+from .csvmatrix import MatrixParsing, record_line
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
+from .csvwide import MAX_COLUMNS, WideHeader, count_fields, too_wide
 from .sources import InputSpec
 from .streams import open_range, open_stream
 
@@ -51,7 +53,7 @@ def _looks_float(v: str) -> bool:
         return False
 
 
-class CsvReader(Reader):
+class CsvReader(MatrixParsing, Reader):
     takes_column_types = True
     takes_logical_types = True
     takes_csv_syntax = True
@@ -66,10 +68,11 @@ class CsvReader(Reader):
         # --column-type by column (its selections resolved once the header is read)
         self.column_types: dict[str, str] = dict(options.column_types)
         self.header: list[str] | None = None
+        self.wide: WideHeader | None = None  # a header of more than MAX_COLUMNS, read as a matrix (csvwide)
+        self.stacked = False  # the reader made the --stack-columns columns itself
         self.schema_types = None
         self._stream = None
         self._base = 0
-        self._sniffed: dict[str, str] = {}  # input name -> the delimiter its first lines show
         self.schema = self._probe()
 
     # -- options --------------------------------------------------------------------------------
@@ -78,9 +81,9 @@ class CsvReader(Reader):
             return self.options.delimiter
         if spec.base_ext == ".tsv":
             return "\t"
-        if spec.name not in self._sniffed:
-            self._sniffed[spec.name] = self._sniff(spec)
-        return self._sniffed[spec.name]
+        if spec.sniffed_delimiter is None:
+            spec.sniffed_delimiter = self._sniff(spec)
+        return spec.sniffed_delimiter
 
     def _sniff(self, spec: InputSpec) -> str:
         """The delimiter of an input whose delimiter nobody gave: a comma, unless its first lines are
@@ -128,8 +131,11 @@ class CsvReader(Reader):
         """pyarrow's parse block: an eighth of a batch (1 to 4 MiB); a whole batch (up to 4 MiB)
         for a wide table, whose per-block, per-column costs would otherwise dominate (2,000
         columns: read 1.6x faster, and in less memory, in 4 MiB blocks than in 1 MiB ones)."""
-        share = 1 if len(self.header or ()) >= WIDE_COLUMNS else 8
+        share = 1 if self._ncols() >= WIDE_COLUMNS else 8
         return int(max(1 << 20, min(self.options.batch_bytes // share, 4 << 20)))
+
+    def _ncols(self) -> int:
+        return len(self.wide) if self.wide is not None else len(self.header or ())
 
     def _arrow_options(self, spec: InputSpec):
         import pyarrow.csv as pc
@@ -247,95 +253,6 @@ class CsvReader(Reader):
             self._raise(spec, e, 0)
             raise
 
-    def _uniform_type(self):
-        """The Arrow type of every column when the table is wide and all its columns have that one
-        numeric type (a feature matrix), else None: see :meth:`_parse_uniform` (which parses
-        ``t``, that type)."""
-        if len(self.header or ()) < WIDE_COLUMNS or self.schema_types is None:
-            return None
-        types = {self.schema_types.get(n) for n in self.header}
-        if len(types) != 1:
-            return None
-        t = types.pop()
-        pa = self.pa
-        return t if t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t)) else None
-
-    def _one_column(self, piece: bytes, spec: InputSpec, t=None):
-        """The values of ``piece`` (rows of a wide table) as one Arrow column of type ``t`` (None:
-        the one type pyarrow infers for them all), and its number of lines: every delimiter made a
-        newline, so pyarrow converts one column of rows x columns values instead of thousands of
-        short ones (its costs per column and piece dominate a wide table: 2,000 columns parse ~3x
-        faster so). Only when each line has exactly the header's number of fields, with no quotes,
-        blank lines or lone CRs, and every value converts; otherwise None."""
-        import pyarrow as pa
-        import pyarrow.csv as pc
-
-        ncols = len(self.header)
-        delim = self._delimiter(spec)
-        if b'"' in piece or len(delim) != 1 or not 0 < ord(delim) < 128 or delim in "\r\n":
-            return None
-        if b"\r" in piece and piece.count(b"\r") != piece.count(b"\r\n"):
-            return None
-        raw = np.frombuffer(piece, np.uint8)
-        seps = raw == ord(delim)
-        lines = _fields_per_line(piece, seps, ncols - 1)
-        if not lines:
-            return None
-        # the delimiters made newlines: less their code's distance to a newline's
-        # (numpy's two passes take a sixth of bytes.replace's time, with a delimiter every few bytes)
-        one = seps.view(np.uint8) * np.uint8((ord(delim) - 10) % 256)  # wraps, as uint8 does
-        np.subtract(raw, one, out=one)
-        ro, po, co = self._arrow_options(spec)
-        ro.column_names, ro.autogenerate_column_names = ["v"], False
-        ro.block_size = max(1 << 20, len(piece) // 2) if self.options.threads else len(piece) + 1
-        po.delimiter, po.newlines_in_values, po.ignore_empty_lines = delim, False, False
-        co.column_types = {"v": t} if t is not None else {}
-        try:
-            values = pc.read_csv(pa.py_buffer(one), ro, po, co).column(0)
-        except pa.ArrowInvalid:
-            return None
-        return (values, lines) if len(values) == lines * ncols else None
-
-    def _parse_uniform(self, piece: bytes, spec: InputSpec, t) -> Batch | None:
-        """A piece of a wide table of one numeric type ``t`` parsed as one column (see
-        :meth:`_one_column`); None where that cannot be done, or for an empty integer: the piece
-        is then parsed as usual, which widens types or reports the error."""
-        got = self._one_column(piece, spec, t)
-        if got is None:
-            return None
-        values, lines = got
-        if values.null_count and not self.pa.types.is_floating(t):
-            return None
-        from ..arrowconv import arrow_to_numpy
-
-        matrix = np.ascontiguousarray(arrow_to_numpy(values).reshape(lines, len(self.header)).T)
-        return Batch.from_matrix(self.header, matrix)  # the schema is the header's
-
-    def _infer_uniform(self, body: bytes, spec: InputSpec):
-        """The one Arrow type of every column of a wide table (rows ``body``), inferred from one
-        column of all its values (:meth:`_one_column`): pyarrow's inference column by column costs
-        ~40 us a column (2,000 columns: 0.1-0.25 s before anything else can start). Only where the
-        answer is the one column-by-column inference gives: int64 when every value is an integer;
-        float64 when none is empty and every column holds a value that is not an integer (a column
-        of integral values alone may have been written ``1``, int64, or ``1.0``, float64). Else
-        None: the types are inferred column by column."""
-        if len(self.header) < WIDE_COLUMNS or self.column_types or self.widened:
-            return None
-        got = self._one_column(body, spec)
-        if got is None:
-            return None
-        values, lines = got
-        pa = self.pa
-        if values.null_count or not (pa.types.is_int64(values.type) or pa.types.is_float64(values.type)):
-            return None
-        if pa.types.is_float64(values.type):
-            from ..arrowconv import arrow_to_numpy
-
-            m = arrow_to_numpy(values).reshape(lines, len(self.header))
-            if np.any(np.all(np.isfinite(m) & (m == np.trunc(m)), axis=0)):
-                return None
-        return values.type
-
     def _header_names(self, line: bytes, spec: InputSpec) -> list[str]:
         """The column names of header ``line`` (UTF-8): split at the delimiter when it holds no
         quote and no CR but its line end (what pyarrow makes of it, without its ~13 us per
@@ -372,6 +289,13 @@ class CsvReader(Reader):
         end = self._first_record_end(piece, spec) or len(piece)
         if self.options.header:
             _header_utf8(spec, piece[:end])
+        # counted as bytes before any name is made: a header too wide is refused (or read as a
+        # matrix, with --stack-columns) in the memory of its bytes
+        count = count_fields(record_line(piece[:end]), self._delimiter(spec))
+        if count > MAX_COLUMNS:
+            if not self.options.stack_columns:
+                raise too_wide(spec.name, count, record_line(piece[:end]), self._delimiter(spec), self.options.header)
+            return self._probe_wide(piece, end, spec, count)
         if self.options.header:
             self.header = self._header_names(piece[:end], spec)
         else:
@@ -494,9 +418,13 @@ class CsvReader(Reader):
             header=self.options.header,
         )
 
+    probe_specs = 1  # (the first input's header and rows settle the columns)
+
     def part_batches(self, part: Part) -> Iterator[Batch]:
         spec = self.specs[part.spec]
-        if part.start is None:
+        if part.start is None and part.stop_spec is not None and self.wide is None:
+            yield from self._small_files(part)
+        elif part.start is None:
             yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
         else:
             stream = open_range(spec.path, part.start, part.end)
@@ -504,6 +432,69 @@ class CsvReader(Reader):
             yield from self._stream_batches(
                 spec, stream, self.options.header and first, first, row0=None, base=part.start
             )
+
+    def _small_files(self, part: Part) -> Iterator[Batch]:
+        """A part of whole small files: their rows (each file's header checked and dropped) parsed
+        together in pieces of up to a chunk, one parse per piece instead of per file (pyarrow's
+        ~1 ms a call was most of the time of 100,000 files of a few rows). A piece that fails is
+        read again file by file, so the error names its file."""
+        chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
+        held: list[tuple[InputSpec, bytes]] = []
+        size = 0
+
+        def parse(held) -> Iterator[Batch]:
+            data = b"".join(body for _, body in held)
+            try:
+                table = self._parse(data, held[0][0], self.header)
+                out = [self._convert(rb, held[0][0], None) for rb in table.to_batches(max_chunksize=len(data))]
+            except InputError:
+                for spec, _ in held:  # (the error again, naming its file)
+                    yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
+                raise
+            yield from out
+
+        for i in part.spec_range:
+            spec = self.specs[i]
+            body = self._whole_body(spec, chunk)
+            if body is None or size + len(body) > chunk:
+                if held:
+                    yield from parse(held)
+                held, size = [], 0
+            if body is None:
+                yield from self._stream_batches(spec, None, self.options.header, True, row0=None)
+            elif body.strip():
+                held.append((spec, body))
+                size += len(body)
+        if held:
+            yield from parse(held)
+
+    def _whole_body(self, spec: InputSpec, chunk: int) -> bytes | None:
+        """The data records of a small plain file (its header checked against the first input's
+        and dropped), ending with a newline; None for a file to read as a stream."""
+        if spec.compression is not None or spec.size is None or spec.size > chunk:
+            return None
+        if self.options.skip_rows or self.options.comment is not None or self.options.errors == "replace":
+            data = b"".join(self._chunks(spec, chunk)).lstrip(b"\r\n")
+        else:  # (what _chunks makes of a small plain file, without its machinery: a file read whole)
+            from ..storage import open_input
+
+            with open_input(spec.path, buffering=0) as f:
+                data = f.read(spec.size + 1)
+            if len(data) > spec.size:
+                return None  # (it grew: read as a stream)
+            data = data.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
+        if self.options.header and data.strip():
+            nl = data.find(b"\n") + 1
+            quoted = b'"' in data[:nl] if nl else True
+            end = (nl if not quoted else self._first_record_end(data, spec)) or len(data)
+            _header_utf8(spec, data[:end])
+            if (names := self._header_names(data[:end], spec)) != self.header:
+                raise SchemaError(
+                    f"{spec.name}: header {names} differs from the first input's {self.header}",
+                    hint="give inputs with the same columns",
+                )
+            data = data[end:]
+        return data if data.endswith(b"\n") or not data else data + b"\n"
 
     def _stream_batches(
         self, spec: InputSpec, stream, with_header: bool, first: bool, row0: int | None, base: int = 0
@@ -514,11 +505,14 @@ class CsvReader(Reader):
 
         chunk = int(max(1 << 20, min(self.options.batch_bytes // 2, 16 << 20)))
         rows = 0
-        uniform = self._uniform_type()
+        uniform = self._uniform_type() if self.wide is None else None
         header_done = not with_header
         # Reading, decompressing and cutting the next piece (one core, mostly) runs in a thread of
         # its own, a piece ahead: pyarrow's parse of this one, on every core, does not wait for it.
-        for piece in prefetch(self._chunks(spec, chunk, stream, first, base), depth=1):
+        pieces = self._chunks(spec, chunk, stream, first, base)
+        if stream is not None or spec.compression is not None or spec.size is None or spec.size > chunk:
+            pieces = prefetch(pieces, depth=1)  # (a small file is one piece: a thread would only cost)
+        for piece in pieces:
             if not header_done:
                 if not piece.strip():
                     continue  # blank lines before the header
@@ -526,8 +520,13 @@ class CsvReader(Reader):
                 header_done = True
                 end = self._first_record_end(piece, spec)
                 _header_utf8(spec, piece[:end])
-                names = self._header_names(piece[:end], spec)
-                if names != self.header:
+                if self.wide is not None:
+                    if record_line(piece[:end]) != self.wide.text:
+                        raise SchemaError(
+                            f"{spec.name}: its header differs from the first input's",
+                            hint="give inputs with the same columns",
+                        )
+                elif (names := self._header_names(piece[:end], spec)) != self.header:
                     raise SchemaError(
                         f"{spec.name}: header {names} differs from the first input's {self.header}",
                         hint="give inputs with the same columns",
@@ -535,6 +534,11 @@ class CsvReader(Reader):
                 piece = piece[end:]
                 if not piece:
                     continue
+            if self.wide is not None:
+                batch = self._parse_wide(piece, spec, None if row0 is None else row0 + rows)
+                yield batch
+                rows += batch.num_rows
+                continue
             batch = self._parse_uniform(piece, spec, uniform) if uniform is not None else None
             if batch is not None:
                 yield batch
@@ -695,33 +699,6 @@ def _data_lines(text, skip: int, syntax: Syntax, line: list[int]) -> Iterator[st
             state = QuoteScan(s.encode("utf-8", "surrogateescape"), Syntax(syntax.delimiter), state).final
             start = s.endswith("\n")
         yield s
-
-
-def _fields_per_line(piece: bytes, seps: np.ndarray, want: int) -> int:
-    """The number of lines of ``piece`` if each holds exactly ``want`` delimiters (``seps``: where
-    they are), else 0. Long lines (a wide table's, a hundred or so per piece) are found one by one
-    (``find`` skips a line's bytes at memory speed), short ones all at once."""
-    n = len(piece)
-    if not n:
-        return 0
-    first = piece.find(b"\n")
-    if first < 0 or first >= 1 << 10:  # lines of 1 KiB and more
-        start = lines = 0
-        while start < n:
-            end = piece.find(b"\n", start)
-            end = n if end < 0 else end
-            if np.count_nonzero(seps[start:end]) != want:
-                return 0
-            start, lines = end + 1, lines + 1
-        return lines
-    raw = np.frombuffer(piece, np.uint8)
-    ends = np.flatnonzero(raw == 10)
-    if not piece.endswith(b"\n"):
-        ends = np.append(ends, n)
-    if int(np.count_nonzero(seps)) != len(ends) * want:
-        return 0
-    before = np.searchsorted(np.flatnonzero(seps), ends)  # delimiters before each line's end
-    return len(ends) if before[0] == want and not np.any(np.diff(before) != want) else 0
 
 
 def _header_utf8(spec: InputSpec, header: bytes) -> None:

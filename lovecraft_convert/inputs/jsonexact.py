@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UTF8_HINT, invalid_utf8
-from ..schema import Logical
+from ..schema import MAX_COLUMNS, Logical
 from .jsontypes import (
     EXACT,
     INT64_MAX,
@@ -240,6 +240,13 @@ class ExactParser:
                 )
             if col is None:
                 _check_key(name, line, self.errors)
+                if len(self.cols) >= MAX_COLUMNS:
+                    raise LineError(
+                        line,
+                        name,
+                        f"a key beyond the first {MAX_COLUMNS} of the input (each key is a column)",
+                        "keep such data in fewer keys, or select keys with --columns",
+                    )
                 col = Col(name, p, fixed=self.fixed.get(name))
                 self.cols[name] = col
             col.path = p

@@ -30,9 +30,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import InputError, OptionsError, SchemaError
-from ..schema import Batch, Schema
+from ..schema import MAX_COLUMNS, Batch, Schema
 from ..selection import TypeLookup
 from .base import Part, Reader, ReadOptions, SchemaChanged
+from .jsondepth import MAX_DEPTH, first_too_deep, first_too_many_keys, key_path
 from .jsonexact import ExactParser, LineError, Parsed
 from .jsontypes import (
     FIXED_TYPES,
@@ -62,6 +63,10 @@ _DIGITS = re.compile(rb"[0-9]{16}")
 
 class _LongLine(Exception):
     pass
+
+
+class _TooDeep(Exception):
+    """A line of a piece no parser may see: (its line in the piece, the message, the key, the hint)."""
 
 
 class JsonlReader(Reader):
@@ -101,17 +106,20 @@ class JsonlReader(Reader):
         budget = PROBE_BYTES
         probed_all = True
         records = 0
+        self.probe_specs = 0  # the leading inputs the probe reads (see Reader.probe_specs)
         for spec in self.specs:
             line = 0
+            self.probe_specs += 1
             try:
                 for piece in self._chunks(spec, None, True, min(PROBE_BYTES, self._chunk())):
                     data = bytes(piece)
-                    if not records and self.mode == "records":
-                        self.mode = self.parser.mode = _mode_of(data)
                     nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
                     if len(nl) > PROBE_RECORDS - records:  # lines, so at most that many records
                         data = data[: int(nl[PROBE_RECORDS - records - 1]) + 1]
                         budget = 0
+                    _check_depth(data)  # (before any parser sees it)
+                    if not records and self.mode == "records":
+                        self.mode = self.parser.mode = _mode_of(data)
                     parsed = self._exact_parse(spec, data, line)
                     line += parsed.lines_read
                     records += len(parsed.rows)
@@ -123,6 +131,8 @@ class JsonlReader(Reader):
                         break
             except _LongLine as e:
                 raise self._long_line(spec, line, e) from None
+            except _TooDeep as e:
+                raise _too_deep(spec, line, e, self.unit) from None
             if budget <= 0:
                 break
         for name in [*(self.selected or []), *fixed]:  # named keys not met yet
@@ -252,17 +262,18 @@ class JsonlReader(Reader):
 
     def part_batches(self, part: Part) -> Iterator[Batch]:
         self._every_change = True
-        spec = self.specs[part.spec]
-        stream = None if part.start is None else open_range(spec.path, part.start, part.end)
         self.null_counts = {n: 0 for n in self.order}
-        yield from self._read(spec, stream, part.line0, part.start in (None, 0))
+        for i in part.spec_range:
+            spec = self.specs[i]
+            stream = None if part.start is None else open_range(spec.path, part.start, part.end)
+            yield from self._read(spec, stream, part.line0, part.start in (None, 0))
         if self._collect:
             # a type widened: learn every widening of the rest of the input too, so that the job
             # starts over once, not once per part that widens something
             if part.end is not None and spec.size is not None and part.end < spec.size:
                 for _ in self._read(spec, open_range(spec.path, part.end, spec.size), self._line_end, False):
                     pass
-            for other in self.specs[part.spec + 1 :]:
+            for other in self.specs[part.spec_range.stop :]:
                 for _ in self._read(other, None, 0, True):
                     pass
         self._end_pass()
@@ -289,6 +300,8 @@ class JsonlReader(Reader):
             self._line_end = line
         except _LongLine as e:
             raise self._long_line(spec, line, e) from None
+        except _TooDeep as e:
+            raise _too_deep(spec, line, e, self.unit) from None
 
     def _long_line(self, spec: InputSpec, line: int, e: _LongLine) -> InputError:
         return InputError(
@@ -309,7 +322,10 @@ class JsonlReader(Reader):
         buffers would cost the kernel a page-clearing pass each). A line longer than the limit is
         refused as its bytes arrive."""
         max_line = self._max_line()
-        buf = bytearray(chunk + max_line)
+        room = max_line  # for the unfinished line carried to the next piece
+        if stream is None and spec.compression is None and spec.size is not None and spec.size < chunk:
+            chunk, room = spec.size + 1, 1  # a small file: read at once (no line carried; room for a newline)
+        buf = bytearray(chunk + room)
         view = memoryview(buf)
         carry = 0  # bytes of an unfinished line at the front of buf
         first = strip_bom
@@ -355,8 +371,12 @@ class JsonlReader(Reader):
         """The batches of a piece of whole lines (none while collecting widenings) and its line count.
 
         A piece the fast parser cannot take is cut in steps of EXACT_BYTES, which it tries again:
-        only the steps it still cannot take go to the exact parser."""
-        got = self._fast_piece(spec, piece, line0)
+        only the steps it still cannot take go to the exact parser. No parser sees a piece before
+        its lines are known to nest at most MAX_DEPTH deep (pyarrow's reader would overflow its
+        stack on a deep one)."""
+        nl = self._newlines(piece)
+        _check_depth(piece, nl)
+        got = self._fast_piece(spec, piece, line0, nl)
         if got is not None:
             return got
         out: list[Batch] = []
@@ -370,8 +390,8 @@ class JsonlReader(Reader):
             lines += got[1]
         return out, lines
 
-    def _fast_piece(self, spec: InputSpec, piece, line0: int) -> tuple[list[Batch], int] | None:
-        fast = self._fast(piece)
+    def _fast_piece(self, spec: InputSpec, piece, line0: int, nl=None) -> tuple[list[Batch], int] | None:
+        fast = self._fast(piece, nl)
         if fast is None:
             return None
         tables, row_lines, nlines, digits = fast
@@ -458,9 +478,16 @@ class JsonlReader(Reader):
             nulls[name] = nulls.get(name, 0) + arr.null_count
         return Batch(cols, rows)
 
-    def _fast(self, piece: memoryview | bytes):
+    def _newlines(self, piece) -> np.ndarray:
+        """Offsets of the newlines of a piece (through a reused buffer: no fresh pages per piece)."""
+        arr = np.frombuffer(piece, dtype=np.uint8)
+        if len(self._is_nl) < len(arr):
+            self._is_nl = np.empty(len(arr) + len(arr) // 4, dtype=bool)
+        return np.flatnonzero(np.equal(arr, 10, out=self._is_nl[: len(arr)]))
+
+    def _fast(self, piece: memoryview | bytes, nl=None):
         """``pyarrow.json`` over the piece: (record batches, row -> line index or None, lines,
-        digits()), or None where the exact parser must read it."""
+        digits()), or None where the exact parser must read it (``nl``: its newlines, when known)."""
         import pyarrow as pa
         import pyarrow.json as pj
 
@@ -470,10 +497,10 @@ class JsonlReader(Reader):
             if self.options.errors != "replace":
                 return None  # the exact parser names the line
             piece = bytes(piece).decode("utf-8", "replace").encode("utf-8")
+            nl = None
         arr = np.frombuffer(piece, dtype=np.uint8)
-        if len(self._is_nl) < len(arr):
-            self._is_nl = np.empty(len(arr) + len(arr) // 4, dtype=bool)  # (reused: no fresh pages per piece)
-        nl = np.flatnonzero(np.equal(arr, 10, out=self._is_nl[: len(arr)]))
+        if nl is None:
+            nl = self._newlines(piece)
         starts = np.empty(len(nl), dtype=np.int64)
         starts[0] = 0
         starts[1:] = nl[:-1] + 1
@@ -567,6 +594,37 @@ class JsonlReader(Reader):
                 f"--columns: no column '{name}' in {self.source_of(name)}",
                 hint=f"columns in the first records are {listed}",
             )
+
+
+def _check_depth(piece, nl=None) -> None:
+    """Raise _TooDeep for the first line of the piece nesting deeper than MAX_DEPTH, or holding
+    more than MAX_COLUMNS keys (each a column: Python's json would build them all first)."""
+    found = first_too_deep(piece, MAX_DEPTH, nl)
+    if found is not None:
+        line, offset = found
+        start = bytes(piece[:offset]).rfind(b"\n") + 1
+        raise _TooDeep(
+            line,
+            f"objects and arrays nested more than {MAX_DEPTH} levels deep",
+            key_path(bytes(piece[start:offset]), offset - start),
+            f"flatten the record (records are read up to {MAX_DEPTH} levels deep)",
+        )
+    wide = first_too_many_keys(piece, MAX_COLUMNS, nl)
+    if wide is not None:
+        raise _TooDeep(
+            wide,
+            f"a record of more than {MAX_COLUMNS} keys (each key is a column)",
+            None,
+            "split the record, or keep such data in one key (a list of numbers becomes one column)",
+        )
+
+
+def _too_deep(spec: InputSpec, line: int, e: _TooDeep, unit: str) -> InputError:
+    """``unit``: what the reader counts records in (a line, or a JSON array's element)."""
+    index, message, keys, hint = e.args
+    return InputError(
+        message, where=f"{spec.name}, {unit} {line + index + 1}" + (f", key '{keys}'" if keys else ""), hint=hint
+    )
 
 
 def _needles(name: str) -> list[bytes]:

@@ -9,6 +9,7 @@ length become the columns of one dataset, named after their file stems.
 from __future__ import annotations
 
 import ast
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,36 @@ def read_header(f, name: str) -> NpyHeader:
         raise InputError(
             where=name, message="a 0-d array has no record axis", hint="save it with at least one dimension"
         )
+    if dtype.itemsize * math.prod(s for s in shape if s) > np.iinfo(np.intp).max:  # (NumPy's own limit)
+        axis = max(range(len(shape)), key=lambda i: shape[i])
+        raise InputError(
+            where=name,
+            message=f".npy header declares shape {shape} of {dtype}: axis {axis} ({shape[axis]}) is beyond what "
+            "NumPy can address",
+            hint="the file is corrupt or hostile; re-create it",
+        )
     return NpyHeader(dtype, shape, d["fortran_order"], pre + hlen)
+
+
+def check_claimed_rows(source: str, arrays: list[tuple[str, NpyHeader]], size: int) -> None:
+    """Refuse what headers of arrays of one length (``arrays``: where each is, its header; all of
+    them ``source``) may claim at no cost, before any writer sees it. No rows: an empty input, whatever the shape of its
+    rows (``(0, 2**60)`` of uint8 would otherwise reach the writers' chunk shapes). Rows that hold
+    no bytes (an axis after the first of length 0) when no array's rows hold any: a header may
+    declare 2**60 of them in 128 bytes, and every writer spends time (TFRecord: a record) on each,
+    so they are read at most one per byte of the input (``size``), which bounds the work by the
+    input's size as for any other input; more are refused."""
+    name, h = arrays[0]
+    if h.rows == 0:
+        raise InputError(f"{source}: empty input (no records)", hint="check the file")
+    if any(a.data_bytes for _, a in arrays) or h.rows <= size:
+        return
+    axis = next(i for i, n in enumerate(h.shape) if i and not n)
+    raise InputError(
+        f"{name}: the header declares {h.rows} rows of shape {h.shape[1:]} (axis {axis} has "
+        f"length 0: rows of no bytes), more rows than the input has bytes ({size})",
+        hint="re-create the file; rows that hold no values are read up to one per byte of the input",
+    )
 
 
 def check_unicode(arr: np.ndarray, name: str, row0: int) -> None:
@@ -204,6 +234,8 @@ class NpyReader(Reader):
             raise InputError(
                 f"inputs have different numbers of rows ({detail})", hint="give .npy files of equal length"
             )
+        arrays = [(s.name, h) for s, h in zip(specs, self.headers, strict=True)]
+        check_claimed_rows(", ".join(s.name for s in specs), arrays, max(s.size or 0 for s in specs))
         self.rows = self.headers[0].rows
         fields = []
         for spec, h in zip(specs, self.headers, strict=True):

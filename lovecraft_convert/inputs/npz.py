@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import InputError, OptionsError
 from ..schema import Batch, Schema, field_for_array
 from .base import Part, Reader, ReadOptions
-from .npy import NpyHeader, check_unicode, native, read_header
+from .npy import NpyHeader, check_claimed_rows, check_unicode, native, read_header
 from .sources import InputSpec
 
 LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip member's local header (before its data)
@@ -65,6 +65,9 @@ class NpzReader(Reader):
                 f"{self._names()}: arrays have different numbers of rows ({detail})",
                 hint="convert arrays of one length together (--columns a,b)",
             )
+        # (the archive's size bounds rows of no bytes: each member's bytes are in it)
+        arrays = [(f"{self.specs[m.spec].name}, member {m.info.filename}", m.header) for m in self.members]
+        check_claimed_rows(self._names(), arrays, sum(s.size or 0 for s in specs))
         self.rows = rows.pop()
         fields = []
         for m in self.members:

@@ -28,6 +28,9 @@ class InputSpec:
     stdin_spool: str | None = None  # stdin is spooled to this file when it must be read twice
     notes: dict | None = None  # what the reader decided about it that the manifest records (column types)
     directory: bool = False  # a dataset on an object store (a prefix holding a manifest)
+    # CSV: the delimiter its first lines showed, sniffed once by the first reader that needed it and
+    # carried with the spec to the units that read it (a shard of many small files reads each once)
+    sniffed_delimiter: str | None = None
 
     @property
     def is_stdin(self) -> bool:

@@ -38,10 +38,13 @@ class TextReader(Reader):
     def partitions(self, target_bytes: int, mapper=None) -> list[Part]:
         return self._byte_partitions(target_bytes, quoted=False, mapper=mapper)
 
+    probe_specs = 1
+
     def part_batches(self, part: Part) -> Iterator[Batch]:
-        spec = self.specs[part.spec]
-        stream = None if part.start is None else open_range(spec.path, part.start, part.end)
-        yield from self._stream_batches(spec, stream, part.line0, part.start in (None, 0))
+        for i in part.spec_range:
+            spec = self.specs[i]
+            stream = None if part.start is None else open_range(spec.path, part.start, part.end)
+            yield from self._stream_batches(spec, stream, part.line0, part.start in (None, 0))
 
     def _stream_batches(self, spec, stream, line_no: int, strip_bom: bool) -> Iterator[Batch]:
         chunk_size = max(1 << 16, self.options.batch_bytes // 2)

@@ -156,7 +156,7 @@ def output_schema(reader: Reader, o: ConvertOptions) -> OutputPlan:
         source = select_columns(reader, o.columns, o.stack_columns)
         schema = source
     stack = None
-    if o.stack_columns:
+    if o.stack_columns and not getattr(reader, "stacked", False):  # (a reader may have stacked them as it read)
         from ..transforms.stack import Stack
 
         stack = Stack(source, list(o.stack_columns), where)

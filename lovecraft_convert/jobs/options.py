@@ -21,7 +21,7 @@ PART_BYTES = 64 << 20
 LAYOUTS = ("padded", "ragged", "packed")
 READ_KEYS = (
     "input_format", "errors", "header", "delimiter", "column_types", "skip_rows", "comment", "max_expansion",
-    "columns", "na_values", "column_names",
+    "columns", "na_values", "column_names", "stack_columns",
 )  # fmt: skip
 
 

@@ -74,10 +74,28 @@ class Context:
         """
         return parse_size(self.o.max_memory) // 4
 
-    def reader(self, threads: bool = False):
-        reader = open_reader(self.inputs, budget=self.budget(), threads=threads, **self.o.read_kwargs())
+    def reader(self, threads: bool = False, specs: list | None = None):
+        """The reader of the inputs (``specs``: of only these, as the driver resolved them)."""
+        reader = open_reader(self.inputs, budget=self.budget(), threads=threads, resolved=specs, **self.o.read_kwargs())
         reader.widen(self.widened)
         return reader
+
+
+def unit_inputs(reader, part: Part) -> tuple[Part, list]:
+    """``part`` as a reader of only the inputs it needs sees it, and those inputs as ``reader``
+    resolved them (the leading ones that settle the schema, ``reader.probe_specs``, and the part's
+    own; all of them for a reader that needs them all). So a unit of 100,000 small files opens its
+    own files and the first, and looks at no other (each unit resolved every input: its cost grew
+    with the input's file count)."""
+    import dataclasses
+
+    k = reader.probe_specs
+    if k is None or len(reader.specs) <= k + len(part.spec_range):
+        return part, list(reader.specs)
+    idx = list(range(k)) + [i for i in part.spec_range if i >= k]
+    local = {g: i for i, g in enumerate(idx)}
+    stop = None if part.stop_spec is None else local[part.stop_spec - 1] + 1
+    return dataclasses.replace(part, spec=local[part.spec], stop_spec=stop), [reader.specs[i] for i in idx]
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,9 +104,10 @@ class Context:
 
 
 @unit
-def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
-    """Read one part of the input, downcast, spill to frame files (scatter when shuffling)."""
-    reader = ctx.reader()
+def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str, Any]:
+    """Read one part of the input, downcast, spill to frame files (scatter when shuffling);
+    ``specs``: the inputs the part needs (see :func:`unit_inputs`; None: every input)."""
+    reader = ctx.reader(specs=specs)
     plan = output_schema(reader, ctx.o)
     schema, down = plan.schema, plan.down
     if down is not None:
@@ -103,7 +122,7 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
     bucket_rows = [0] * ctx.buckets
     frames: list = []
     try:
-        for batch in reader.part_batches(part):
+        for batch in _gathered(reader.part_batches(part), ctx.budget() // 16):
             batch = plan.prepare(batch) if down is None else down(plan.prepare(batch))
             if ctx.buckets:
                 b_of = hash_bucket(seed, part.index, np.arange(rows, rows + batch.num_rows), ctx.buckets)
@@ -140,6 +159,24 @@ def split_unit(ctx: Context, part: Part) -> dict[str, Any]:
         "float16": down.report() if down else {},
         **result,
     }
+
+
+def _gathered(batches: Iterator[Batch], target: int) -> Iterator[Batch]:
+    """Small batches (a part of many small files gives one or more per file) gathered into batches
+    of about ``target`` bytes: a frame each, not a frame per file."""
+    held: list[Batch] = []
+    size = 0
+    for b in batches:
+        if not held and b.nbytes >= target // 2:
+            yield b
+            continue
+        held.append(b)
+        size += b.nbytes
+        if size >= target // 2:
+            yield Batch.concat(held) if len(held) > 1 else held[0]
+            held, size = [], 0
+    if held:
+        yield Batch.concat(held) if len(held) > 1 else held[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,7 +344,9 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     fmt = get_format(o.to)
     while True:
         ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0, place=run.place)
-        reader = ctx.reader()
+        # the inputs as the probe resolved them (stat'ed and peeked at once, not again per pass);
+        # stdin, copied into the work directory, is resolved anew
+        reader = ctx.reader(specs=None if any(s.is_stdin for s in probe.specs) else probe.specs)
         out_plan = output_schema(reader, o)
         schema = out_plan.schema
         source = ", ".join(s.name for s in reader.specs)
@@ -326,7 +365,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             total = reader.rows
             break
         try:
-            split = _phase1(ctx, parts, run, o, reader.progress_total())
+            split = _phase1(ctx, parts, run, o, reader.progress_total(), reader)
         except SchemaChanged as e:
             plan["widened"] = {**plan.get("widened", {}), **e.widened}
             save_plan(run.work, plan)
@@ -350,9 +389,9 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total)
 
 
-def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions, input_bytes: int | None) -> list[dict]:
+def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions, input_bytes: int | None, reader) -> list[dict]:
     done = {e["part"]: e for e in usable(run, run.journal.phase(1))}
-    calls = [(ctx, p) for p in parts if p.index not in done]
+    calls = [(ctx, *unit_inputs(reader, p)) for p in parts if p.index not in done]
     try:
         run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=input_bytes)
     except OverflowErrorF16 as e:

@@ -219,7 +219,7 @@ class RemoteOutputDir:
             return None
         try:
             m = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
         return m if isinstance(m, dict) else {}
 

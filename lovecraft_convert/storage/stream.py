@@ -152,7 +152,7 @@ def uploaded(work: str, rel: str) -> tuple[int, str | None]:
         with open(_record_path(work, rel)) as f:
             d = json.load(f)
         return int(d["bytes"]), str(d["digest"])
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return -1, None
 
 

@@ -56,27 +56,42 @@ class Stack:
                 raise SchemaError(
                     f"{source}: the columns stacked into '{name}' have different shapes ({', '.join(map(str, shapes))})"
                 )
-            dtype = np.result_type(*[schema[m].np_dtype for m in members])
+            dtype = np.result_type(*{schema[m].np_dtype for m in members})
             self.groups.append((name, members, dtype, shapes.pop()))
-        taken = set(used)
+        firsts = {members[0]: (name, members, dtype, shape) for name, members, dtype, shape in self.groups}
         out: list[Field] = []
         for f in schema:
-            if f.name not in taken:
+            if f.name not in used:
                 out.append(f)
-                continue
-            for name, members, dtype, shape in self.groups:
-                if members[0] == f.name:
-                    out.append(Field(name, FIXED, dtype.str, (len(members), *shape)))
+            elif f.name in firsts:
+                name, members, dtype, shape = firsts[f.name]
+                out.append(Field(name, FIXED, dtype.str, (len(members), *shape)))
         if len({f.name for f in out}) != len(out):
             dup = next(f.name for f in out if sum(g.name == f.name for g in out) > 1)
             raise OptionsError(f"--stack-columns: '{dup}' would name two columns", hint="choose another name")
         self.schema = Schema(tuple(out))
+        # members that are a run of the input's columns: taken from a wide table's matrix in one
+        # copy (see Batch.from_matrix), not column by column
+        pos = schema.index
+        self.runs = {}
+        for name, members, _dtype, _shape in self.groups:
+            a = pos[members[0]]
+            if pos[members[-1]] - a == len(members) - 1 and all(pos[m] == a + i for i, m in enumerate(members)):
+                self.runs[name] = (a, a + len(members))
+        self.names = schema.names
 
     def __call__(self, batch: Batch) -> Batch:
+        matrix = batch.whole_matrix if self.runs and list(batch.columns) == self.names else None
         cols = dict(batch.columns)
         for name, members, dtype, _shape in self.groups:
-            stacked = np.empty((batch.num_rows, len(members), *np.shape(cols[members[0]])[1:]), dtype=dtype)
-            for i, m in enumerate(members):
-                stacked[:, i] = cols.pop(m)
+            run = self.runs.get(name)
+            if matrix is not None and run is not None:
+                stacked = np.ascontiguousarray(matrix[run[0] : run[1]].T, dtype=dtype)
+                for m in members:
+                    del cols[m]
+            else:
+                stacked = np.empty((batch.num_rows, len(members), *np.shape(cols[members[0]])[1:]), dtype=dtype)
+                for i, m in enumerate(members):
+                    stacked[:, i] = cols.pop(m)
             cols[name] = stacked
         return Batch({f.name: cols[f.name] for f in self.schema}, batch.num_rows)

@@ -219,7 +219,8 @@ class Hdf5Writer(Writer):
                     dcpl, tid = protos[key]
                     space = spaces.get((shape, fd.shape))
                     if space is None:
-                        space = spaces[shape, fd.shape] = h5py.h5s.create_simple(shape, (h5py.h5s.UNLIMITED, *fd.shape))
+                        top = tuple(d or h5py.h5s.UNLIMITED for d in fd.shape)
+                        space = spaces[shape, fd.shape] = h5py.h5s.create_simple(shape, (h5py.h5s.UNLIMITED, *top))
                     if later is not None:
                         later.append((fd.name, tid, space, dcpl))
                         self.row_shapes[fd.name] = fd.shape
@@ -232,9 +233,13 @@ class Hdf5Writer(Writer):
                             continue
                     ds = h5py.Dataset(h5py.h5d.create(self.f.id, fd.name.encode(), tid, space, dcpl=dcpl))
                 else:
+                    # (an axis of length 0: rows of no values. HDF5 chunks have no axis of length 0
+                    # and fewer than 2**32 elements, so such a column is chunked by 1 on each row
+                    # axis, whatever the others' lengths, and its axis of length 0 may grow)
+                    row_chunk = tuple(1 for _ in fd.shape) if 0 in fd.shape else fd.shape
                     ds = self.f.create_dataset(
-                        fd.name, shape=shape, maxshape=(None, *fd.shape), dtype=dt,
-                        chunks=(per_chunk, *fd.shape), fletcher32=True, track_times=False, **kw,
+                        fd.name, shape=shape, maxshape=(None, *(d or None for d in fd.shape)), dtype=dt,
+                        chunks=(per_chunk, *row_chunk), fletcher32=True, track_times=False, **kw,
                     )  # fmt: skip
                     protos[key] = (ds.id.get_create_plist(), ds.id.get_type())
                 if not kw and row_bytes and fd.name not in self.grouped:

@@ -18,7 +18,8 @@ import json
 import os
 
 from ...engine.writer import HashingWriter, named
-from ...schema import WIDE_COLUMNS, Batch, Schema
+from ...errors import SchemaError
+from ...schema import FIXED, WIDE_COLUMNS, Batch, Schema
 from ...storage.stream import move_streamed, open_stream
 from ..base import FileRecord, WriteOptions, Writer
 
@@ -34,6 +35,14 @@ class ParquetWriter(Writer):
     def check_schema(cls, schema: Schema, source: str) -> None:
         from ...arrowconv import arrow_schema
 
+        for f in schema:
+            if f.kind == FIXED and 0 in f.shape:  # (Arrow's fixed-size lists hold at least one value)
+                axis = f.shape.index(0) + 1
+                raise SchemaError(
+                    f"{source}, column '{f.name}': rows of shape {f.shape} hold no values (axis {axis} has length 0), "
+                    "which Parquet cannot hold: a fixed-size list has at least one value",
+                    hint="write memmap, hdf5 or tfrecord, or leave the column out",
+                )
         arrow_schema(schema)
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
