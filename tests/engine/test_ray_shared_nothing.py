@@ -394,14 +394,15 @@ def test_bucket_with_a_tokenizer_across_two_nodes_equals_local(cluster, driver, 
 # -- killed midway -----------------------------------------------------------------------------------
 
 
-def _driver(cluster, out: str, args: list[str], scratch: str, log: str) -> subprocess.Popen:
-    """A driver in a process of its own (a machine of its own: its own scratch)."""
+def _driver(cluster, out: str, kw: dict, scratch: str, log: str) -> subprocess.Popen:
+    """A driver in a process of its own (a machine of its own: its own scratch), running
+    ``lovecraft_convert.shard(**kw)`` on the cluster (the API, for its ``part_bytes``)."""
     os.makedirs(scratch, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
            "LOVECRAFT_SCRATCH": scratch, "LOVECRAFT_UNIT_LOG": log}  # fmt: skip
-    cmd = [sys.executable, "-m", "lovecraft_convert", *args[:1], args[1], "-o", out, *args[2:]]
-    cmd += ["--engine", "ray", "--ray-address", cluster.address, "-q"]
-    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    kw = {**kw, "output": out, "engine": "ray", "ray_address": cluster.address, "progress": False}
+    code = f"import lovecraft_convert as lc; lc.shard(**{kw!r})"
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
 
 
 def _journal(s3, bucket: str, prefix: str) -> list[dict]:
@@ -414,20 +415,30 @@ def _key(entry: dict) -> tuple[int, int]:
     return entry["phase"], entry["part"] if entry["phase"] == 1 else entry["shard"]
 
 
-SHUFFLED = ["--to", "parquet", "--num-shards", "8", "--shuffle", "--seed", "9", "--max-memory", "16MiB"]
+# the runs killed midway: parts of 1 MiB (small files are gathered into parts of up to part_bytes,
+# 64 MiB from the command line), so the MANY objects make several parts
+SHUFFLED = {"to": "parquet", "num_shards": 8, "shuffle": True, "seed": 9, "max_memory": "16MiB", "part_bytes": 1 << 20}
 
 
 @pytest.fixture(scope="module")
-def shuffled_local(s3_server, inputs):
-    """The local engine's objects for the runs killed midway (their own bucket)."""
+def shuffled_local(s3_server, inputs, tmp_path_factory):
+    """The local engine's objects for the runs killed midway (their own bucket), and its units."""
     import boto3
+
+    import lovecraft_convert as lc
 
     client = boto3.client("s3")
     name = f"lc-local-{os.getpid()}"
     client.create_bucket(Bucket=name)
-    r = lovecraft("shard", f"s3://{inputs['bucket']}/many/", "-o", f"s3://{name}/local", *SHUFFLED, "--workers", "2")
-    assert r.exit_code == 0, r.stderr
-    return _dataset(client, name, "local")
+    log = str(tmp_path_factory.mktemp("local") / "units.jsonl")
+    os.environ["LOVECRAFT_UNIT_LOG"] = log
+    try:
+        lc.shard([f"s3://{inputs['bucket']}/many/"], f"s3://{name}/local", workers=2, progress=False, **SHUFFLED)
+    finally:
+        del os.environ["LOVECRAFT_UNIT_LOG"]
+    units = {(u["phase"], u["key"]) for u in _units(log)}
+    assert len([u for u in units if u[0] == 1]) >= 4  # several parts: a kill can fall between them
+    return _dataset(client, name, "local"), units
 
 
 def _unit_processes(node: int) -> list[int]:
@@ -449,7 +460,8 @@ def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs,
     workers(cluster, 2)
     log = driver("killed-node")
     src = f"s3://{inputs['bucket']}/many/"
-    p = _driver(cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED], os.environ["LOVECRAFT_SCRATCH"], log)
+    kw = {"inputs": [src], **SHUFFLED}
+    p = _driver(cluster, f"s3://{bucket}/ray", kw, os.environ["LOVECRAFT_SCRATCH"], log)
     try:
         victim, busy, t0 = cluster.live_workers()[0], [], time.time()
         while p.poll() is None and time.time() - t0 < 300:
@@ -466,9 +478,9 @@ def test_a_killed_worker_node_loses_nothing(cluster, driver, s3, bucket, inputs,
     assert p.returncode == 0, err
     survivor = {cluster.node_ids[g] for g in cluster.live_workers()}
     after = [u for u in _units(log) if u["timing"]["node"] in survivor]
-    assert {(u["phase"], u["key"]) for u in _units(log)} == {(1, k) for k in range(MANY)} | {(2, k) for k in range(8)}
+    assert {(u["phase"], u["key"]) for u in _units(log)} == shuffled_local[1]
     assert after  # units the killed node had were run again there
-    assert _dataset(s3, bucket, "ray") == shuffled_local
+    assert _dataset(s3, bucket, "ray") == shuffled_local[0]
     assert lovecraft("verify", f"s3://{bucket}/ray").exit_code == 0
 
 
@@ -482,7 +494,7 @@ def test_a_killed_driver_is_resumed_from_another_machine(
     workers(cluster, 1)
     src = f"s3://{inputs['bucket']}/many/"
     first = driver("first")
-    p = _driver(cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED], str(tmp_path / "machine-a"), first)
+    p = _driver(cluster, f"s3://{bucket}/ray", {"inputs": [src], **SHUFFLED}, str(tmp_path / "machine-a"), first)
     try:
         t0 = time.time()
         while p.poll() is None and time.time() - t0 < 300:
@@ -498,16 +510,15 @@ def test_a_killed_driver_is_resumed_from_another_machine(
     journalled = {_key(e) for e in _journal(s3, bucket, "ray")}
     assert {k for k in journalled if k[0] == phase}, "nothing of the phase was journalled"
     again = driver("again")
-    p = _driver(
-        cluster, f"s3://{bucket}/ray", ["shard", src, *SHUFFLED, "--resume"], str(tmp_path / "machine-b"), again
-    )
+    kw = {"inputs": [src], **SHUFFLED, "resume": True}
+    p = _driver(cluster, f"s3://{bucket}/ray", kw, str(tmp_path / "machine-b"), again)
     _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err
     redone = {(u["phase"], u["key"]) for u in _units(again)}
     assert not redone & journalled  # no unit the journal counted ran again
-    assert redone | journalled == {(1, k) for k in range(MANY)} | {(2, k) for k in range(8)}
+    assert redone | journalled == shuffled_local[1]
     print(f"phase {phase}: {len(journalled)} units journalled before the kill, {len(redone)} run on --resume")
-    assert _dataset(s3, bucket, "ray") == shuffled_local
+    assert _dataset(s3, bucket, "ray") == shuffled_local[0]
     assert lovecraft("verify", f"s3://{bucket}/ray").exit_code == 0
 
 
