@@ -325,6 +325,7 @@ class OutputFormat:
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
     column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
     reads_remote: bool = False  # its readers stream from an object store URI (inspect shows their code for one)
+    padded_buckets: bool = True  # holds a fixed column whose width differs from file to file (bucket --layout padded)
 
     # -- options ------------------------------------------------------------------------------
 

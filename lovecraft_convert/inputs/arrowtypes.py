@@ -428,7 +428,7 @@ class Converter:
             lens = arrow_to_numpy(pc.list_value_length(arr).fill_null(0))
             np.cumsum(lens, out=offs[1:])
         else:
-            o = np.asarray(arr.offsets, dtype=np.int64)
+            o = arrow_to_numpy(arr.offsets).astype(np.int64)
             offs = o - o[0]
         values = arr.flatten()
         if pa.types.is_dictionary(values.type):

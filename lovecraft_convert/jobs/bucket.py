@@ -70,6 +70,12 @@ def check_layout(o: BucketOptions) -> None:
             f"--layout {o.layout}: {fmt.name} holds sequences as they are, not rows of one length",
             hint=f"use --layout ragged, or write the documents with `convert --to {fmt.name} --tokenizer ...`",
         )
+    if o.layout == "padded" and not fmt.padded_buckets:
+        raise OptionsError(
+            f"--layout padded: {fmt.name} is written with one type per column for the whole dataset, and padded "
+            "buckets are rows of a different length in each",
+            hint="use --layout ragged (each row its own length) or --layout packed",
+        )
 
 
 @unit

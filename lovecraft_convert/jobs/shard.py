@@ -474,11 +474,12 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     # the first shard; a sample of about two shards' bytes (at least 64 MiB) says as much
     est = _row_bytes(ctx, total, split)
     cap = max(2 * target, 64 << 20)
-    if est and sample * est > cap:
+    capped = bool(est and sample * est > cap)
+    if capped:
         sample = max(1, int(cap // est))
     per = max(1, int(round(target / (trial(sample) / sample))))
-    if get_format(o.to).size_linear(o.compression):
-        return per  # bytes grow linearly with rows: the sample settles it
+    if get_format(o.to).size_linear(o.compression) or (capped and sample >= per):
+        return per  # bytes grow linearly with rows, or the sample was a shard or more: it settles it
     for _ in range(3):
         if per >= total:
             return per

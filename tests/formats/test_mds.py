@@ -213,3 +213,19 @@ def test_inspect_gives_streaming_code(written):
     rep = lc.inspect(outs["csv"])
     assert rep["format"] == "mds"
     assert f'StreamingDataset(local="{outs["csv"]}", shuffle=False)' in rep["load"]["streaming"]
+
+
+def test_buckets_ragged_or_packed_but_not_padded(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("".join(" ".join(["w"] * (1 + i % 40)) + "\n" for i in range(500)))
+    out = str(tmp_path / "b")
+    r = lovecraft("bucket", str(text), "-o", out, "--to", "mds", "--num-buckets", "3", "--layout", "padded", "-q")
+    assert r.exit_code == 2 and r.stderr == (
+        "Error: --layout padded: mds is written with one type per column for the whole dataset, and padded buckets "
+        "are rows of a different length in each; use --layout ragged (each row its own length) or --layout packed\n"
+    )
+    r = lovecraft("bucket", str(text), "-o", out, "--to", "mds", "--num-buckets", "3", "--layout", "ragged", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert lc.verify(out).ok
+    lengths = sorted(int(n) for b in lc.open_dataset(out).batches(100) for n in b["length"])
+    assert lengths == sorted(len(" ".join(["w"] * (1 + i % 40))) for i in range(500))

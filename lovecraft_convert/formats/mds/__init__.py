@@ -19,6 +19,7 @@ class MdsFormat(OutputFormat):
     extensions = (".mds",)
     random_access = True
     reads_remote = True  # StreamingDataset(remote="s3://...") / StreamingDataset("s3://...")
+    padded_buckets = False  # an index.json of one encoding per column: ndarray:<dtype>:<width> cannot vary
     kinds = ("fixed", "string", "binary", "sequence", "string_list")
     manifest_keys = ("mds_index",)
     manifest_spec = Obj({}, {"mds_index": FILE_ENTRY})
