@@ -79,6 +79,7 @@ def open_reader(
     na_values: list[str] | None = None,
     column_names: list[str] | None = None,
     text_column: str | None = None,
+    files: dict | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
@@ -87,7 +88,9 @@ def open_reader(
     instead of refusing them (``inspect``); ``text_column``: the one of ``columns`` a tokenizer
     reads (an input without it says so). ``na_values`` (CSV): the strings read as missing in columns
     of numbers and booleans besides an empty field (None: :data:`DEFAULT_NA_VALUES`);
-    ``column_names`` (CSV): the names of the columns of a file without a header."""
+    ``column_names`` (CSV): the names of the columns of a file without a header. ``files``: the
+    options of the files and WebDataset inputs (``--decode``, ``--metadata``...: see
+    :func:`~.filedecode.check_options`)."""
     from .base import ReadOptions
     from .sources import resolve_inputs
 
@@ -111,6 +114,11 @@ def open_reader(
         ):
             if given:
                 raise OptionsError(f"{flag} applies to CSV inputs only")
+    if files and not cls.takes_file_options:
+        from .filedecode import FileOptions
+
+        flag = FileOptions.from_dict(files).given()[0]
+        raise OptionsError(f"{flag} applies to files and webdataset inputs only", hint="or pass --input-format files")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -127,6 +135,7 @@ def open_reader(
         columns=list(columns) if columns else None,
         lenient=lenient,
         text_column=text_column,
+        files=files,
     )
     reader = cls(specs, ropts)
     reader.format = kind
