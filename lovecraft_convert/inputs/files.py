@@ -220,10 +220,17 @@ class FilesReader(Reader):
                 raise InputError(f"{self._name(first)}: {e}", hint="the first clip gives the rate: fix it") from None
         return AudioDecoder(rate, self.decoded_limit)
 
-    def _first(self) -> tuple[int, Entry]:
+    def _all_items(self) -> Iterator[tuple[int, Entry]]:
+        """(input, file) of every file: the trees in the order given, or the files named."""
+        if not self.tree:
+            yield from ((0, e) for e in self.listed)
+            return
         for i in range(len(self.specs)):
-            for e in self._entries(i):
-                return i, e
+            yield from ((i, e) for e in self._entries(i))
+
+    def _first(self) -> tuple[int, Entry]:
+        for item in self._all_items():
+            return item
         raise InputError(f"{', '.join(s.name for s in self.specs)}: holds no files", hint="check the path")
 
     def decode_extra(self) -> dict:
@@ -254,9 +261,7 @@ class FilesReader(Reader):
         return count
 
     def _entries(self, i: int, first: tuple[str, ...] = (), stop: tuple[str, ...] | None = None) -> Iterator[Entry]:
-        if not self.tree:
-            yield from self.listed
-            return
+        """The files of tree ``i``, from ``first`` to before ``stop``."""
         skip = self.skip[i]
         for e in walk(self.specs[i].path, first, stop):
             if e.rel != skip:
@@ -304,8 +309,8 @@ class FilesReader(Reader):
 
     def batches(self) -> Iterator[Batch]:
         self._reset()
-        items = ((i, e) for i in range(len(self.specs)) for e in self._entries(i))
         rows = 0
+        items = self._all_items()
         for batch in self._read_items(items):
             rows += batch.num_rows
             yield batch

@@ -77,9 +77,10 @@ def _opened(path: str):
     return f
 
 
-def sorted_entries(path: str, run_names: int = RUN_NAMES) -> Iterator[tuple[str, int]]:
+def sorted_entries(path: str, run_names: int | None = None) -> Iterator[tuple[str, int]]:
     """``(name, kind)`` of a directory's visible entries sorted by name (kind: 1 directory, 0
     file); at most ``run_names`` names held before the sorted runs are spilled and merged."""
+    run_names = run_names or RUN_NAMES
     held: list[tuple[str, int]] = []
     runs: list[str] = []
     tmpdir = tempfile.gettempdir()
@@ -114,7 +115,7 @@ def sorted_entries(path: str, run_names: int = RUN_NAMES) -> Iterator[tuple[str,
 
 
 def walk(
-    root: str, start: tuple[str, ...] = (), stop: tuple[str, ...] | None = None, run_names: int = RUN_NAMES
+    root: str, start: tuple[str, ...] = (), stop: tuple[str, ...] | None = None, run_names: int | None = None
 ) -> Iterator[Entry]:
     """The files under ``root`` in the tree's order, from the first whose components are ``>=
     start`` to the last ``< stop`` (None: to the end). Sizes come from ``stat`` (following a link
@@ -125,7 +126,7 @@ def walk(
         yield entry
 
 
-def _walk(top: str, prefix: tuple[str, ...], start: tuple[str, ...], run_names: int) -> Iterator[Entry]:
+def _walk(top: str, prefix: tuple[str, ...], start: tuple[str, ...], run_names: int | None) -> Iterator[Entry]:
     first = start[0] if start else None
     for name, kind in sorted_entries(top, run_names):
         if first is not None and name < first:
@@ -156,10 +157,12 @@ def top_directories(root: str) -> list[str]:
 
 
 def holds_data_files(root: str, extensions: set[str], look: int = 1000) -> str | None:
-    """The first of ``look`` files (in listing order, unsorted) whose extension is one of
-    ``extensions`` (the kinds recognised by name), or None: a directory of CSV files is more
-    likely a mistake for a glob than a tree of files to read as bytes."""
-    seen = 0
+    """The first data file (one whose extension is one of ``extensions``, the kinds recognised by
+    name) among the first ``look`` entries of the tree (unsorted), when data files are at least
+    half of the files seen; else None. A folder of CSV files is more likely a mistake for a glob
+    than a tree of files to read as bytes; a folder of images with a metadata.csv is a tree."""
+    seen = files = 0
+    found: list[str] = []
     pending = [root]
     while pending and seen < look:
         top = pending.pop()
@@ -174,8 +177,10 @@ def holds_data_files(root: str, extensions: set[str], look: int = 1000) -> str |
                     kind = _kind(e)
                     if kind == 1:
                         pending.append(e.path)
-                    elif kind == 0 and os.path.splitext(e.name)[1].lower() in extensions:
-                        return e.path
+                    elif kind == 0:
+                        files += 1
+                        if os.path.splitext(e.name)[1].lower() in extensions:
+                            found.append(e.path)
         except OSError:
             continue
-    return None
+    return found[0] if found and 2 * len(found) >= files else None
