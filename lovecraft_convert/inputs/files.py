@@ -320,6 +320,18 @@ class FilesReader(Reader):
     def progress_done(self) -> int:
         return self._done
 
+    def memory_bytes(self) -> int | None:
+        """The rows' bytes in memory, roughly (shuffle buckets are sized from it): each file's
+        bytes or decoded row, its path and offsets; counted from the listing (main process only)."""
+        files = size = 0
+        for s in self.specs:
+            files += int(s.notes.get("files", 1)) if isinstance(s, TreeSpec) else 1
+            size += s.size or 0
+        per = 96 + (self.decoder.shape[0] * self.decoder.shape[1] * self.decoder.shape[2]
+                    if isinstance(self.decoder, ImageDecoder) else 0)  # fmt: skip
+        payload = size * (4 if isinstance(self.decoder, AudioDecoder) else 1)
+        return files * per + (payload if not isinstance(self.decoder, ImageDecoder) else 0)
+
     # -- reading ------------------------------------------------------------------------------
 
     def _reset(self) -> None:
@@ -382,10 +394,11 @@ class FilesReader(Reader):
                 pool.shutdown(wait=True, cancel_futures=True)
 
     def _window(self) -> int:
-        """Files joined with one lookup of the sidecar: all of them when it is held whole, else as
-        many as a quarter of the budget holds (a listed file and its sidecar row, ~512 bytes)."""
+        """Files listed ahead and joined with one lookup of the sidecar: a batch's worth when the
+        sidecar is held whole (or there is none), else as many as a quarter of the budget holds (a
+        listed file and its sidecar row, ~512 bytes), each window costing a pass over the sidecar."""
         if self.sidecar is None or self.sidecar.whole:
-            return 1 << 62
+            return BATCH_FILES
         return max(1024, self.budget // 4 // 512)
 
     def _window_batches(self, window: list[tuple[int, Entry]], pool, threads: int) -> Iterator[Batch]:

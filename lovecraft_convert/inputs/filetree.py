@@ -23,7 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 RUN_NAMES = 1 << 16  # names of one directory sorted in memory before a run is spilled
-_REC = struct.Struct("<IB")  # a spilled name: its length in bytes, then 1 for a directory
+_REC = struct.Struct("<I")  # a spilled entry: its length in bytes
+# An entry is held as one string, its name then NUL then D (a directory) or F: names hold no NUL,
+# so these strings sort as the names do, and one string costs half a (name, kind) tuple.
+_KINDS = {1: "\0D", 0: "\0F"}
 
 
 @dataclass(frozen=True)
@@ -50,25 +53,25 @@ def _kind(e: os.DirEntry) -> int:
         return 0  # a racing removal: reading it will say what happened
 
 
-def _spill(names: list[tuple[str, int]], tmpdir: str) -> str:
+def _spill(entries: list[str], tmpdir: str) -> str:
     fd, path = tempfile.mkstemp(prefix="lovecraft-names-", dir=tmpdir)
-    with os.fdopen(fd, "wb") as f:
-        for name, kind in names:
-            raw = name.encode("utf-8", "surrogateescape")
-            f.write(_REC.pack(len(raw), kind))
+    with os.fdopen(fd, "wb", buffering=1 << 16) as f:
+        for entry in entries:
+            raw = entry.encode("utf-8", "surrogateescape")
+            f.write(_REC.pack(len(raw)))
             f.write(raw)
     return path
 
 
-def _run(f) -> Iterator[tuple[str, int]]:
-    """The names of a spilled run (an open file, already unlinked), read in pieces."""
+def _run(f) -> Iterator[str]:
+    """The entries of a spilled run (an open file, already unlinked), read in pieces."""
     with f:
         while True:
             head = f.read(_REC.size)
             if not head:
                 return
-            n, kind = _REC.unpack(head)
-            yield f.read(n).decode("utf-8", "surrogateescape"), kind
+            (n,) = _REC.unpack(head)
+            yield f.read(n).decode("utf-8", "surrogateescape")
 
 
 def _opened(path: str):
@@ -81,7 +84,7 @@ def sorted_entries(path: str, run_names: int | None = None) -> Iterator[tuple[st
     """``(name, kind)`` of a directory's visible entries sorted by name (kind: 1 directory, 0
     file); at most ``run_names`` names held before the sorted runs are spilled and merged."""
     run_names = run_names or RUN_NAMES
-    held: list[tuple[str, int]] = []
+    held: list[str] = []
     runs: list[str] = []
     tmpdir = tempfile.gettempdir()
     try:
@@ -92,20 +95,22 @@ def sorted_entries(path: str, run_names: int | None = None) -> Iterator[tuple[st
                 kind = _kind(e)
                 if kind < 0:
                     continue
-                held.append((e.name, kind))
+                held.append(e.name + _KINDS[kind])
                 if len(held) >= run_names:
                     held.sort()
                     runs.append(_spill(held, tmpdir))
                     held = []
         held.sort()
         if not runs:
-            yield from held
-            return
-        files = []
-        while runs:
-            files.append(_opened(runs.pop()))
-        files.reverse()
-        yield from heapq.merge(*map(_run, files), iter(held))
+            merged: Iterator[str] = iter(held)
+        else:
+            files = []
+            while runs:
+                files.append(_opened(runs.pop()))
+            files.reverse()
+            merged = heapq.merge(*map(_run, files), iter(held))
+        for entry in merged:
+            yield entry[:-2], 1 if entry[-1] == "D" else 0
     finally:
         for p in runs:  # spilled but never opened (an error while listing)
             try:
