@@ -168,18 +168,24 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n### Folders of images: decode + resize to {size} HDF5 ({n} JPEGs, {nbytes / 1e6:.0f} MB, median of {runs})\n"
     )
-    print("| job | seconds | images/s | vs Pillow loop | target | met | CPU/wall | peak MiB |")
-    print("|---|---:|---:|---:|---|---|---:|---:|")
+    print("| job | seconds | images/s | vs Pillow loop | target | met | CPU s | CPU/wall | peak MiB |")
+    print("|---|---:|---:|---:|---|---|---:|---:|---:|")
     for k, (secs, peak, cpu) in med.items():
         ratio = loop / secs
         target, met = ("", "") if k == "Pillow loop" else (f">= {TARGET}x", "yes" if ratio >= TARGET else "NO")
         print(
-            f"| {k} | {secs:.1f} | {n / secs:.0f} | {ratio:.2f}x | {target} | {met} | {cpu / secs:.2f} | {peak:.0f} |"
+            f"| {k} | {secs:.1f} | {n / secs:.0f} | {ratio:.2f}x | {target} | {met} | {cpu:.1f} | {cpu / secs:.2f} "
+            f"| {peak:.0f} |"
         )
+    print(
+        f"\nLoad average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end: a CPU/wall well under the "
+        "cores means the machine was shared, and the wall-time ratio then says little about using both cores."
+    )
     print(f"\nThe same pixels from both (Pillow's `ImageOps.fit`, bilinear); {BYTECODE_NOTE}.\n")
-    for k in jobs:
-        p = out + {"convert": "-c", "shard --workers 2": "-s", "Pillow loop": "-loop.h5"}[k]
-        shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else (os.path.exists(p) and os.unlink(p))
+    for suffix in ("-c", "-s"):
+        shutil.rmtree(out + suffix, ignore_errors=True)
+    if os.path.exists(out + "-loop.h5"):
+        os.unlink(out + "-loop.h5")
     return 0
 
 

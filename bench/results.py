@@ -28,7 +28,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "RESULTS.md")
 README = os.path.join(ROOT, "README.md")
-SCRIPTS = ["lovecraft_bench.py", "loader_bench.py", "mixed_loader_bench.py", "resume_bench.py", "peer_loaders_bench.py"]
+SCRIPTS = [
+    "lovecraft_bench.py",
+    "loader_bench.py",
+    "mixed_loader_bench.py",
+    "resume_bench.py",
+    "peer_loaders_bench.py",
+    "files_bench.py",
+]
 START = "<!-- bench:headline"
 END = "<!-- bench:end -->"
 
