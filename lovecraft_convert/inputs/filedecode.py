@@ -168,7 +168,7 @@ def mode_for(pil_mode: str) -> str:
 
 def _decoded(data: bytes, limit: int):
     """A Pillow image, loaded (the first frame), refused past ``limit`` bytes of pixels."""
-    from PIL import Image
+    from PIL import Image, UnidentifiedImageError
 
     try:
         im = Image.open(io.BytesIO(data))
@@ -179,6 +179,8 @@ def _decoded(data: bytes, limit: int):
         im.load()
     except TooLarge:
         raise
+    except UnidentifiedImageError:  # its text holds the address of our buffer: said in words instead
+        raise BadFile("not an image (no format Pillow reads)") from None
     except Exception as e:  # anything Pillow raises on a broken file (OSError, SyntaxError, ...)
         raise BadFile(f"cannot decode the image ({_reason(e)})") from None
     return im

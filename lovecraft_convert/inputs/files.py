@@ -199,26 +199,29 @@ class FilesReader(Reader):
             need("PIL.Image", "--decode image", "pip install 'lovecraft-convert[images]'")
             size, mode = fo.image_size, fo.image_mode
             if size is None or mode is None:
-                first = self._first()
-                try:
-                    got_size, got_mode = probe_image(self._read(first), self.decoded_limit)
-                except BadFile as e:
-                    raise InputError(
-                        f"{self._name(first)}: {e}", hint="the first image gives the shape: fix it"
-                    ) from None
-                except TooLarge as e:
-                    raise self._too_large(first, e) from None
+                got_size, got_mode = self._probe(lambda data: probe_image(data, self.decoded_limit), "image")
                 size = size or got_size
                 mode = mode or mode_for(got_mode)
             return ImageDecoder(size, mode, fo.resize if fo.image_size else None, self.decoded_limit)
-        rate = fo.sample_rate
-        if rate is None:
-            first = self._first()
-            try:
-                rate = probe_audio(self._read(first))
-            except BadFile as e:
-                raise InputError(f"{self._name(first)}: {e}", hint="the first clip gives the rate: fix it") from None
+        rate = fo.sample_rate or self._probe(probe_audio, "clip")
         return AudioDecoder(rate, self.decoded_limit)
+
+    def _probe(self, probe, noun: str):
+        """What the first file that decodes gives (the shape or rate the flags leave open): the
+        first file, or with --on-bad-file skip the first of a hundred that decodes."""
+        tries = 100 if self.fo.on_bad_file == "skip" else 1
+        for k, item in enumerate(self._all_items()):
+            try:
+                return probe(self._read(item))
+            except BadFile as e:
+                if k + 1 >= tries:
+                    what = "shape" if noun == "image" else "rate"
+                    raise InputError(
+                        f"{self._name(item)}: {e}", hint=f"the first {noun} gives the {what}: fix it"
+                    ) from None
+            except TooLarge as e:
+                raise self._too_large(item, e) from None
+        raise InputError(f"{', '.join(s.name for s in self.specs)}: holds no files", hint="check the path")
 
     def _all_items(self) -> Iterator[tuple[int, Entry]]:
         """(input, file) of every file: the trees in the order given, or the files named."""
@@ -227,14 +230,6 @@ class FilesReader(Reader):
             return
         for i in range(len(self.specs)):
             yield from ((i, e) for e in self._entries(i))
-
-    def _first(self) -> tuple[int, Entry]:
-        for item in self._all_items():
-            return item
-        raise InputError(f"{', '.join(s.name for s in self.specs)}: holds no files", hint="check the path")
-
-    def decode_extra(self) -> dict:
-        return self.decoder.describe() if self.decoder is not None else {}
 
     # -- listing ------------------------------------------------------------------------------
 

@@ -120,6 +120,10 @@ class ConvertOptions:
         )
         if files is not None and files["image_size"] is not None:
             self.image_size = "x".join(map(str, files["image_size"]))  # one spelling in the manifest
+        if files is not None and files["metadata"] is not None and "://" not in files["metadata"]:
+            import os
+
+            self.metadata = os.path.abspath(self.metadata)  # verify --against reads it from anywhere
         self.compression = fmt.check_compression(self.compression)
         try:
             budget = self.budget()

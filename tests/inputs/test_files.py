@@ -59,7 +59,8 @@ def test_every_file_a_row_with_its_bytes_label_and_sidecar(tmp_path, tree, fmt):
     assert [f["name"] for f in m["schema"]] == ["path", "bytes", "label", "caption", "split"]
     (src,) = m["sources"]
     assert (src["format"], src["files"], src["size"]) == ("files", len(files), sum(map(len, files.values())))
-    assert lovecraft("verify", out).exit_code == 0
+    r = lovecraft("verify", out, "--against", root)  # the source read again with the manifest's options
+    assert r.exit_code == 0, r.stdout + r.stderr
 
 
 def test_columns_without_bytes_read_no_file(tmp_path, tree):

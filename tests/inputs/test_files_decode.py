@@ -14,10 +14,11 @@ import pytest
 
 import lovecraft_convert as lc
 from tests.conftest import lovecraft
-from tests.inputs.filetrees import ORDER, make_audio, make_images
+from tests.inputs.filetrees import IMAGES, ORDER, make_audio, make_images
 from tests.readback import disk_digest, manifest, read_back
 
 PIL = pytest.importorskip("PIL")
+IMAGES_BY = {f"{cls}/{name}": size for cls, name, _, _, size in IMAGES}
 
 
 def pillow_reference(data: bytes, size: tuple[int, int], mode: str, resize: str) -> np.ndarray:
@@ -60,6 +61,8 @@ def test_images_equal_pillows_decode_and_resize(tmp_path, images, resize):
     assert cols["image"].shape == (len(files), 24, 32, 3) and cols["image"].dtype == np.uint8
     for k, rel in enumerate(ORDER):
         np.testing.assert_array_equal(cols["image"][k], pillow_reference(files[rel], (32, 24), "RGB", resize), rel)
+    r = lovecraft("verify", out, "--against", root)  # decoded again with the manifest's options
+    assert r.exit_code == 0, r.stdout + r.stderr
     m = manifest(out)
     assert m["decode"] == {
         "column": "image", "decode": "image", "size": [32, 24], "shape": [24, 32, 3], "mode": "RGB",
@@ -268,3 +271,33 @@ def test_resampler_keeps_a_tone_and_removes_what_aliases():
     high = np.sin(2 * np.pi * 12000 * t).astype(np.float32)  # above 8 kHz: would alias to 4 kHz
     leaked = resample(high, 44100, 16000)[inner]
     assert np.sqrt(np.mean(leaked**2)) < 1e-2 * np.sqrt(0.5)  # at least 40 dB down
+
+
+def test_the_shape_comes_from_the_first_image_that_decodes_when_skipping(tmp_path, images):
+    root, files = images
+    first = os.path.join(root, *ORDER[0].split("/"))
+    with open(first, "wb") as f:
+        f.write(b"broken")
+    r = lovecraft("convert", root, "-o", str(tmp_path / "o"), "--to", "hdf5", "--decode", "image", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {first}: not an image (no format Pillow reads); the first image gives the shape: fix it\n",
+    )
+    lc.convert(root, str(tmp_path / "o"), to="hdf5", decode="image", on_bad_file="skip", image_size="16x16",
+               progress=False)  # fmt: skip
+    m = manifest(str(tmp_path / "o"))
+    assert m["rows"] == len(files) - 1 and m["decode"]["mode"] == "RGBA"  # bird/a.png's LA, the next one
+    assert m["skipped_files"]["first"] == [[first, "not an image (no format Pillow reads)"]]
+
+
+def test_decoding_threads_are_gone_after_the_call(tmp_path, images):
+    import threading
+
+    root, _ = images
+    before = {t.ident for t in threading.enumerate()}
+    lc.convert(root, str(tmp_path / "o"), to="hdf5", decode="image", image_size="8x8", progress=False)
+    with pytest.raises(Exception):  # noqa: B017 - a failed call too (a file that does not decode)
+        with open(os.path.join(root, "dog", "000.png"), "wb") as f:
+            f.write(b"x")
+        lc.convert(root, str(tmp_path / "o2"), to="hdf5", decode="image", image_size="8x8", progress=False)
+    assert {t.ident for t in threading.enumerate()} == before
