@@ -143,7 +143,7 @@ class FilesReader(Reader):
         self._all = self._fields()
         want = options.columns
         if want:
-            have = [f.name for f in self._all]
+            have = [f.name for f in self._all] + (self.sidecar.schema.names if self.sidecar is not None else [])
             missing = [c for c in want if c not in have]
             if missing:
                 raise OptionsError(

@@ -295,3 +295,24 @@ def test_the_manifest_records_the_listing(tmp_path, tree):
     assert before["listing_sha256"] != after["listing_sha256"]
     assert after["size"] == before["size"] + 4
     assert json.dumps(after)  # plain JSON
+
+
+def test_a_sidecar_column_whose_type_widens_late(tmp_path, tree):
+    """A sidecar column read as integers for its first megabytes and holding a fraction at the end
+    is float64 in the output, convert and shard alike (the job starts over with the wider type)."""
+    root, _, _, _ = tree
+    meta = str(tmp_path / "wide.csv")
+    with open(meta, "w", encoding="utf-8") as f:
+        f.write("file_name,score\n")
+        for k in range(150_000):  # 3.6 MB of integers for files that are not there
+            f.write(f"other/{k:07d}.jpg,{k}\n")
+        for k, rel in enumerate(ORDER):
+            f.write(f"{rel},{k}.5\n")
+    for job in ("convert", "shard"):
+        out = str(tmp_path / job)
+        kw = {"num_shards": 2, "workers": 2} if job == "shard" else {}
+        getattr(lc, job)(root, out, to="parquet", metadata=meta, columns=["path", "score"], max_memory="16MiB",
+                         progress=False, **kw)  # fmt: skip
+        cols = read_back(out, "parquet")
+        assert cols["path"] == ORDER
+        assert cols["score"].tolist() == [k + 0.5 for k in range(len(ORDER))]
