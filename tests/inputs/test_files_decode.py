@@ -71,8 +71,10 @@ def test_images_equal_pillows_decode_and_resize(tmp_path, images, resize):
     assert [f["name"] for f in m["schema"]] == ["path", "image", "label"]
 
 
-@pytest.mark.parametrize(("mode", "fmt"), [("L", "memmap"), ("RGBA", "parquet")])
+@pytest.mark.parametrize(("mode", "fmt"), [("L", "memmap"), ("RGBA", "parquet"), ("RGB", "tfrecord")])
 def test_image_modes(tmp_path, images, mode, fmt):
+    if fmt == "tfrecord":
+        pytest.importorskip("tensorflow")
     root, files = images
     out = str(tmp_path / "out")
     lc.convert(root, out, to=fmt, decode="image", image_size="20x20", image_mode=mode, progress=False)
