@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         order = list(jobs) if r % 2 == 0 else list(reversed(jobs))
         for k in order:
             got[k].append(timed(jobs[k]))
-        log(f"round {r + 1}: " + ", ".join(f"{k} {got[k][-1][0]:.1f}s" for k in jobs))
+        log(f"round {r + 1}: " + ", ".join(f"{k} {got[k][-1][0]:.1f}s ({got[k][-1][2]:.0f} s CPU, "
+                                            f"peak {got[k][-1][1]:.0f} MiB)" for k in jobs))  # fmt: skip
     med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in got.items()}
     loop = med["Pillow loop"][0]
     print(
