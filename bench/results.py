@@ -37,6 +37,7 @@ SCRIPTS = [
     "stream_bench.py",
     "ray_bench.py",
     "writers_bench.py",
+    "files_bench.py",
 ]
 START = "<!-- bench:headline"
 END = "<!-- bench:end -->"

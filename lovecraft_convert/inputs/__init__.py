@@ -83,6 +83,7 @@ def open_reader(
     text_column: str | None = None,
     stack_columns: list[str] | None = None,
     resolved: list[InputSpec] | None = None,
+    files: dict | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
@@ -94,7 +95,9 @@ def open_reader(
     ``column_names`` (CSV): the names of the columns of a file without a header; ``stack_columns``:
     the ``--stack-columns`` specs, which a reader of a table too wide to read column by column
     applies itself (``reader.stacked``); ``resolved``: the inputs as a reader of them already
-    resolved them (``reader.specs``; no file is looked at again), instead of ``inputs``."""
+    resolved them (``reader.specs``; no file is looked at again), instead of ``inputs``. ``files``: the
+    options of the files and WebDataset inputs (``--decode``, ``--metadata``...: see
+    :func:`~.filedecode.check_options`)."""
     from .base import ReadOptions
     from .sources import resolve_inputs
 
@@ -118,6 +121,11 @@ def open_reader(
         ):
             if given:
                 raise OptionsError(f"{flag} applies to CSV inputs only")
+    if files and not cls.takes_file_options:
+        from .filedecode import FileOptions
+
+        flag = FileOptions.from_dict(files).given()[0]
+        raise OptionsError(f"{flag} applies to files and webdataset inputs only", hint="or pass --input-format files")
     ropts = ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -135,6 +143,7 @@ def open_reader(
         lenient=lenient,
         text_column=text_column,
         stack_columns=list(stack_columns) if stack_columns else None,
+        files=files,
     )
     reader = cls(specs, ropts)
     reader.format = kind

@@ -62,12 +62,20 @@ def convert(inputs: list[str] | str, output: str, *, argv: list[str] | None = No
             argv=argv,
             seconds=round(time.time() - started, 3),
             **tokens_extra(plan),
-            **plan.extra(),
+            **read_extra(reader, plan),
             **fmt.dataset_extra(schema, [extra]),
         )
         manifest.update(fmt.finish_dataset(out.tmp, manifest))  # files that list the whole dataset
         out.commit(manifest)
     return manifest
+
+
+def read_extra(reader: Reader, plan: OutputPlan) -> dict[str, Any]:
+    """The manifest's sections about what was read (:meth:`~lovecraft_convert.inputs.Reader.manifest_extra`:
+    a files input's labels, decoding, skipped files) and its ``notes``, the plan's first."""
+    extra = dict(reader.manifest_extra())
+    notes = list(plan.notes) + list(extra.pop("notes", []))
+    return {**extra, **({"notes": notes} if notes else {})}
 
 
 def tokens_extra(plan: OutputPlan) -> dict[str, Any]:

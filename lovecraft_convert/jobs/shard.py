@@ -42,7 +42,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import check_memory, output_schema, tokens_extra, write_unit_files
+from .convert import check_memory, output_schema, read_extra, tokens_extra, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -151,6 +151,7 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
         result = {"buckets": {str(b): n for b, n in enumerate(bucket_rows) if n}, "files": files}
     else:
         result = {"frames": frames, "files": files}
+    report = reader.report()  # what the reader counted (files skipped), merged for the manifest
     return {
         "phase": 1,
         "part": part.index,
@@ -158,6 +159,7 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
         "bytes": nbytes,
         "float16": down.report() if down else {},
         **result,
+        **({"report": report} if report else {}),
     }
 
 
@@ -513,6 +515,7 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
                 down.merge(r)
         float16 = down.report()
     fmt = get_format(o.to)
+    reader.merge_reports([p.get("report") or {} for p in split or []])
     return mf.build_job(
         "shard",
         o,
@@ -525,6 +528,6 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
         float16=float16,
         sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
         **tokens_extra(out_plan),
-        **out_plan.extra(),
+        **read_extra(reader, out_plan),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )
