@@ -24,6 +24,7 @@ _API = {
     "OverflowErrorF16": "lovecraft_convert.errors:OverflowErrorF16",
     "Interrupted": "lovecraft_convert.errors:Interrupted",
     "StorageError": "lovecraft_convert.storage.base:StorageError",
+    "CacheError": "lovecraft_convert.storage.cache:CacheError",
     "Manifest": "lovecraft_convert.result:Manifest",
     "FileEntry": "lovecraft_convert.result:FileEntry",
     "open_dataset": "lovecraft_convert.loaders:open_dataset",

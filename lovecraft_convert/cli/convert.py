@@ -7,7 +7,16 @@ import sys
 import click
 
 from .helptext import examples, inputs_block, outputs_block
-from .options import TOKEN_FLAGS, input_options, library_kwargs, output_options, print_summary, token_options
+from .options import (
+    FILES_FLAGS,
+    TOKEN_FLAGS,
+    files_options,
+    input_options,
+    library_kwargs,
+    output_options,
+    print_summary,
+    token_options,
+)
 
 HELP = f"""Convert INPUTS into one dataset directory: -o DIR, in the format --to names.
 
@@ -33,12 +42,13 @@ turns a text column into token ids. Memory stays within --max-memory whatever th
 @input_options
 @output_options
 @token_options
+@files_options
 def convert(**params) -> None:
     """``lovecraft convert``: one streaming pass (the library's :func:`lovecraft_convert.convert`)."""
     from ..jobs.convert import convert as run
 
     kwargs = library_kwargs(params)
-    for k in TOKEN_FLAGS:
+    for k in (*TOKEN_FLAGS, *FILES_FLAGS):
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])

@@ -127,6 +127,23 @@ def output_options(f: Callable) -> Callable:
     return _stack(f, opts)
 
 
+def files_options(f: Callable) -> Callable:
+    """The flags of the files and WebDataset inputs (convert and shard)."""
+    opts = [
+        click.option("--decode", type=click.Choice(["image", "audio"]), help="Files inputs: decode images into a fixed-shape uint8[H,W,C] column 'image' (Pillow), or audio into float32 samples 'audio' (soundfile, mono)."),
+        click.option("--image-size", "image_size", metavar="WxH", help="With --decode image: every image brought to WIDTHxHEIGHT (e.g. 224x224) by --resize, with Pillow's bilinear filter (default: all images must have the first one's size)."),
+        click.option("--resize", type=click.Choice(["shorter", "fit", "crop", "stretch"]), default="shorter", show_default=True, help="With --image-size: shorter side fitted then centre-cropped (ImageOps.fit), fit inside padded black (ImageOps.pad), centre crop without scaling, or stretch."),
+        click.option("--image-mode", "image_mode", type=click.Choice(["L", "RGB", "RGBA"]), help="With --decode image: convert every image to this mode as Image.convert does (default: L, RGB or RGBA from the first image's mode)."),
+        click.option("--sample-rate", "sample_rate", type=click.IntRange(min=1), metavar="HZ", help="With --decode audio: resample to this rate (default: the first clip's)."),
+        click.option("--metadata", metavar="FILE", help="Files inputs: a CSV or JSON Lines sidecar whose columns join each file by its relative path or stem (key column file_name, path, filename, file or key)."),
+        click.option("--on-bad-file", "on_bad_file", type=click.Choice(["error", "skip"]), default="error", show_default=True, help="Files inputs: a file that cannot be read or decoded (or has no --metadata row) is an error, or is left out and counted in the manifest and summary."),
+    ]  # fmt: skip
+    return _stack(f, opts)
+
+
+FILES_FLAGS = ("decode", "image_size", "resize", "image_mode", "sample_rate", "metadata", "on_bad_file")
+
+
 def shard_options(f: Callable) -> Callable:
     """The flags of ``shard`` that ``bucket`` takes too (``bucket`` applies them within each bucket)."""
     opts = [

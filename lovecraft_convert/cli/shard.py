@@ -8,8 +8,10 @@ import click
 
 from .helptext import examples
 from .options import (
+    FILES_FLAGS,
     SHARD_FLAGS,
     TOKEN_FLAGS,
+    files_options,
     input_options,
     library_kwargs,
     output_options,
@@ -41,12 +43,13 @@ interrupted run leaves .<output>.partial; the same command with --resume finishe
 @output_options
 @token_options
 @shard_options
+@files_options
 def shard(**params) -> None:
     """``lovecraft shard``: units of work on the engine (the library's :func:`lovecraft_convert.shard`)."""
     from ..jobs.shard import shard as run
 
     kwargs = library_kwargs(params)
-    for k in (*SHARD_FLAGS, *TOKEN_FLAGS):
+    for k in (*SHARD_FLAGS, *TOKEN_FLAGS, *FILES_FLAGS):
         kwargs[k] = params[k]
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])

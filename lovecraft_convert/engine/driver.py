@@ -23,11 +23,13 @@ from .executors import make_executor
 from .journal import JOURNAL, PLAN, SPILL, Journal, load_plan
 from .meter import ByteBar
 from .pipeline import unit_bar
+from .units import hand_over, log_unit, place_of
 
 
 @dataclass
 class Run:
-    """What a job's body gets: its work directory, plan, journal and executor."""
+    """What a job's body gets: its work directory, plan, journal and executor, and the place of a
+    run writing to a store (:func:`.units.place_of`, for the units' contexts)."""
 
     work: str
     output: str
@@ -35,6 +37,7 @@ class Run:
     plan: dict
     journal: Journal
     executor: Any
+    place: dict | None = None
 
     def run_units(
         self,
@@ -64,9 +67,12 @@ class Run:
             bar, done = units, lambda res: units.update()
         try:
             for res in self.executor.map(fn, calls):
+                t0 = time.perf_counter()
+                timing = hand_over(self.work, res)
                 if tag:
                     res.update(tag)
                 self.journal.add(res)
+                log_unit(res, key, timing, time.perf_counter() - t0)
                 into[res[key]] = res
                 done(res)
         finally:
@@ -98,6 +104,7 @@ def run_job(
     ``setup``: what every worker runs first (see :func:`~.executors.make_executor`).
     """
     from .. import manifest as mf
+    from ..storage import is_remote, local_path
 
     workers = o.workers or os.cpu_count() or 1
     protect = [s.path for s in specs if not s.is_stdin] + list(protect_more)
@@ -117,17 +124,25 @@ def run_job(
         os.makedirs(os.path.join(work, SPILL), exist_ok=True)
         if stdin_spec is not None:
             inputs = spool_stdin(inputs, work, stdin_spec)
+        engine = getattr(o, "engine", "local")
+        # a run writing to a store on Ray: its units share nothing with this process but the store
+        place = place_of(work, engine == "ray")
+        if place is not None and place["isolated"]:
+            if stdin_spec is not None:
+                inputs = put_spooled(inputs, work, place)
+            place["files"] = put_local_files(getattr(o, "local_files", dict)(), place)
         plan = load_plan(work, fingerprint, out.path)
         journal = Journal(work)
         executor = make_executor(
             workers,
             setup,
-            engine=getattr(o, "engine", "local"),
+            engine=engine,
             address=getattr(o, "ray_address", None),
             memory=o.budget() // 4,
-            work=work,
+            work="" if place is not None and place["isolated"] else work,
+            visible=sorted({os.path.dirname(os.path.abspath(local_path(p))) for p in inputs if not is_remote(p)}),
         )
-        run = Run(work, out.path, list(inputs), plan, journal, executor)
+        run = Run(work, out.path, list(inputs), plan, journal, executor, place)
         try:
             manifest = body(run)
             executor.close()
@@ -215,6 +230,41 @@ def finished_run(output: str, fingerprint: dict) -> dict | None:
 
         clear_committed_state(path, m)
     return {**m, "nothing_to_do": True}
+
+
+def put_spooled(inputs: list[str], work: str, place: dict) -> list[str]:
+    """``inputs`` with the stdin copy of the work directory put on the store beside the run's spill
+    (units that share nothing with this process read it there; the commit deletes it)."""
+    from ..storage.stores import get_store
+    from ..storage.stream import SPILL_OBJECTS
+    from ..storage.uri import split
+
+    out = []
+    for p in inputs:
+        if os.path.dirname(os.path.abspath(p)) != os.path.abspath(work):
+            out.append(p)
+            continue
+        key = f"{place['prefix']}{SPILL_OBJECTS}/{os.path.basename(p)}"
+        get_store(place["uri"]).upload(p, key, part=place["part"], hash="sha256")
+        scheme, bucket, _ = split(place["uri"])
+        out.append(f"{scheme}://{bucket}/{key}")
+    return out
+
+
+def put_local_files(files: dict[str, str], place: dict) -> dict[str, dict]:
+    """Put the local files options name (``files``: option -> path, a tokenizer file) on the store
+    beside the run's spill, for units that share nothing with this process: option -> where
+    (``key``), its file ``name`` and ``sha256`` (the unit checks what it gets)."""
+    from ..storage.stores import get_store
+    from ..storage.stream import SPILL_OBJECTS
+
+    out = {}
+    for opt, path in files.items():
+        name = os.path.basename(path)
+        key = f"{place['prefix']}{SPILL_OBJECTS}/{opt}-{name}"
+        nbytes, digest = get_store(place["uri"]).upload(path, key, part=place["part"], hash="sha256")
+        out[opt] = {"key": key, "name": name, "bytes": nbytes, "sha256": digest}
+    return out
 
 
 def spool_stdin(inputs: list[str], work: str, spec) -> list[str]:

@@ -202,13 +202,16 @@ def make_executor(
     address: str | None = None,
     memory: int = 64 << 20,
     work: str = "",
+    visible: list[str] | None = None,
 ):
     """The executor of ``engine``: ``workers`` local processes, or Ray tasks (see
     :mod:`.ray_executor`) of ``memory`` bytes each; ``setup``: ``(fn, arg)``, called as ``fn(arg)`` in
     every worker before its first unit (the jobs make every worker know the formats and input kinds
-    registered at run time: :func:`lovecraft_convert.formats.worker_setup`)."""
+    registered at run time: :func:`lovecraft_convert.formats.worker_setup`). ``work`` (the work
+    directory, "" when units need none) and ``visible`` (the folders of local inputs) must be seen by
+    every Ray node."""
     if engine == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(workers, setup, address=address, memory=memory, work=work)
+        return RayExecutor(workers, setup, address=address, memory=memory, work=work, visible=visible)
     return LocalExecutor(workers, setup)

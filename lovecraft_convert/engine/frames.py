@@ -1,4 +1,5 @@
-"""Spill frames: how units hand records to each other through the work directory.
+"""Spill frames: how units hand records to each other, through the work directory or, when the
+units share nothing with the driver, through the store (:mod:`.units`).
 
 * Plain frames (``shard``, ``bucket --layout packed``): a batch as raw column bytes in schema order
   (offsets then values for variable-length columns; lists of strings: the lists' offsets, then the
@@ -88,8 +89,8 @@ class _Cursor:
         if self.buf is not None:
             a = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos)
         else:
-            a = np.fromfile(self.f, dtype=dtype, count=count)
-            if len(a) != count:
+            a = read_array(self.f, dtype, count)
+            if a is None:
                 raise damaged(self.name, self.offset, "is cut short")
         self.pos += a.nbytes
         self.crc = crc32c.crc32c(a, self.crc)
@@ -129,6 +130,27 @@ def _columns(cur: _Cursor, rows: int, schema: Schema) -> dict[str, Any]:
     return cols
 
 
+def read_array(f, dtype, count: int) -> np.ndarray | None:
+    """``count`` values of ``dtype`` read from the file ``f`` at its position (any binary file with
+    ``readinto``: a local file, or a range of an object on a store); None when it ends first."""
+    a = np.empty(count, dtype=dtype)
+    mv = memoryview(a.view(np.uint8)).cast("B")
+    got = 0
+    while got < len(mv):
+        n = f.readinto(mv[got:])
+        if not n:
+            return None
+        got += n
+    return a
+
+
+def file_size(f) -> int:
+    """The size of a spill file open for reading: a local file's, or that of the range of an
+    object it reads (its ``length``)."""
+    n = getattr(f, "length", None)
+    return int(n) if n is not None else os.fstat(f.fileno()).st_size
+
+
 def frames_from_buffer(buf: bytes, schema: Schema, name: str = "spill file") -> list[Batch]:
     """The counted frames of a whole frame file already in memory (views into ``buf``), each
     checked against its digest; ``name`` is the file, for errors."""
@@ -144,11 +166,18 @@ def frames_from_buffer(buf: bytes, schema: Schema, name: str = "spill file") -> 
     return out
 
 
+def frame_from_buffer(buf, offset: int, rows: int, schema: Schema, name: str = "spill file") -> Batch:
+    """The plain frame of ``rows`` rows at ``offset`` of a spill file already in memory (views
+    into ``buf``), checked against its digest."""
+    cur = _Cursor(name, offset, len(buf), buf=buf)
+    return Batch(_columns(cur, rows, schema), rows)
+
+
 def read_frame(f, offset: int, rows: int, schema: Schema) -> Batch:
     """The plain frame of ``rows`` rows at ``offset`` of the open spill file ``f``, checked against
     its digest."""
     f.seek(offset)
-    cur = _Cursor(f.name, offset, os.fstat(f.fileno()).st_size, f=f)
+    cur = _Cursor(f.name, offset, file_size(f), f=f)
     return Batch(_columns(cur, rows, schema), rows)
 
 
@@ -258,7 +287,7 @@ def read_grouped(f, offset: int, lo: int, hi: int, dtype: np.dtype) -> Grouped:
     index and the values read are checked against their digests."""
     f.seek(offset)
     name = f.name
-    cur = _Cursor(name, offset, os.fstat(f.fileno()).st_size, f=f)
+    cur = _Cursor(name, offset, file_size(f), f=f)
     rows, nu, nv, code = cur.take(np.int64, 4).tolist()
     if min(rows, nu, nv) < 0 or not 0 <= code < len(CODES):
         raise damaged(name, offset, "is damaged (its header)")
@@ -275,8 +304,8 @@ def read_grouped(f, offset: int, lo: int, hi: int, dtype: np.dtype) -> Grouped:
     if at + n * src.itemsize > cur.end:
         raise damaged(name, offset, "is cut short")
     f.seek(at)
-    vals = np.fromfile(f, dtype=src, count=n)
-    if len(vals) != n:
+    vals = read_array(f, src, n)
+    if vals is None:
         raise damaged(name, offset, "is cut short")
     got = _segment_crcs(vals.view(np.uint8), sizes[i0:i1] * src.itemsize)
     bad = np.flatnonzero(np.array(got, dtype=np.uint32) != crcs[i0:i1])
@@ -331,6 +360,7 @@ class UnitSpill:
 
     def __init__(self, spill_dir: str, unit: int, buckets: int) -> None:
         self.dir = spill_dir
+        self.unit = unit
         self.names = [f"u{unit:05d}-b{b:04d}.bin" for b in range(buckets)] if buckets else [f"u{unit:05d}.bin"]
         self.handles: list = [None] * len(self.names)
 

@@ -2,16 +2,17 @@
 
 Each unit is a task with one CPU and the memory one unit may use (a quarter of ``--max-memory``),
 so Ray places as many per node as its CPUs and memory allow. The driver (this process) alone keeps
-the journal and writes the manifest: tasks only leave finished files in the work directory and
-return their JSON fragment, so a task that Ray re-runs (its worker process died) writes the same
-files again under a temporary name and the output is the same. A unit that fails on bad input
+the journal and writes the manifest: tasks only leave finished files (in the work directory, or on
+the store when the output is there) and return their JSON fragment, so a task that Ray re-runs
+(its worker process or its node died) writes the same files again and the output is the same. A unit that fails on bad input
 raises the library's own error, which surfaces here unchanged (one line, the same exit code as
 locally); the tasks still queued are cancelled and the ones running are let finish, so nothing
 writes into the work directory while the driver cleans it. Ctrl-C ends the run's Ray job (the
 driver disconnects) and Ray kills its workers with it.
 
-The work directory and the output must be storage every node reaches (a shared file system);
-a task that cannot see the work directory says so.
+A run writing to an object store needs nothing else: its units share nothing with the driver but
+the store (engine/units.py). A local output and its work directory must be on storage every node
+reaches (a shared file system), and so must local inputs; a task that cannot see them says so.
 """
 
 from __future__ import annotations
@@ -33,33 +34,59 @@ def _await_disconnect() -> None:
         _disconnecting = None
 
 
-def _unit(fn, args: tuple, setup: tuple | None, work: str):
+_seen: set[str] = set()  # folders this worker process has found visible
+
+
+def _check_visible(work: str, visible: list[str]) -> None:
+    """Refuse, in one line, to run a unit on a node that cannot see the work directory (a local
+    output's) or the folder of a local input."""
+    for path, what in [(work, "the work directory")] + [(v, "the folder of an input") for v in visible]:
+        if not path or path in _seen:
+            continue
+        if not os.path.isdir(path):
+            import socket
+
+            hint = (
+                "a local output (and its work directory) must be on storage every node reaches, e.g. a shared "
+                "file system; or write to an object store (s3://, gs://), which needs none"
+                if path == work
+                else "put the inputs on an object store (s3://, gs://) or on a file system every node mounts "
+                "at the same path"
+            )
+            raise OutputError(f"{path}: {what} is not visible on Ray node {socket.gethostname()}", hint=hint)
+        _seen.add(path)
+
+
+def _unit(fn, args: tuple, setup: tuple | None, work: str, visible: list[str] | None = None):
     """Run one unit in a Ray worker process (``setup``: what the driver registered, made known here
     too: see :func:`~.executors.make_executor`)."""
     if setup is not None:
         setup_fn, arg = setup
         setup_fn(arg)
-    if work and not os.path.isdir(work):
-        import socket
-
-        raise OutputError(
-            f"{work}: the work directory is not visible on Ray node {socket.gethostname()}",
-            hint="the output (and its work directory) must be on storage every node reaches, e.g. a shared file system",
-        )
+    _check_visible(work, visible or [])
     try:
         import pyarrow as pa
     except ImportError:
-        return fn(*args)
+        return _where(fn(*args))
     # one unit, one core (Ray runs as many units as there are cores), freed buffers handed back at
     # once; put back afterwards: the worker process is Ray's, and runs other tasks after this one
     cpus, pool = pa.cpu_count(), pa.default_memory_pool()
     pa.set_cpu_count(1)
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return fn(*args)
+        return _where(fn(*args))
     finally:
         pa.set_cpu_count(cpus)
         pa.set_memory_pool(pool)
+
+
+def _where(res):
+    """A unit's fragment with the Ray node it ran on in its ``timing`` (see engine/units.py)."""
+    if isinstance(res, dict) and isinstance(res.get("timing"), dict):
+        import ray
+
+        res["timing"]["node"] = ray.get_runtime_context().get_node_id()
+    return res
 
 
 class RayExecutor:
@@ -69,7 +96,14 @@ class RayExecutor:
     name = "ray"
 
     def __init__(
-        self, workers: int, setup: tuple | None = None, *, address: str | None, memory: int, work: str = ""
+        self,
+        workers: int,
+        setup: tuple | None = None,
+        *,
+        address: str | None,
+        memory: int,
+        work: str = "",
+        visible: list[str] | None = None,
     ) -> None:
         try:
             import ray
@@ -81,6 +115,7 @@ class RayExecutor:
         self.ray = ray
         self.setup = setup
         self.work = work
+        self.visible = list(visible or [])
         self.memory = memory
         self.started = False  # a local Ray was started for this run
         self.connected = False  # ray.init was called here (not by the program that uses us)
@@ -110,7 +145,7 @@ class RayExecutor:
         self.cancelled = False  # tasks were cancelled (an error or an interrupt)
 
     def _submit(self, fn, calls: list[tuple]) -> list:
-        refs = [self.remote.remote(fn, args, self.setup, self.work) for args in calls]
+        refs = [self.remote.remote(fn, args, self.setup, self.work, self.visible) for args in calls]
         self.pending.extend(refs)
         return refs
 

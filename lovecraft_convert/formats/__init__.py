@@ -26,6 +26,9 @@ _BUILTIN = {
     "parquet": "lovecraft_convert.formats.parquet",
     "tfrecord": "lovecraft_convert.formats.tfrecord",
     "megatron": "lovecraft_convert.formats.megatron",
+    "mds": "lovecraft_convert.formats.mds",
+    "litdata": "lovecraft_convert.formats.litdata",
+    "webdataset": "lovecraft_convert.formats.webdataset",
 }
 DEFAULT = "parquet"
 # One line per built-in format for ``lovecraft --help`` (no descriptor is imported for it: they need
@@ -36,6 +39,9 @@ HELP = {
     "parquet": "a Parquet file per shard: pyarrow, pandas, polars, duckdb",
     "tfrecord": "tf.train.Example records: tf.data.TFRecordDataset",
     "megatron": "token ids as Megatron-LM .bin/.idx: megatron-core IndexedDataset",
+    "mds": "MosaicML Streaming .mds shards + index.json: streaming.StreamingDataset",
+    "litdata": "litdata chunks + index.json: litdata.StreamingDataset",
+    "webdataset": "WebDataset .tar shards of <key>.<ext> members: webdataset.WebDataset, tar",
 }
 ENTRY_POINTS = "lovecraft_convert.formats"
 

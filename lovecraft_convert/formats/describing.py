@@ -12,6 +12,8 @@ from .part import FormatPart
 class DescribingPart(FormatPart):
     """The descriptor's describing part (the :class:`~.protocols.Describes` protocol), with defaults."""
 
+    reads_remote: bool = False  # its readers stream from an object store URI (inspect shows their code for one)
+
     def load_snippets(self, path: str, manifest: dict) -> dict[str, str]:
         """The lines of code that load the dataset with the usual client libraries, by library."""
         return {}

@@ -34,6 +34,7 @@ class Writes(Protocol):
     stem: str
     kinds: tuple[str, ...]
     column_floor: int
+    padded_buckets: bool
 
     def check_compression(self, compression: str | None) -> str | None: ...
     def writer_class(self) -> type[Writer]: ...
@@ -88,6 +89,7 @@ class Describes(Protocol):
 
     name: str
     title: str
+    reads_remote: bool
 
     def load_snippets(self, path: str, manifest: dict) -> dict[str, str]: ...
     def claims_file(self, path: str) -> bool: ...

@@ -30,6 +30,9 @@ class PartReader:
     """
 
     random_access = False
+    # which end of each file opening it reads ("head": a header, "tail": a footer, None): the loaders
+    # of a remote dataset fetch it with the part (storage/remote.py's range at that end)
+    opens_at: str | None = None
 
     def __init__(self, rows: int, schema: Schema) -> None:
         self.rows = rows
@@ -72,6 +75,17 @@ class PartReader:
     def take(self, idx: np.ndarray) -> Batch:
         """Rows ``idx`` (int64, any order) as one batch, in that order."""
         raise NotImplementedError
+
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]] | None:
+        """(file, first byte, end) of the bytes that reading rows ``[start, stop)`` reads, in the
+        order it reads them: what a remote dataset's loader fetches ahead of the reader. None when
+        the format cannot say (its files are then fetched whole)."""
+        return None
+
+    def block_ranges(self, k: int) -> list[tuple[str, int, int]] | None:
+        """:meth:`byte_ranges` of block ``k`` (:meth:`block_starts`)."""
+        starts = self.block_starts()
+        return self.byte_ranges(int(starts[k]), int(starts[k + 1]))
 
     def close(self) -> None:
         pass

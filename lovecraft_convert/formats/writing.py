@@ -44,6 +44,9 @@ class WriteOptions:
     # the dataset's files hold fixed 1-d columns whose widths differ from unit to unit (a padded
     # bucket each): a format whose readers unify its files' schemas writes them as lists (Parquet)
     widths_vary: bool = False
+    # the unit's first row in the dataset (shard k: the rows of shards 0..k-1), for formats that
+    # name rows (WebDataset's keys); 0 where units are not one order (buckets)
+    first_row: int = 0
 
 
 class Writer:
@@ -129,6 +132,7 @@ class WritingPart(FormatPart):
     stem: str = "data"  # file stem of a one-unit dataset (convert); "" for one file per column
     kinds: tuple[str, ...] = ("fixed", "string", "binary", "sequence")  # column kinds it holds
     column_floor: int = 4 << 10  # the least memory its writer holds per column (wide tables)
+    padded_buckets: bool = True  # holds a fixed column whose width differs from file to file (bucket --layout padded)
 
     def check_compression(self, compression: str | None) -> str | None:
         """The compression to write with (None: none or the default); OptionsError when not offered."""

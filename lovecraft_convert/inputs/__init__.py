@@ -117,6 +117,7 @@ def open_reader(
     text_column: str | None = None,
     stack_columns: list[str] | None = None,
     resolved: list[InputSpec] | None = None,
+    files: dict | None = None,
 ) -> Reader:
     """The reader of ``inputs`` (all of one kind). ``budget`` is the memory budget the batches are
     sized from (a batch is 1/16 of it); ``threads`` False keeps a reader to one core (in workers).
@@ -128,7 +129,9 @@ def open_reader(
     ``column_names`` (CSV): the names of the columns of a file without a header; ``stack_columns``:
     the ``--stack-columns`` specs, which a reader of a table too wide to read column by column
     applies itself (``reader.stacked``); ``resolved``: the inputs as a reader of them already
-    resolved them (``reader.specs``; no file is looked at again), instead of ``inputs``."""
+    resolved them (``reader.specs``; no file is looked at again), instead of ``inputs``. ``files``: the
+    options of the files and WebDataset inputs (``--decode``, ``--metadata``...: see
+    :func:`~.filedecode.check_options`)."""
     from .sources import resolve_inputs
 
     if input_format is not None and input_format not in names():
@@ -143,7 +146,7 @@ def open_reader(
         cls, budget, errors=errors, header=header, delimiter=delimiter, column_types=column_types,
         skip_rows=skip_rows, comment=comment, max_expansion=max_expansion, threads=threads, columns=columns,
         lenient=lenient, na_values=na_values, column_names=column_names, text_column=text_column,
-        stack_columns=stack_columns,
+        stack_columns=stack_columns, files=files,
     )  # fmt: skip
     reader = cls(specs, ropts)
     reader.format = kind
@@ -179,6 +182,7 @@ def _read_options(
     column_names: list[str] | None = None,
     text_column: str | None = None,
     stack_columns: list[str] | None = None,
+    files: dict | None = None,
 ):
     """The reader options of :func:`open_reader`'s keywords, refused where reader ``cls`` does
     not take them."""
@@ -196,6 +200,11 @@ def _read_options(
         ):
             if given:
                 raise OptionsError(f"{flag} applies to CSV inputs only")
+    if files and not cls.takes_file_options:
+        from .filedecode import FileOptions
+
+        flag = FileOptions.from_dict(files).given()[0]
+        raise OptionsError(f"{flag} applies to files and webdataset inputs only", hint="or pass --input-format files")
     return ReadOptions(
         batch_bytes=max(1 << 20, budget // 16),
         errors=errors,
@@ -213,4 +222,5 @@ def _read_options(
         lenient=lenient,
         text_column=text_column,
         stack_columns=list(stack_columns) if stack_columns else None,
+        files=files,
     )

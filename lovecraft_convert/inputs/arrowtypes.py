@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arrowconv import column_from_arrow, logical_of, logical_type
+from ..arrowconv import arrow_to_numpy, column_from_arrow, logical_of, logical_type
 from ..errors import UTF8_HINT, InputError, SchemaError, invalid_utf8
 from ..schema import BINARY, CATEGORY, FIXED, SEQUENCE, STRING, Batch, Field, Logical, VarColumn, typed_field
 
@@ -352,7 +352,7 @@ class Converter:
         mm = pc.min_max(arr)
         if mm["min"].as_py() >= -EXACT and mm["max"].as_py() <= EXACT:
             return
-        v = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        v = arrow_to_numpy(arr.fill_null(0))
         bad = v > EXACT if v.dtype.kind == "u" else (v > EXACT) | (v < -EXACT)
         i = int(np.flatnonzero(bad)[0])
         raise InputError(
@@ -370,8 +370,8 @@ class Converter:
                 raise NeedsFloat(c.name)
         if c.to_float and not pa.types.is_floating(arr.type):
             self._exact(arr, c, source, row0)
-            return pc.cast(arr, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-        v = arr.to_numpy(zero_copy_only=False)  # a float array's nulls come back as NaN
+            return arrow_to_numpy(pc.cast(arr, pa.float64(), safe=False))
+        v = arrow_to_numpy(arr)  # from its buffers (to_numpy imports pandas); a float array's nulls as NaN
         return v if v.dtype == dt else v.astype(dt)
 
     def _fixed(self, arr: pa.Array, c: Column, source: str, row0: int) -> np.ndarray:
@@ -392,13 +392,13 @@ class Converter:
         while pa.types.is_fixed_size_list(a.type):
             k = a.type.list_size
             if a.null_count:
-                m = a.is_null().to_numpy(zero_copy_only=False)
+                m = arrow_to_numpy(a.is_null())
                 mask = m if mask is None else mask | m
             if mask is not None:
                 mask = np.repeat(mask, k)
             a = a.values.slice(a.offset * k, len(a) * k)
         if a.null_count:
-            m = a.is_null().to_numpy(zero_copy_only=False)
+            m = arrow_to_numpy(a.is_null())
             mask = m if mask is None else mask | m
         dt = c.field.np_dtype
         if mask is not None and mask.any():
@@ -407,10 +407,10 @@ class Converter:
                 raise NeedsFloat(c.name)
             if not pa.types.is_floating(a.type):
                 self._exact(pc.if_else(pa.array(mask), None, a), c, source, row0, max(1, c.field.row_size))
-            v = pc.cast(a, pa.from_numpy_dtype(dt), safe=False).fill_null(0).to_numpy(zero_copy_only=False).copy()
+            v = arrow_to_numpy(pc.cast(a, pa.from_numpy_dtype(dt), safe=False).fill_null(0)).copy()
             v[mask] = np.nan
         else:
-            v = a.to_numpy(zero_copy_only=False)
+            v = arrow_to_numpy(a)
             if v.dtype != dt:
                 v = v.astype(dt)
         if c.permutation is not None:  # as pyarrow's to_numpy_ndarray: the stored rows transposed
@@ -425,10 +425,10 @@ class Converter:
         offs = np.zeros(n + 1, dtype=np.int64)
         if arr.null_count:
             self.nulls[c.name] += arr.null_count
-            lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+            lens = arrow_to_numpy(pc.list_value_length(arr).fill_null(0))
             np.cumsum(lens, out=offs[1:])
         else:
-            o = np.asarray(arr.offsets, dtype=np.int64)
+            o = arrow_to_numpy(arr.offsets).astype(np.int64)
             offs = o - o[0]
         values = arr.flatten()
         if pa.types.is_dictionary(values.type):
@@ -439,9 +439,9 @@ class Converter:
             if not pa.types.is_floating(values.type) and not c.to_float:
                 raise NeedsFloat(c.name)
         if c.to_float and not pa.types.is_floating(values.type):
-            v = pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+            v = arrow_to_numpy(pc.cast(values, pa.float64(), safe=False))
         else:
-            v = values.to_numpy(zero_copy_only=False)
+            v = arrow_to_numpy(values)
         return VarColumn(v if v.dtype == dt else v.astype(dt), offs)
 
     def _bytes(self, arr: pa.Array, c: Column, source: str, row0: int) -> VarColumn:
@@ -487,7 +487,7 @@ class Converter:
         if ints.null_count:
             self.nulls[c.name] += ints.null_count
             ints = pc.fill_null(ints, NAT)
-        return ints.to_numpy(zero_copy_only=False)
+        return arrow_to_numpy(ints)
 
     def _cast(self, arr: pa.Array, c: Column, source: str, row0: int):
         if c.field.kind == STRING and _binary(arr.type):  # checked (or repaired) as UTF-8 below
@@ -507,12 +507,12 @@ class Converter:
         if out.null_count:
             self.nulls[c.name] += out.null_count
             if not pa.types.is_floating(out.type):
-                i = int(np.flatnonzero(out.is_null().to_numpy(zero_copy_only=False))[0])
+                i = int(np.flatnonzero(arrow_to_numpy(out.is_null()))[0])
                 raise InputError(
                     f"{self._where(source, row0, i, c)}: null value in a {c.field.describe()} column",
                     hint=f"pass --column-type {c.name}=float64 to read nulls as NaN",
                 )
-        v = out.to_numpy(zero_copy_only=False)
+        v = arrow_to_numpy(out)
         return v if v.dtype == c.field.np_dtype else v.astype(c.field.np_dtype)
 
 

@@ -43,6 +43,7 @@ class ReadOptions:
     text_column: str | None = None  # one of ``columns``: the text a tokenizer reads (named so when missing)
     lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
     stack_columns: list[str] | None = None  # --stack-columns: a CSV wider than csvwide.MAX_COLUMNS is stacked as read
+    files: dict | None = None  # the files inputs' options (--decode, --metadata...): filedecode.check_options
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Reader:
     late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
     columnar = False  # named columns, each read apart (Parquet, Arrow, HDF5): a job may read one alone
+    takes_file_options = False  # --decode, --metadata, --on-bad-file apply (files, WebDataset)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         self.specs = specs
@@ -194,6 +196,19 @@ class Reader:
     def column_info(self) -> dict[str, dict]:
         """What ``inspect`` shows of each column beyond its values: the input's own type, the
         nulls met so far (inputs that have nulls), a type decision."""
+        return {}
+
+    def report(self) -> dict:
+        """What reading a part counted that the manifest records (files skipped): returned by the
+        unit that read it, handed to :meth:`merge_reports` of the reader that writes the manifest."""
+        return {}
+
+    def merge_reports(self, reports: list[dict]) -> None:
+        """Take the :meth:`report` of every part (read by workers) as if this reader had read them."""
+
+    def manifest_extra(self) -> dict:
+        """Sections the manifest records about what was read (a files input's labels, decoding,
+        skipped files), ``notes`` among them (said in the summary too)."""
         return {}
 
     def input_details(self, i: int) -> dict:

@@ -29,12 +29,18 @@ READERS = {
     "arrow": "lovecraft_convert.inputs.arrow:ArrowReader",
     "hf": "lovecraft_convert.inputs.arrow:HfReader",
     "dataset": "lovecraft_convert.loaders.asinput:DatasetReader",  # built on the loaders (a layer above)
+    "files": "lovecraft_convert.inputs.files:FilesReader",
+    "webdataset": "lovecraft_convert.inputs.wdstar:WebDatasetReader",
 }
 EXTENSIONS = {
     ".csv": "csv", ".tsv": "csv", ".txt": "text", ".text": "text",
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
     ".npy": "npy", ".npz": "npz", ".h5": "hdf5", ".hdf5": "hdf5", ".he5": "hdf5",
     ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".arrows": "arrow",
+    ".tar": "webdataset",
+    # images and audio named one by one or by a glob: a row per file (a directory of them is detected too)
+    ".jpg": "files", ".jpeg": "files", ".png": "files", ".webp": "files", ".gif": "files", ".bmp": "files",
+    ".tif": "files", ".tiff": "files", ".wav": "files", ".flac": "files", ".mp3": "files", ".ogg": "files",
 }  # fmt: skip
 MAGICS = [
     (b"\x93NUMPY", "npy"), (b"PAR1", "parquet"), (b"ARROW1", "arrow"), (b"\xff\xff\xff\xff", "arrow"),
@@ -43,6 +49,8 @@ MAGICS = [
 # Text by its first bytes that are not white space (after a BOM): JSON Lines, a first line that
 # opens an object with a key (or an empty object); a JSON array
 TEXT_MAGICS = [(b'{"', "jsonl"), (b'{ "', "jsonl"), (b"{}", "jsonl"), (b"[", "json")]
+# A directory that holds none of the markers below and none of the files the table above names
+FILES = "files"
 # Directories, by a file inside them: a lovecraft dataset; a Hugging Face ``save_to_disk`` dataset
 # (or DatasetDict, which the reader refuses naming its splits).
 DIRECTORIES = [("_manifest.json", "dataset"), ("state.json", "hf"), ("dataset_dict.json", "hf")]
@@ -62,6 +70,8 @@ HELP = {
     "arrow": "Arrow IPC files and streams, Feather v2",
     "hf": "a Hugging Face save_to_disk directory",
     "dataset": "a lovecraft dataset directory (re-format or re-shard it)",
+    "files": "a folder tree of files, a row each: path, bytes, label (ImageFolder); --decode image|audio",
+    "webdataset": "WebDataset .tar shards: members grouped by key, a column per extension",
 }
 
 
@@ -180,6 +190,8 @@ def recognised_by(kind: str) -> list[str]:
         out += list(_registered[kind].extensions)
     out += [f"dir/{marker}" for marker, k in DIRECTORIES if k == kind]
     out += [f"dir/{marker}" for marker in (_registered[kind].markers if kind in _registered else ())]
+    if kind == FILES:
+        out = ["dir/", *out[:3], "..."]
     return out
 
 

@@ -37,7 +37,7 @@ def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[In
         else:
             paths = [spec]
         for p in paths:
-            out.append(_check_file(p))
+            out.append(_check_file(p, input_format))
     if sum(1 for s in out if s.is_stdin) > 1:
         raise InputError("stdin (-) given more than once")
     for s in out:
@@ -65,7 +65,7 @@ def _remote_specs(uri: str) -> list[InputSpec]:
     return [InputSpec(u, u, size=size) for u, size in found]
 
 
-def _check_file(p: str) -> InputSpec:
+def _check_file(p: str, input_format: str | None = None) -> InputSpec:
     try:
         st = os.stat(p)
     except FileNotFoundError:
@@ -73,25 +73,46 @@ def _check_file(p: str) -> InputSpec:
     except PermissionError:
         raise InputError(f"{p}: permission denied", hint="check the file's permissions") from None
     if stat.S_ISDIR(st.st_mode):
-        kind = directory_kind(p)
+        from .kinds import FILES
+
+        kind = FILES if input_format == FILES else directory_kind(p)
         if kind is None:
-            raise InputError(
-                f"{p}: is a directory, not a file", hint="pass the files inside it, e.g. a glob like dir/*.csv"
-            )
-        return InputSpec(p, p, format=kind, size=_tree_size(p), mtime=st.st_mtime)
+            raise InputError(f"{p}: is a directory, not a file", hint=_directory_hint(p))
+        # a tree of files is counted by its reader, when the count is needed (never by the workers)
+        return InputSpec(p, p, format=kind, size=None if kind == FILES else _tree_size(p), mtime=st.st_mtime)
     if not os.access(p, os.R_OK):
         raise InputError(f"{p}: permission denied", hint="check the file's permissions")
     return InputSpec(p, p, size=st.st_size if stat.S_ISREG(st.st_mode) else None, mtime=st.st_mtime)
 
 
 def directory_kind(path: str) -> str | None:
-    """The input kind of a directory, from the files that mark it (:func:`.kinds.markers`)."""
-    from .kinds import markers
+    """The input kind of a directory, from the files that mark it (:func:`.kinds.markers`); one
+    without a marker is a tree of files, unless files of a kind recognised by name are among its
+    first thousand (then it is more likely a mistake for a glob: None)."""
+    from .filetree import holds_data_files
+    from .kinds import FILES, markers
 
     for marker, kind in markers():
         if os.path.isfile(os.path.join(path, marker)):
             return kind
-    return None
+    return FILES if holds_data_files(path, _data_extensions()) is None else None
+
+
+def _data_extensions() -> set[str]:
+    """The extensions that name a file of a kind other than ``files`` (registered kinds' too), and
+    the compressions'."""
+    from .kinds import EXTENSIONS, FILES, plugins
+
+    named = {ext for ext, kind in EXTENSIONS.items() if kind != FILES}
+    return named | {e.lower() for k in plugins() for e in k.extensions} | set(COMPRESSIONS)
+
+
+def _directory_hint(path: str) -> str:
+    from .filetree import holds_data_files
+
+    found = holds_data_files(path, _data_extensions())
+    ext = os.path.splitext(found)[1] if found else ".csv"
+    return f"pass the files inside it, e.g. a glob like dir/*{ext}, or --input-format files to read each file as a row"
 
 
 def _tree_size(path: str) -> int:

@@ -81,8 +81,10 @@ def load_snippets(path: str, m: dict[str, Any]) -> dict[str, str]:
     from ..storage import is_remote
 
     d = path.rstrip("/") or path
-    try:  # the format's own libraries read local files: a dataset on a store is opened by ours (a local copy)
-        out = {} if is_remote(d) else dict(for_dataset(m.get("output_format"), path).load_snippets(d, m))
+    try:  # most formats' own libraries read local files: a dataset on a store is opened by ours (a local
+        # copy), unless the format's libraries stream from the store themselves (``reads_remote``)
+        fmt = for_dataset(m.get("output_format"), path)
+        out = dict(fmt.load_snippets(d, m)) if not is_remote(d) or fmt.reads_remote else {}
     except DatasetError:
         out = {}
     out["lovecraft"] = (

@@ -37,6 +37,7 @@ from ..engine.driver import Run, run_job
 from ..engine.frames import Grouped, UnitSpill, gather_sorted, merge_hist, read_grouped, write_grouped
 from ..engine.journal import SPILL
 from ..engine.meter import UnitMeter
+from ..engine.units import open_section, publish, spill_info, unit
 from ..errors import LovecraftError, OptionsError, SchemaError
 from ..formats import get as get_format
 from ..formats import worker_setup
@@ -70,8 +71,15 @@ def check_layout(o: BucketOptions) -> None:
             f"--layout {o.layout}: {fmt.name} holds sequences as they are, not rows of one length",
             hint=f"use --layout ragged, or write the documents with `convert --to {fmt.name} --tokenizer ...`",
         )
+    if o.layout == "padded" and not fmt.padded_buckets:
+        raise OptionsError(
+            f"--layout padded: {fmt.name} is written with one type per column for the whole dataset, and padded "
+            "buckets are rows of a different length in each",
+            hint="use --layout ragged (each row its own length) or --layout packed",
+        )
 
 
+@unit
 def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     """Phase 1: one part of the input, tokenized, filtered, sorted by length and spilled."""
     o = ctx.o
@@ -139,15 +147,9 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
         spill.close()
         nbytes = meter.close()
     files = {}
-    for b, name, size, crc in spill.publish():
+    for b, name, info in publish(spill, ctx):
         u, cnt = merge_hist(hists[b])
-        files[name] = {
-            "b": b,
-            "size": size,
-            "crc32c": crc,
-            "frames": frames[b],
-            "hist": [u.tolist(), cnt.tolist()],
-        }
+        files[name] = {"b": b, **info, "frames": frames[b], "hist": [u.tolist(), cnt.tolist()]}
     return {
         "phase": 1,
         "part": part.index,
@@ -191,16 +193,15 @@ def _emit(pieces: Iterator, width: int | None, pad, dtype: np.dtype, column: str
 def _pieces(ctx: SeqContext, unit: dict, dtype: np.dtype) -> Iterator:
     """The rows [a, b) of one bucket, in the bucket's order."""
     lo, hi, a, b = unit["lo"], unit["hi"], unit["a"], unit["b"]
-    spill = os.path.join(ctx.work, SPILL)
     pos = 0
     if not ctx.hash_buckets:
-        for name, frames, count in unit["files"]:
+        for name, frames, count, info in unit["files"]:
             if pos + count <= a:
                 pos += count
                 continue
             if pos >= b:
                 break
-            with open(os.path.join(spill, name), "rb") as f:
+            with open_section(ctx, name, info, sequential=False) as f:
                 for offset, _rows in frames:
                     g = read_grouped(f, offset, lo, hi, dtype)
                     m = g.rows
@@ -212,15 +213,15 @@ def _pieces(ctx: SeqContext, unit: dict, dtype: np.dtype) -> Iterator:
         return
     seed = ctx.o.seed or 0
     for hb, group in enumerate(unit["groups"]):
-        count = sum(cnt for _n, _f, cnt in group)
+        count = sum(cnt for _n, _f, cnt, _i in group)
         if pos + count <= a or count == 0:
             pos += count
             continue
         if pos >= b:
             break
         pieces = []
-        for name, frames, _cnt in group:
-            with open(os.path.join(spill, name), "rb") as f:
+        for name, frames, _cnt, info in group:
+            with open_section(ctx, name, info, sequential=False) as f:
                 for offset, _rows in frames:
                     g = read_grouped(f, offset, lo, hi, dtype)
                     if g.rows:
@@ -233,6 +234,7 @@ def _pieces(ctx: SeqContext, unit: dict, dtype: np.dtype) -> Iterator:
         pos += count
 
 
+@unit
 def write_unit(ctx: SeqContext, unit: dict) -> dict[str, Any]:
     """Phase 2: shard ``j`` of bucket ``k``, committed as finished files."""
     o = ctx.o
@@ -453,20 +455,21 @@ def _count(hist: list, lo: int, hi: int) -> int:
 
 
 def _unit_files(ctx: SeqContext, split: list[dict], lo: int, hi: int) -> dict:
+    """The spill files a unit of lengths [lo, hi] reads: (name, frames, rows, where it is)."""
     if not ctx.hash_buckets:
         files = []
         for p in split:
             for name, f in p["files"].items():
                 cnt = _count(f["hist"], lo, hi)
                 if cnt:
-                    files.append((name, f["frames"], cnt))
+                    files.append((name, f["frames"], cnt, spill_info(f)))
         return {"files": files}
     groups: list[list] = [[] for _ in range(ctx.hash_buckets)]
     for p in split:
         for name, f in p["files"].items():
             cnt = _count(f["hist"], lo, hi)
             if cnt:
-                groups[f["b"]].append((name, f["frames"], cnt))
+                groups[f["b"]].append((name, f["frames"], cnt, spill_info(f)))
     return {"groups": groups}
 
 

@@ -74,9 +74,10 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
             argv=argv,
             seconds=round(time.time() - started, 3),
             **plan.tokens_extra(),
-            **plan.extra(),
+            **read_extra(reader, plan),
             **fmt.dataset_extra(schema, [extra]),
         )
+        manifest.update(fmt.finish_dataset(out.tmp, manifest))  # files that list the whole dataset
         out.commit(manifest)
     return manifest
 
@@ -101,6 +102,14 @@ def output_plan(reader: Reader, o: ConvertOptions) -> OutputPlan:
     )
 
 
+def read_extra(reader: Reader, plan: OutputPlan) -> dict[str, Any]:
+    """The manifest's sections about what was read (:meth:`~lovecraft_convert.inputs.Reader.manifest_extra`:
+    a files input's labels, decoding, skipped files) and its ``notes``, the plan's first."""
+    extra = dict(reader.manifest_extra())
+    notes = list(plan.notes) + list(extra.pop("notes", []))
+    return {**extra, **({"notes": notes} if notes else {})}
+
+
 READ_COLUMN_FLOOR = 8 << 10  # what reading holds per column at least (the CSV parser's per-column state)
 FIXED_FLOOR = 8 << 20  # what a run holds whatever its columns (batches in flight, pools)
 
@@ -120,7 +129,9 @@ def check_memory(schema: Schema, fmt, budget: int, source: str) -> None:
         )
 
 
-def write_options(o: ConvertOptions, budget: int, rows: int | None, widths_vary: bool = False) -> WriteOptions:
+def write_options(
+    o: ConvertOptions, budget: int, rows: int | None, widths_vary: bool = False, first_row: int = 0
+) -> WriteOptions:
     return WriteOptions(
         compression=o.compression,
         hash=o.hash,
@@ -128,6 +139,7 @@ def write_options(o: ConvertOptions, budget: int, rows: int | None, widths_vary:
         expected_rows=rows,
         memory=budget // 4,
         widths_vary=widths_vary,
+        first_row=first_row,
     )
 
 
@@ -142,11 +154,12 @@ def write_unit_files(
     rows: int,
     plan: OutputPlan | None = None,
     widths_vary: bool = False,
+    first_row: int = 0,
 ):
     """Write the batches of ``source`` as the files of unit ``k`` named ``name`` through ``plan``'s
     last steps (statistics and downcast; None: the batches are written as they are, statistics
     taken) and commit them into ``work``; returns (file records, statistics, the writer's manifest
-    keys). ``widths_vary``: see :class:`~lovecraft_convert.formats.writing.WriteOptions`."""
+    keys). ``widths_vary``, ``first_row``: see :class:`~lovecraft_convert.formats.writing.WriteOptions`."""
     fmt = get_format(o.to)
     stats = BatchStats(schema)
     plan = plan if plan is not None else OutputPlan.identity(schema)
@@ -156,7 +169,10 @@ def write_unit_files(
             writer.write(plan.finish(batch, stats))
 
     files, extra = commit_unit(
-        work, k, lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows, widths_vary)), feed
+        work,
+        k,
+        lambda d: fmt.writer_class()(d, name, schema, write_options(o, budget, rows, widths_vary, first_row)),
+        feed,
     )
     return files, stats, extra
 

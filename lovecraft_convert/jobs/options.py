@@ -54,6 +54,13 @@ class ConvertOptions:
     column: str | None = None  # the text column to tokenize (default: text)
     eos: str | int | None = None  # a token (or id) appended to every document
     bos: str | int | None = None  # a token (or id) put before every document
+    decode: str | None = None  # files inputs: image | audio (decoded into fixed-shape images, float32 audio)
+    image_size: str | list[int] | None = None  # WIDTHxHEIGHT of decoded images (default: the first image's)
+    resize: str = "shorter"  # how images get --image-size: shorter | fit | crop | stretch
+    image_mode: str | None = None  # L | RGB | RGBA (default: from the first image's mode)
+    sample_rate: int | None = None  # decoded audio's rate in Hz (default: the first clip's)
+    metadata: str | None = None  # a CSV or JSON Lines sidecar joined to the files by path or stem
+    on_bad_file: str = "error"  # a file that does not read or decode: error | skip (counted)
     progress: bool | None = None  # None: on when stderr is a terminal
 
     @classmethod
@@ -110,6 +117,23 @@ class ConvertOptions:
             raise OptionsError(f"--errors {self.errors}: use strict or replace")
         self.validate_tokens()
         self.validate_inputs()
+        from ..inputs.filedecode import check_options
+
+        files = check_options(
+            self.decode,
+            self.image_size,
+            self.resize,
+            self.image_mode,
+            self.sample_rate,
+            self.metadata,
+            self.on_bad_file,
+        )
+        if files is not None and files["image_size"] is not None:
+            self.image_size = "x".join(map(str, files["image_size"]))  # one spelling in the manifest
+        if files is not None and files["metadata"] is not None and "://" not in files["metadata"]:
+            import os
+
+            self.metadata = os.path.abspath(self.metadata)  # verify --against reads it from anywhere
         self.compression = fmt.check_compression(self.compression)
         try:
             budget = self.budget()
@@ -149,6 +173,12 @@ class ConvertOptions:
         st = os.stat(self.tokenizer)
         path = os.path.abspath(self.tokenizer)
         return [{"name": self.tokenizer, "path": path, "size": st.st_size, "mtime": st.st_mtime, "format": "tokenizer"}]
+
+    def local_files(self) -> dict[str, str]:
+        """Option name -> the local file the units read for it (a tokenizer file): what a run whose
+        units share nothing with its driver puts on the store for them (engine/units.py)."""
+        sources = self.tokenizer_source()
+        return {"tokenizer": sources[0]["path"]} if sources else {}
 
     def validate_inputs(self) -> None:
         """The CSV syntax options (inspect takes them too)."""
@@ -190,6 +220,17 @@ class ConvertOptions:
         kept: ``--columns id --column body`` reads ``id`` and ``body`` and writes ``id`` and the
         tokens of ``body``."""
         kw = {k: getattr(self, k) for k in READ_KEYS}
+        from ..inputs.filedecode import check_options
+
+        kw["files"] = check_options(
+            self.decode,
+            self.image_size,
+            self.resize,
+            self.image_mode,
+            self.sample_rate,
+            self.metadata,
+            self.on_bad_file,
+        )
         if self.tokenizer is not None and self.columns:
             text = self.column or "text"
             kw["columns"] = list(dict.fromkeys([*self.columns, text]))

@@ -34,9 +34,10 @@ import numpy as np
 
 from .. import manifest as mf
 from ..engine.driver import Run
-from ..engine.frames import UnitSpill, read_frame, write_frame
+from ..engine.frames import UnitSpill, frame_from_buffer, read_frame, write_frame
 from ..engine.journal import SPILL
 from ..engine.meter import UnitMeter
+from ..engine.units import fetch, open_section, publish, spill_info, unit
 from ..errors import LovecraftError, SchemaError
 from ..formats import get as get_format
 from ..inputs import Part
@@ -63,6 +64,7 @@ def _frame_schema(dtype: str) -> Schema:
 # --------------------------------------------------------------------------------------------
 
 
+@unit
 def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     """Read and tokenize one part; spill its documents in input order (or to hash buckets)."""
     o = ctx.o
@@ -106,7 +108,7 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     finally:
         spill.close()
         nbytes = meter.close()
-    files = {name: {"b": b, "size": size, "crc32c": crc, "frames": frames[b]} for b, name, size, crc in spill.publish()}
+    files = {name: {"b": b, **info, "frames": frames[b]} for b, name, info in publish(spill, ctx)}
     return {
         "phase": 1,
         "part": part.index,
@@ -126,28 +128,28 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
 
 
 def _group_docs(ctx: SeqContext, group: dict, dtype: np.dtype) -> VarColumn:
-    """Every document of a group's frames, in order, as ``dtype``."""
-    spill = os.path.join(ctx.work, SPILL)
+    """Every document of a group's frames, in order, as ``dtype`` (its spill files fetched whole,
+    at once)."""
+    got = fetch(ctx, [(name, info) for name, _frames, info in group["files"]])
     pieces = []
-    for name, frames in group["files"]:
-        with open(os.path.join(spill, name), "rb") as f:
-            for offset, rows, _tokens, dt in frames:
-                col = read_frame(f, offset, rows, _frame_schema(dt)).columns["s"]
-                pieces.append(VarColumn(col.values.astype(dtype, copy=False), col.offsets))
+    for (_name, frames, _info), (buf, where) in zip(group["files"], got, strict=True):
+        for offset, rows, _tokens, dt in frames:
+            col = frame_from_buffer(buf, offset, rows, _frame_schema(dt), where).columns["s"]
+            pieces.append(VarColumn(col.values.astype(dtype, copy=False), col.offsets))
+    del got
     return VarColumn.concat(pieces) if len(pieces) > 1 else pieces[0]
 
 
 def _stream(ctx: SeqContext, unit: dict, dtype: np.dtype, lo: int, hi: int, step: int) -> Iterator[tuple]:
     """Tokens [lo, hi) of the stream in pieces of at most about ``step`` tokens, as (tokens, the
     stream positions where documents start among them)."""
-    spill = os.path.join(ctx.work, SPILL)
     seed = ctx.o.seed or 0
     for group in unit["groups"]:
         g0 = group["start"]
         if group.get("hb") is None:  # in input order: only the frames that overlap
             pos = g0
-            for name, frames in group["files"]:
-                with open(os.path.join(spill, name), "rb") as f:
+            for name, frames, info in group["files"]:
+                with open_section(ctx, name, info) as f:
                     for offset, rows, tokens, dt in frames:
                         a, z = max(lo, pos), min(hi, pos + tokens)
                         if a < z:
@@ -225,6 +227,7 @@ def _rows(pieces: Iterator[tuple], L: int, first: int, rows: int, pad, dtype, pe
         yield emit(row, alls, 1)
 
 
+@unit
 def write_unit(ctx: SeqContext, unit: dict) -> dict[str, Any]:
     """Phase 2: shard ``k`` (rows [a, b)), committed as finished files."""
     o = ctx.o
@@ -307,11 +310,11 @@ def _plan(o: BucketOptions, probe: Sequences, split: list[dict], ctx: SeqContext
     groups = []
     if ctx.hash_buckets:
         for hb in range(ctx.hash_buckets):
-            files = [(n, f["frames"]) for p in split for n, f in p["files"].items() if f["b"] == hb]
-            groups.append({"hb": hb, "files": files, "tokens": sum(fr[2] for _, frs in files for fr in frs)})
+            files = [(n, f["frames"], spill_info(f)) for p in split for n, f in p["files"].items() if f["b"] == hb]
+            groups.append({"hb": hb, "files": files, "tokens": sum(fr[2] for _, frs, _i in files for fr in frs)})
     else:
         for p in split:
-            files = [(n, f["frames"]) for n, f in p["files"].items()]
+            files = [(n, f["frames"], spill_info(f)) for n, f in p["files"].items()]
             groups.append({"hb": None, "files": files, "tokens": p["tokens"]})
     pos = 0
     for g in groups:

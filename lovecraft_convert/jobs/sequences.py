@@ -349,6 +349,7 @@ class SeqContext:
     options: dict[str, Any]
     work: str
     hash_buckets: int  # 0: not shuffled
+    place: dict | None = None  # where the run's objects go (engine/units.py), None for a local output
 
     @property
     def o(self) -> BucketOptions:
@@ -370,20 +371,21 @@ def split_phase(o: BucketOptions, run, probe: Sequences, unit, estimate) -> tupl
     part journalled; returns the units' context and the parts' fragments in input order."""
     import math
 
-    from ..engine.journal import intact, save_plan
+    from ..engine.journal import save_plan
+    from ..engine.units import usable
     from ..util import trace
 
     part_bytes = o.part_bytes
     if probe.tokenizer is not None and probe.tokenizer.spill_dtype.itemsize == 4 and part_bytes == PART_BYTES:
         part_bytes = TOKENIZER_PART_BYTES
-    ctx = SeqContext(run.inputs, o.to_dict(), run.work, 0)
+    ctx = SeqContext(run.inputs, o.to_dict(), run.work, 0, place=run.place)
     parts = probe.partitions(part_bytes, mapper=run.executor.map_ordered)
     if o.shuffle:
         run.plan.setdefault("hash_buckets", max(1, math.ceil(estimate(probe) / max(1, ctx.budget() // 4))))
         save_plan(run.work, run.plan)
         ctx.hash_buckets = run.plan["hash_buckets"]
     trace(f"{len(parts)} parts")
-    done = {e["part"]: e for e in run.journal.phase(1) if intact(run.work, e)}
+    done = {e["part"]: e for e in usable(run, run.journal.phase(1))}
     calls = [(ctx, p) for p in parts if p.index not in done]
     run.run_units(unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
     trace("phase 1 done")

@@ -31,9 +31,10 @@ import numpy as np
 
 from .. import manifest as mf
 from ..engine.driver import Run, run_job
-from ..engine.frames import Digesting, frames_from_buffer, read_frame, write_frame
-from ..engine.journal import SPILL, intact, save_plan
+from ..engine.frames import UnitSpill, frames_from_buffer, read_frame, write_frame
+from ..engine.journal import SPILL, save_plan
 from ..engine.meter import UnitMeter
+from ..engine.units import discard, drop_spill, fetch, open_section, publish, unit, usable
 from ..errors import LovecraftError, OverflowErrorF16, SchemaError
 from ..formats import get as get_format
 from ..formats import worker_setup
@@ -42,7 +43,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import check_memory, output_plan, write_unit_files
+from .convert import check_memory, output_plan, read_extra, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -60,6 +61,7 @@ class Context:
     widened: dict[str, str]
     buckets: int  # 0: not shuffled
     out_schema: list[dict] | None = None
+    place: dict | None = None  # where the run's objects go (engine/units.py), None for a local output
 
     @property
     def o(self) -> ShardOptions:
@@ -102,24 +104,22 @@ def unit_inputs(reader, part: Part) -> tuple[Part, list]:
 # --------------------------------------------------------------------------------------------
 
 
+@unit
 def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str, Any]:
     """Read one part of the input, downcast, spill to frame files (scatter when shuffling);
     ``specs``: the inputs the part needs (see :func:`unit_inputs`; None: every input)."""
     reader = ctx.reader(specs=specs)
     plan = output_plan(reader, ctx.o).at_row(part.rows[0] if part.rows else None)
     schema = plan.schema
-    spill = os.path.join(ctx.work, SPILL)
     rows = 0
     seed = ctx.o.seed or 0
     meter = UnitMeter(ctx.work, part.index, reader.progress_done)  # input bytes read, for the driver's bar
-    if ctx.buckets:
-        paths = [os.path.join(spill, f"u{part.index:05d}-b{b:04d}.bin") for b in range(ctx.buckets)]
-        files: list = [None] * ctx.buckets
-        bucket_rows = [0] * ctx.buckets
-    else:
-        path = os.path.join(spill, f"u{part.index:05d}.bin")
-        out = Digesting(open(path + ".tmp", "wb"))  # noqa: SIM115 - closed below
-        frames: list = []
+    # Spill files are not fsynced: the journal records their sizes and digests instead, and a
+    # resumed run redoes any part whose files are missing, short or changed (a crash of the
+    # machine, a damaged disk).
+    spill = UnitSpill(os.path.join(ctx.work, SPILL), part.index, ctx.buckets)
+    bucket_rows = [0] * ctx.buckets
+    frames: list = []
     try:
         for batch in _gathered(reader.part_batches(part), ctx.budget() // 16):
             batch = plan(batch)
@@ -132,43 +132,25 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
                 for b in range(ctx.buckets):
                     n = int(counts[b])
                     if n:
-                        if files[b] is None:
-                            files[b] = Digesting(open(paths[b] + ".tmp", "wb"))  # noqa: SIM115
-                        write_frame(files[b], sorted_batch.slice(pos, pos + n), schema, counted=True)
+                        write_frame(spill.file(b), sorted_batch.slice(pos, pos + n), schema, counted=True)
                         bucket_rows[b] += n
                         pos += n
             else:
-                frames.append(write_frame(out, batch, schema))
+                frames.append(write_frame(spill.file(0), batch, schema))
             rows += batch.num_rows
             meter.tick()
     except OverflowErrorF16 as e:
         e.part = part.index  # the row is placed by the driver, which knows the rows before the part
         raise
     finally:
-        # Spill files are not fsynced: the journal records their sizes and digests instead, and a
-        # resumed run redoes any part whose files are missing, short or changed (a crash of the
-        # machine, a damaged disk).
-        for f in [f for f in files if f is not None] if ctx.buckets else [out]:
-            f.close()
+        spill.close()
         nbytes = meter.close()
+    files = {name: info for _b, name, info in publish(spill, ctx)}
     if ctx.buckets:
-        for b, f in enumerate(files):
-            if f is not None:
-                os.rename(paths[b] + ".tmp", paths[b])
-        result = {
-            "buckets": {str(b): n for b, n in enumerate(bucket_rows) if n},
-            "files": {
-                os.path.basename(p): {"size": os.path.getsize(p), "crc32c": files[b].crc}
-                for b, p in enumerate(paths)
-                if files[b] is not None
-            },
-        }
+        result = {"buckets": {str(b): n for b, n in enumerate(bucket_rows) if n}, "files": files}
     else:
-        os.rename(path + ".tmp", path)
-        result = {
-            "frames": frames,
-            "files": {os.path.basename(path): {"size": os.path.getsize(path), "crc32c": out.crc}},
-        }
+        result = {"frames": frames, "files": files}
+    report = reader.report()  # what the reader counted (files skipped), merged for the manifest
     return {
         "phase": 1,
         "part": part.index,
@@ -176,6 +158,7 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
         "bytes": nbytes,
         "float16": plan.report(),
         **result,
+        **({"report": report} if report else {}),
     }
 
 
@@ -220,19 +203,55 @@ class _Order:
 
     def batches(self, start: int, stop: int) -> Iterator[Batch]:
         step_bytes = max(1 << 20, self.ctx.budget() // 16)
+        spans = []
         for i in range(len(self.starts) - 1):
             a, b = int(self.starts[i]), int(self.starts[i + 1])
             lo, hi = max(a, start), min(b, stop)
-            if lo >= hi:
-                continue
-            if self.ctx.buckets:
-                yield from _rechunk(self._bucket(i).slice(lo - a, hi - a), step_bytes)
-            else:
+            if lo < hi:
+                spans.append((i, a, lo, hi))
+        if not self.ctx.buckets:
+            for i, a, lo, hi in spans:
                 yield from self._part(self.parts[i], lo - a, hi - a)
+            return
+        # buckets whose spill together fits a bucket's share of the budget are fetched at once: the
+        # adjacent sections of each part's spill object in one ranged GET (engine/units.py)
+        for group in self._groups(spans):
+            got = fetch(self.ctx, [item for i, *_ in group for item in self._sections(i)])
+            k = 0
+            for i, a, lo, hi in group:
+                n = len(self._sections(i))
+                pieces, got[k : k + n] = got[k : k + n], [None] * n  # each bucket's bytes freed once used
+                k += n
+                batch = self._bucket(i, pieces)
+                del pieces
+                yield from _rechunk(batch.slice(lo - a, hi - a), step_bytes)
+
+    def _sections(self, b: int) -> list[tuple[str, dict]]:
+        """(name, journal info) of the spill of hash bucket ``b`` in each part that has rows in it."""
+        out = []
+        for p in self.parts:
+            if p["buckets"].get(str(b)):
+                name = f"u{p['part']:05d}-b{b:04d}.bin"
+                out.append((name, p["files"][name]))
+        return out
+
+    def _groups(self, spans: list[tuple]) -> Iterator[list[tuple]]:
+        cap = max(1, self.ctx.budget() // 4)
+        group: list[tuple] = []
+        held = 0
+        for span in spans:
+            size = sum(int(info["size"]) for _n, info in self._sections(span[0]))
+            if group and held + size > cap:
+                yield group
+                group, held = [], 0
+            group.append(span)
+            held += size
+        if group:
+            yield group
 
     def _part(self, p: dict, lo: int, hi: int) -> Iterator[Batch]:
-        path = os.path.join(self.ctx.work, SPILL, f"u{p['part']:05d}.bin")
-        with open(path, "rb") as f:
+        name = f"u{p['part']:05d}.bin"
+        with open_section(self.ctx, name, p["files"][name]) as f:
             pos = 0
             for offset, n in p["frames"]:
                 if pos + n > lo and pos < hi:
@@ -242,15 +261,12 @@ class _Order:
                 if pos >= hi:
                     break
 
-    def _bucket(self, b: int) -> Batch:
-        pieces = []
-        for p in self.parts:
-            if not p["buckets"].get(str(b)):
-                continue
-            with open(os.path.join(self.ctx.work, SPILL, f"u{p['part']:05d}-b{b:04d}.bin"), "rb") as f:
-                pieces.extend(frames_from_buffer(f.read(), self.schema, f.name))
-        batch = Batch.concat(pieces)
-        del pieces
+    def _bucket(self, b: int, pieces: list[tuple]) -> Batch:
+        frames = []
+        for buf, name in pieces:
+            frames.extend(frames_from_buffer(buf, self.schema, name))
+        batch = Batch.concat(frames)
+        del frames
         perm = np.random.default_rng([self.ctx.o.seed or 0, b]).permutation(batch.num_rows)
         return batch.take(perm)
 
@@ -261,6 +277,7 @@ def _rechunk(batch: Batch, step_bytes: int) -> Iterator[Batch]:
         yield batch.slice(i, i + rows)
 
 
+@unit
 def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None) -> dict[str, Any]:
     """Write shard ``k`` (rows [start, stop) of the global order) and commit its files."""
     o = ctx.o
@@ -274,7 +291,9 @@ def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
     name = shard_name(k, n_shards)
-    files, stats, extra = write_unit_files(ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, plan)
+    files, stats, extra = write_unit_files(
+        ctx.work, k, name, schema, source, o, ctx.budget(), stop - start, plan, first_row=start
+    )
     return {
         "phase": 2,
         "shard": k,
@@ -314,6 +333,7 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
         specs=probe.specs,
         sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
         body=lambda run: _run(o, run, probe),
+        finish=get_format(o.to).finish_dataset,
         argv=argv,
         setup=worker_setup(),
     )
@@ -326,7 +346,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     plan, journal, executor = run.plan, run.journal, run.executor
     fmt = get_format(o.to)
     while True:
-        ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0)
+        ctx = Context(run.inputs, o.to_dict(), run.work, dict(plan.get("widened", {})), 0, place=run.place)
         # the inputs as the probe resolved them (stat'ed and peeked at once, not again per pass);
         # stdin, copied into the work directory, is resolved anew
         reader = ctx.reader(specs=None if any(s.is_stdin for s in probe.specs) else probe.specs)
@@ -353,6 +373,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             plan["widened"] = {**plan.get("widened", {}), **e.widened}
             save_plan(run.work, plan)
             journal.reset()
+            drop_spill(run)
             shutil.rmtree(os.path.join(run.work, SPILL), ignore_errors=True)
             os.makedirs(os.path.join(run.work, SPILL))
             continue
@@ -372,7 +393,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
 
 
 def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions, input_bytes: int | None, reader) -> list[dict]:
-    done = {e["part"]: e for e in run.journal.phase(1) if intact(ctx.work, e)}
+    done = {e["part"]: e for e in usable(run, run.journal.phase(1))}
     calls = [(ctx, *unit_inputs(reader, p)) for p in parts if p.index not in done]
     try:
         run.run_units(split_unit, calls, "reading", o.progress, done, "part", input_bytes=input_bytes)
@@ -445,14 +466,20 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
 
     def trial(rows: int) -> int:  # in a worker when there are workers: the main process stays small
         res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split)])))
-        for f in res["files"]:
-            os.unlink(os.path.join(run.work, f["path"]))
+        discard(run.work, res)
         return sum(f["bytes"] for f in res["files"])
 
     sample = min(total, 1 << 16)
+    # rows of 100 KB (images): 65,536 of them would be the whole input written once more before
+    # the first shard; a sample of about two shards' bytes (at least 64 MiB) says as much
+    est = _row_bytes(ctx, total, split)
+    cap = max(2 * target, 64 << 20)
+    capped = bool(est and sample * est > cap)
+    if capped:
+        sample = max(1, int(cap // est))
     per = max(1, int(round(target / (trial(sample) / sample))))
-    if get_format(o.to).size_linear(o.compression):
-        return per  # bytes grow linearly with rows: the sample settles it
+    if get_format(o.to).size_linear(o.compression) or (capped and sample >= per):
+        return per  # bytes grow linearly with rows, or the sample was a shard or more: it settles it
     for _ in range(3):
         if per >= total:
             return per
@@ -461,6 +488,15 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
             break
         per = max(1, int(round(per * target / size)))
     return per
+
+
+def _row_bytes(ctx: Context, total: int, split) -> float | None:
+    """Roughly the bytes of a row: from the spilled frames (phase 1), else the reader's estimate."""
+    if split:
+        size = sum(int(f.get("size", 0)) for p in split for f in (p.get("files") or {}).values())
+        return size / total if total and size else None
+    known = ctx.reader().memory_bytes()
+    return known / total if known and total else None
 
 
 def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict], split, total: int) -> dict:
@@ -477,6 +513,7 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
                 down.merge(r)
         float16 = down.report()
     fmt = get_format(o.to)
+    reader.merge_reports([p.get("report") or {} for p in split or []])
     return mf.build_job(
         "shard",
         o,
@@ -489,6 +526,6 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
         float16=float16,
         sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
         **out_plan.tokens_extra(),
-        **out_plan.extra(),
+        **read_extra(reader, out_plan),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

@@ -83,6 +83,13 @@ class CheckedReader(PartReader):
         want = int(starts[k + 1] - starts[k]) if rows is None else len(rows)
         return self._checked(self.inner.read_block(k, rows), want)
 
+    def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
+        """The format's own ``read_blocks`` (TFRecord decodes a window's blocks together: the
+        base class's block-by-block loop would pay NumPy's cost per call once per block)."""
+        starts = self.block_starts()
+        want = sum(int(starts[k + 1] - starts[k]) if rows is None else len(rows) for k, rows in blocks)
+        return self._checked(self.inner.read_blocks(blocks), want)
+
     def read(self, start: int, stop: int) -> Batch:
         return self._checked(self.inner.read(start, stop), stop - start)
 

@@ -3,7 +3,7 @@ parts a dataset's rows are read in, and the conversion of stored columns to outp
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,6 +54,37 @@ def text_as_objects(b: Batch, schema: Schema) -> Batch:
 def _strings(c: VarColumn, text: bool) -> np.ndarray:
     """Text (``str``, UTF-8 checked) or bytes rows as an object array, made by Arrow (its objects
     are made in C: several times faster than slicing and decoding row by row in Python)."""
+    return _arrow_rows(c, text).to_numpy(zero_copy_only=False)
+
+
+def text_arrays(b: Batch, schema: Schema) -> dict:
+    """The text and bytes columns of ``b`` (those held as values and offsets) as Arrow arrays over
+    the same buffers (no copy), text checked as UTF-8 once: a window's, which many batches are then
+    taken from with :func:`take_rows_of` (its rows' objects made a batch at a time: made for a
+    whole window, they would take several times the bytes the window is sized by)."""
+    out = {}
+    for f in schema:
+        c = b.columns.get(f.name)
+        if f.kind in (STRING, BINARY) and isinstance(c, VarColumn):
+            out[f.name] = _arrow_rows(c, f.kind == STRING)
+
+    return out
+
+
+def take_rows_of(arr, idx: np.ndarray) -> np.ndarray:
+    """Rows ``idx`` of an Arrow text or bytes array (from :func:`text_arrays`) as an object array of
+    ``str`` or ``bytes``: one Arrow ``take`` and one conversion, both in C."""
+    import pyarrow as pa
+
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    # the indices as a buffer: pa.array of a NumPy array imports pandas
+    taken = arr.take(pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)]))
+    return taken.to_numpy(zero_copy_only=False)
+
+
+def _arrow_rows(c: VarColumn, text: bool):
+    """A text (UTF-8 checked) or bytes VarColumn as an Arrow ``large_string``/``large_binary``
+    array over its buffers; DatasetError naming the problem when the text is not UTF-8."""
     import pyarrow as pa
 
     offs = np.ascontiguousarray(c.offsets, dtype=np.int64)
@@ -81,7 +112,7 @@ def _strings(c: VarColumn, text: bool) -> np.ndarray:
                         hint="the dataset is damaged; run `lovecraft verify` or re-create it",
                     ) from None
             raise
-    return arr.to_numpy(zero_copy_only=False)
+    return arr
 
 
 def pad_rows(c, dtype: np.dtype, length: int | None, pad_value=0) -> tuple[np.ndarray, np.ndarray]:
@@ -244,6 +275,7 @@ class Parts(Protocol):
     format: str
     schema: Schema
     groups: list[Group]
+    remote: Any  # a remote dataset read through the node's cache (storage/dataset.py), or None
 
     @property
     def random_access(self) -> bool: ...

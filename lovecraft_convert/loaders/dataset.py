@@ -47,21 +47,36 @@ def open_dataset(
     weights: list[float] | None = None,
     seed: int | None = None,
     exhausted: str = "stop",
+    cache_dir: str | os.PathLike | None = None,
+    cache_limit: int | str | None = None,
+    ranged: bool | None = None,
     **options: Any,
 ) -> Dataset | Mixture:
-    """Open the dataset directory ``path`` (or its ``_manifest.json``); an ``s3://``/``gs://`` URI
-    is copied to a local cache first (:mod:`lovecraft_convert.storage.dataset`).
+    """Open the dataset directory ``path`` (or its ``_manifest.json``), or a dataset on an object
+    store (``s3://``/``gs://``), whose files the loaders stream through a bounded local cache.
 
     ``columns`` selects columns (in that order). ``options``: ``hdf5_cache_bytes`` (the chunk cache
     for exact shuffling of HDF5 datasets, default 512 MiB per process).
+
+    A remote dataset is read through the node's cache in ``cache_dir`` (default ``LOVECRAFT_CACHE``,
+    else ``~/.cache/lovecraft``), which holds at most ``cache_limit`` bytes (an int or e.g.
+    ``"8GiB"``; default ``LOVECRAFT_CACHE_LIMIT``, else 4 GiB), shared by every process of the
+    machine: the loaders fetch the bytes each reader will read next, in its order, a little ahead,
+    and drop them once read. ``ranged=False`` fetches whole files only, each checked against the
+    manifest's digest before it is used (a file larger than the limit is then refused); by default
+    files a reader reads through are fetched whole when they fit an eighth of the limit, and the
+    byte ranges of the blocks it reads otherwise (see docs/guide/object-storage.md).
 
     A list of paths (or of opened datasets) with ``weights`` opens a :class:`~.mixture.Mixture`: a
     deterministic weighted interleave of their rows (same columns), seeded by ``seed`` (0 when not
     given: the same interleave in every process); when one of them runs out the epoch ends
     (``exhausted="stop"``) or it starts over in a new order (``"cycle"``).
     """
+    remote_opts = {"cache_dir": cache_dir, "cache_limit": cache_limit, "ranged": ranged}
     if isinstance(path, list | tuple):
-        members = [open_dataset(p, columns, **options) if not isinstance(p, Dataset) else p for p in path]
+        members = [
+            open_dataset(p, columns, **remote_opts, **options) if not isinstance(p, Dataset) else p for p in path
+        ]
         if columns is not None:
             members = [m if m.columns == _names(columns) else m.select(columns) for m in members]
         return Mixture(members, weights, seed=seed, exhausted=exhausted)
@@ -71,10 +86,11 @@ def open_dataset(
 
     path = os.fspath(path)
     if is_remote(path):
-        from ..storage.dataset import local_copy
+        from ..storage.dataset import open_remote
 
-        uri = path[: -len(mf.MANIFEST_NAME)] if path.endswith("/" + mf.MANIFEST_NAME) else path
-        path = local_copy(uri)  # the format readers need local files: a checked copy, made once
+        uri = path[: -len(mf.MANIFEST_NAME) - 1] if path.endswith("/" + mf.MANIFEST_NAME) else path
+        manifest, remote = open_remote(uri, None if cache_dir is None else os.fspath(cache_dir), cache_limit, ranged)
+        return Dataset(remote.uri, manifest, columns, remote=remote, **options)
     path = local_path(path)
     if os.path.basename(path) == mf.MANIFEST_NAME and os.path.isfile(path):
         path = os.path.dirname(path) or "."
@@ -95,10 +111,17 @@ class Dataset(Batches):
     """A dataset directory opened for reading. See :func:`open_dataset`."""
 
     def __init__(
-        self, path: str, manifest: dict, columns: list[str] | str | None = None, *, hdf5_cache_bytes: int = 512 << 20
+        self,
+        path: str,
+        manifest: dict,
+        columns: list[str] | str | None = None,
+        *,
+        hdf5_cache_bytes: int = 512 << 20,
+        remote=None,
     ) -> None:
         self.path = path
         self.manifest = manifest
+        self.remote = remote  # a RemoteDataset (storage/dataset.py): files read through the node's cache
         self.descriptor = for_dataset(manifest["output_format"], mf.path_of(path))
         self.format: str = self.descriptor.name
         self.hdf5_cache_bytes = int(hdf5_cache_bytes)
@@ -183,7 +206,7 @@ class Dataset(Batches):
 
     def select(self, columns: list[str] | str) -> Dataset:
         """The same dataset with only ``columns``."""
-        return Dataset(self.path, self.manifest, columns, hdf5_cache_bytes=self.hdf5_cache_bytes)
+        return Dataset(self.path, self.manifest, columns, hdf5_cache_bytes=self.hdf5_cache_bytes, remote=self.remote)
 
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
@@ -200,13 +223,21 @@ class Dataset(Batches):
     def _check_files(self) -> None:
         """Every file of every part there at its manifest size, and no part declaring counts its
         files cannot hold (:meth:`~.formats.base.OutputFormat.count_problem`): what the loaders
-        size from the rows (block lists, windows, permutations) is bounded by the bytes on disk."""
+        size from the rows (block lists, windows, permutations) is bounded by the bytes on disk
+        (a remote dataset's files were checked against a listing of the store: ``open_remote``)."""
         for g in self.groups:
             for p in g.parts:
                 sizes, entries = [], []
                 for rel in p.files:
                     info = self._file_info.get(rel)
                     full = child_path(self.path, rel)
+                    if self.remote is not None:
+                        rf = self.remote.files.get(rel)
+                        if rf is None:
+                            raise DatasetError(f"{full}: a part's file the manifest does not list", hint=mf.EDITED)
+                        sizes.append(rf.size)
+                        entries.append(info or {})
+                        continue
                     try:
                         size = os.stat(full).st_size
                     except OSError:

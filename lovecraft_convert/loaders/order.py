@@ -26,9 +26,16 @@ import numpy as np
 
 from ..runtime.readahead import prefetch
 from ..schema import Batch, VarColumn
-from .common import Group, Parts, Permutation, text_as_objects
+from .common import Group, Parts, Permutation, take_rows_of, text_arrays, text_as_objects
 
 CHUNK_BYTES = 8 << 20  # rows read per call when reading in order: large contiguous reads
+GATHER_BYTES = 2 << 20  # rows of a window gathered at once (in the window's bytes), then sliced into batches
+
+
+def chunk_bytes(ds: Parts) -> int:
+    """:data:`CHUNK_BYTES`, or less for a dataset read through a small cache (storage/dataset.py)."""
+    remote = getattr(ds, "remote", None)
+    return CHUNK_BYTES if remote is None else min(CHUNK_BYTES, remote.read_bytes)
 
 
 class Wanted:
@@ -54,9 +61,15 @@ class Wanted:
 ALL = Wanted(0, 1, 0, 1)
 
 
-def gather(b: Batch, idx: np.ndarray) -> Batch:
-    """Rows ``idx`` of ``b`` (np.take for arrays: faster than fancy indexing)."""
-    cols = {k: c.take(idx) if isinstance(c, VarColumn) else np.take(c, idx, axis=0) for k, c in b.columns.items()}
+def gather(b: Batch, idx: np.ndarray, text: dict | None = None) -> Batch:
+    """Rows ``idx`` of ``b`` (np.take for arrays: faster than fancy indexing); the columns in
+    ``text`` (Arrow arrays of :func:`.common.text_arrays`) as object arrays of their rows."""
+    cols = {}
+    for k, c in b.columns.items():
+        if text and k in text:
+            cols[k] = take_rows_of(text[k], idx)
+        else:
+            cols[k] = c.take(idx) if isinstance(c, VarColumn) else np.take(c, idx, axis=0)
     return Batch(cols, len(idx))
 
 
@@ -102,7 +115,7 @@ class RangeCursor(Cursor):
 
     def __init__(self, ds: Parts, g: Group, wanted: Wanted, row_bytes: int) -> None:
         self.ds, self.g = ds, g
-        self.chunk = max(1, CHUNK_BYTES // row_bytes) if wanted.everything else 0
+        self.chunk = max(1, chunk_bytes(ds) // row_bytes) if wanted.everything else 0
         self.buf: Batch | None = None
         self.lo = self.hi = 0
 
@@ -127,7 +140,7 @@ class StreamCursor(Cursor):
 
     def __init__(self, ds: Parts, g: Group, row_bytes: int, background: bool) -> None:
         self.ds, self.g = ds, g
-        self.chunk = max(1, CHUNK_BYTES // row_bytes)
+        self.chunk = max(1, chunk_bytes(ds) // row_bytes)
         self.background = background
         self.it: Iterator[Batch] | None = None
         self.buf: Batch | None = None
@@ -204,16 +217,29 @@ class BlockLayout:
 
 
 class Window:
-    """The rows of one window a reader asks for, decoded, and the window's permutation."""
+    """The rows of one window a reader asks for, decoded, and the window's permutation. A reader
+    that wants every position is served from runs of :data:`GATHER_BYTES` of them, gathered at
+    once and sliced (one gather and one Arrow take per column for many batches)."""
 
-    __slots__ = ("index", "lo", "hi", "perm", "batch", "where")
+    __slots__ = ("index", "lo", "hi", "perm", "batch", "where", "text", "run", "run_lo", "run_hi", "run_rows")
 
-    def __init__(self, index: int, lo: int, hi: int, perm: np.ndarray, batch: Batch, where: np.ndarray | None):
+    def __init__(
+        self, index: int, lo: int, hi: int, perm: np.ndarray, batch: Batch, where: np.ndarray | None, text: dict
+    ) -> None:
         self.index, self.lo, self.hi, self.perm, self.batch, self.where = index, lo, hi, perm, batch, where
+        self.text = text
+        self.run: Batch | None = None
+        self.run_lo = self.run_hi = lo
+        self.run_rows = max(1, GATHER_BYTES * batch.num_rows // max(1, batch.nbytes))
 
     def rows(self, lo: int, hi: int) -> Batch:
-        local = self.perm[lo - self.lo : hi - self.lo]
-        return gather(self.batch, local if self.where is None else self.where[local])
+        if self.where is not None:  # some positions only: those asked for, one batch at a time
+            local = self.perm[lo - self.lo : hi - self.lo]
+            return gather(self.batch, self.where[local], self.text)
+        if not (self.run_lo <= lo and hi <= self.run_hi):
+            self.run_lo, self.run_hi = lo, min(self.hi, max(hi, lo + self.run_rows))
+            self.run = gather(self.batch, self.perm[lo - self.lo : self.run_hi - self.lo], self.text)
+        return self.run.slice(lo - self.run_lo, hi - self.run_lo)
 
 
 class BlockCursor(Cursor):
@@ -267,8 +293,9 @@ class BlockCursor(Cursor):
             i = k
         batch = pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
         # text stays as bytes and offsets here (its objects would take several times the bytes the
-        # window is sized by); each batch's are made as it goes out
-        return Window(w, lo, hi, perm, batch, where)
+        # window is sized by), seen by Arrow (UTF-8 checked here, in the builder's thread); each
+        # batch's objects are made as it goes out, with one Arrow take per column
+        return Window(w, lo, hi, perm, batch, where, text_arrays(batch, self.g.schema))
 
     def _windows(self, first: int) -> Iterator[Window]:
         for w in range(first, self.layout.windows):

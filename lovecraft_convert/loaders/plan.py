@@ -25,6 +25,7 @@ from ..errors import DatasetError
 from ..schema import FIXED, Batch, row_nbytes
 from .buckets import BucketEmitter
 from .common import Group, Parts, Permutation, convert_column, target_dtype
+from .fetch import attach, list_blocks
 from .order import ALL, BlockCursor, BlockLayout, Cursor, ExactCursor, RangeCursor, StreamCursor, Wanted
 
 SHUFFLE_BUFFER_BYTES = 64 << 20  # a window of the block order (shared by the buckets read at once)
@@ -233,9 +234,9 @@ class Plan:
                 k, t = int(seq[m]), int(occ[m])
                 g = groups[k]
                 cur = cursors.get(k)
-                if cur is None:
-                    cur = cursors[k] = self.cursor(g, epoch, ALL, background=False)
                 lo = t * bs
+                if cur is None:  # from its first row read (nothing before it is asked for)
+                    cur = cursors[k] = self.cursor(g, epoch, Wanted(lo, 1, 0, 1) if lo else ALL, background=False)
                 yield g, cur.rows(lo, min(g.rows, lo + bs)), min(total, m - j + n)
         finally:
             for c in cursors.values():
@@ -255,14 +256,17 @@ class Plan:
         readers or ``source``'s."""
         ds = self.ds if source is None else source
         if self.mode == "exact":
-            return ExactCursor(ds, g, self.permutation(g, epoch))
-        if self.mode == "blocks":
+            c: Cursor = ExactCursor(ds, g, self.permutation(g, epoch))
+        elif self.mode == "blocks":
+            list_blocks(ds, g)  # a remote dataset's footers, fetched at once
             layout = BlockLayout(ds, g, self.rng(epoch, 0, g.index), self.shuffle_buffer)
             key = (self.seed or 0, epoch, 3, g.index)
-            return BlockCursor(ds, g, layout, key, wanted, background)
-        if self.ds.random_access:
-            return RangeCursor(ds, g, wanted, self.row_bytes(g))
-        return StreamCursor(ds, g, self.row_bytes(g), background)
+            c = BlockCursor(ds, g, layout, key, wanted, background)
+        elif self.ds.random_access:
+            c = RangeCursor(ds, g, wanted, self.row_bytes(g))
+        else:
+            c = StreamCursor(ds, g, self.row_bytes(g), background)
+        return attach(self.ds, g, c, wanted.start)  # a remote dataset's: what it reads, fetched ahead
 
     @staticmethod
     def row_bytes(g: Group) -> int:

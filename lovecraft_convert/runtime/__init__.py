@@ -5,7 +5,8 @@
 * :mod:`.readahead`: an iterator read in a thread of its own, boundedly ahead;
 * :mod:`.hashing`: the hashes a manifest records (BLAKE3, SHA-256) and hashing a file;
 * :mod:`.durable`: the hashing writer (direct I/O, fsync before a file counts), fsyncs of many
-  files at once, preallocation.
+  files at once, preallocation;
+* :mod:`.clock`: where a unit's time goes (seconds waiting on the object store, by kind).
 
 Every layer above may use these (inputs read ahead, storage uploads under interrupts and hashes,
 formats write durably); this layer imports nothing of the package but its errors and helpers

@@ -9,6 +9,8 @@ read (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, `
 
 from __future__ import annotations
 
+import os
+
 from .uri import REMOTE_SCHEMES, child_path, is_remote, join, local_path, scheme_of, split
 
 __all__ = ["REMOTE_SCHEMES", "child_path", "is_remote", "join", "local_path", "scheme_of", "split"]
@@ -23,8 +25,14 @@ def store_for(uri: str):
 
 def open_input(path: str, buffering: int = -1, readahead: int = 8 << 20):
     """A readable, seekable binary file of ``path`` (``open(path, "rb", buffering)`` alike): the
-    local file, or ranged reads of the object (``buffering=0``: the raw file)."""
+    local file; a file of a remote dataset opened for reading through the node's cache
+    (:mod:`.remote`); or ranged reads of the object (``buffering=0``: the raw file)."""
     if is_remote(path):
+        from .remote import registered
+
+        rf = registered(path)
+        if rf is not None:
+            return rf.open(buffering)
         import io
 
         from .rangefile import RangeFile
@@ -32,6 +40,23 @@ def open_input(path: str, buffering: int = -1, readahead: int = 8 << 20):
         raw = RangeFile(path, readahead=readahead)
         return raw if buffering == 0 else io.BufferedReader(raw, buffer_size=1 << 20)
     return open(local_path(path), "rb", buffering=buffering)  # noqa: SIM115 - the caller closes it
+
+
+def input_size(path: str) -> int:
+    """The size of ``path``: a local file, a file of a remote dataset (its manifest's), an object."""
+    if is_remote(path):
+        from .remote import registered
+
+        rf = registered(path)
+        if rf is not None:
+            return rf.size
+        size = store_for(path).size(split(path)[2])
+        if size is None:
+            from .base import StorageError
+
+            raise StorageError(f"{path}: no such object", hint="check the path")
+        return size
+    return os.path.getsize(local_path(path))
 
 
 def list_matches(uri: str) -> list[tuple[str, int]]:

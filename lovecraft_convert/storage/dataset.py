@@ -1,19 +1,16 @@
-"""Reading a dataset on an object store: its manifest, its stray objects, and a local copy.
+"""Reading a dataset on an object store: its manifest, its stray objects, and its files read
+through the node's cache (:class:`RemoteDataset`).
 
-The format readers need local files (NumPy memory maps, HDF5's own I/O), so ``open_dataset`` of a
-URI first copies the files its manifest names into a local cache (``LOVECRAFT_CACHE``, default
-``~/.cache/lovecraft``), checking each one's size and digest on the way, and opens the copy;
-a copy is made once per committed manifest (the cache key includes the manifest's digest), so
-re-opening is free and a new commit to the same prefix gets a new copy.
+``open_dataset`` of a URI reads the manifest and lists the prefix (every file there, of the
+manifest's size), and nothing else: the loaders bring the files' bytes into the bounded cache
+(:mod:`.cache`) in the order they read them (:mod:`.prefetch`), a little ahead, and the format
+readers read them from there (:mod:`.remote`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 
 from .. import manifest as mf
 from ..errors import DatasetError
@@ -130,12 +127,110 @@ def listed_files(m: dict) -> dict[str, dict]:
     return out
 
 
-def cache_root() -> str:
-    return os.environ.get("LOVECRAFT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lovecraft")
+class RemoteDataset:
+    """A committed dataset on a store, read through the node's :class:`~.cache.Cache`: a
+    :class:`~.remote.RemoteFile` per file its manifest names (registered, so the format readers
+    open them by URI), and the prefetches of the loaders reading it (``sessions``).
+
+    ``ranged``: None (whole files where a reader reads a file through and it is no larger than
+    :attr:`whole_max`; otherwise the byte ranges of the blocks read), False (whole files only,
+    each checked against its digest before use; a file larger than the limit is refused)."""
+
+    def __init__(self, uri: str, manifest: dict, cache, ranged: bool | None = None) -> None:
+        from .remote import RemoteFile, Sessions, register
+        from .uri import child_path
+
+        if ranged not in (None, False, True):
+            raise DatasetError(f"ranged={ranged!r}: use None (automatic), False (whole files) or True")
+        self.uri, self.cache, self.ranged = uri, cache, ranged
+        self.sessions = Sessions()
+        self.listed: set[tuple[int, int]] = set()  # (process, group) whose parts' blocks are listed
+        self.files: dict[str, RemoteFile] = {}
+        for rel, entry in listed_files(manifest).items():
+            alg, hexd = mf.file_digest(entry)
+            self.files[rel] = RemoteFile(
+                child_path(uri, rel), int(entry.get("bytes", 0)), (alg, hexd) if alg else None, cache, self.sessions
+            )
+        for f in self.files.values():
+            f.whole_only = ranged is False
+        self.by_uri = {f.uri: f for f in self.files.values()}
+        register(list(self.files.values()))
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "sessions"}
+
+    def __setstate__(self, d: dict) -> None:  # in a DataLoader worker: the files registered there too
+        from .remote import Sessions, register
+
+        self.__dict__.update(d)
+        self.sessions = Sessions()
+        for f in self.files.values():
+            f.sessions = self.sessions
+        register(list(self.files.values()))
+
+    @property
+    def limit(self) -> int:
+        return self.cache.limit
+
+    @property
+    def whole_max(self) -> int:
+        """The largest file fetched whole for a reader that reads it through (an eighth of the
+        limit: the file read, the next ones, and other readers' fit)."""
+        return self.limit if self.ranged is False else self.limit // 8
+
+    @property
+    def read_bytes(self) -> int:
+        """What a loader reading in order reads at a time (its chunks): at most 1/16 of the limit,
+        so that what it reads at once, and the read-ahead, stay in the cache together."""
+        return max(64 << 10, self.limit // 16)
+
+    @property
+    def piece_bytes(self) -> int:
+        """The size of the ranges a large file read through is fetched in: 1/16 of the limit, at
+        most 64 MiB (and at least 64 KiB, or a quarter of a smaller limit)."""
+        return min(64 << 20, max(min(64 << 10, self.limit // 4), self.limit // 16))
+
+    def file(self, uri: str):
+        """The :class:`~.remote.RemoteFile` of ``uri`` (a file of this dataset)."""
+        return self.by_uri[uri]
+
+    def prefetch(self, pieces, *, keep_all: bool = False):
+        """A :class:`~.prefetch.Prefetcher` of ``pieces`` for one reader, serving this dataset's
+        reads while it lives (``stop`` it when the reader is done)."""
+        from .prefetch import Prefetcher
+
+        if keep_all:
+            pieces = list(pieces)
+            pf = Prefetcher(
+                self.cache,
+                pieces,
+                ahead_bytes=sum(p.nbytes for p in pieces) + 1,
+                ahead_pieces=len(pieces) + 1,
+                advance=False,
+                threads=self.cache.threads,
+            )
+        else:
+            pf = Prefetcher(
+                self.cache, pieces, ahead_bytes=max(self.piece_bytes, self.limit // 4), behind_bytes=self.limit // 8
+            )
+        self.sessions.add(pf)
+        return pf
+
+    def stop(self, pf) -> None:
+        self.sessions.remove(pf)
+        pf.close()
 
 
-def local_copy(uri: str) -> str:
-    """A local directory holding the committed dataset at ``uri`` (copied once, checked)."""
+def open_remote(
+    uri: str, cache_dir: str | None = None, cache_limit: int | str | None = None, ranged: bool | None = None
+) -> tuple[dict, RemoteDataset]:
+    """The manifest of the committed dataset at ``uri`` (checked, and its files' sizes against a
+    listing of the store) and the dataset read through the cache in ``cache_dir`` of
+    ``cache_limit`` bytes (defaults: ``LOVECRAFT_CACHE`` or ``~/.cache/lovecraft``, and
+    ``LOVECRAFT_CACHE_LIMIT`` or 4 GiB). Nothing is downloaded but the manifest."""
+    from .base import StorageError, named
+    from .cache import cache_at
+
     uri = uri.rstrip("/")
     data = manifest_bytes(uri)
     if data is None:
@@ -148,31 +243,23 @@ def local_copy(uri: str) -> str:
         raise DatasetError(f"{uri}/{mf.MANIFEST_NAME}: unreadable manifest", hint="re-create the dataset")
     mf.check(m, f"{uri}/{mf.MANIFEST_NAME}")
     mf.check_shape(m, f"{uri}/{mf.MANIFEST_NAME}")
-    digest = hashlib.sha256(uri.encode() + b"\0" + data).hexdigest()[:24]
-    root = os.path.join(cache_root(), digest)
-    if os.path.isfile(os.path.join(root, mf.MANIFEST_NAME)):
-        return root
-    os.makedirs(cache_root(), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{digest}.tmp-", dir=cache_root())
+    files = listed_files(m)
     try:
-        for rel, entry in listed_files(m).items():
-            n, got = download(uri, rel, os.path.join(tmp, *rel.split("/")), entry)
-            alg, want = mf.file_digest(entry)
-            if n != entry.get("bytes") or got != want:
-                raise DatasetError(
-                    f"{uri}/{rel}: {n} bytes, {alg} {got}; the manifest says {entry.get('bytes')} bytes, {want}",
-                    hint="the object was changed; run `lovecraft verify` on the dataset or re-create it",
-                )
-        with open(os.path.join(tmp, mf.MANIFEST_NAME), "wb") as f:
-            f.write(data)
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another process made the same copy first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return root
+        have = sizes(uri)
+    except StorageError as e:
+        raise named(e, uri) from None
+    for rel, entry in files.items():
+        size = have.get(rel)
+        if size is None:
+            raise DatasetError(
+                f"{uri}/{rel}: listed in the manifest but missing", hint="the dataset is incomplete; re-create it"
+            )
+        if "bytes" in entry and int(entry["bytes"]) != size:
+            raise DatasetError(
+                f"{uri}/{rel}: {size} bytes on the store, the manifest says {entry['bytes']}",
+                hint="the object was changed; run `lovecraft verify` on the dataset or re-create it",
+            )
+    return m, RemoteDataset(uri, m, cache_at(cache_dir, cache_limit), ranged)
 
 
 def copy_for_verify(uri: str, into: str) -> None:

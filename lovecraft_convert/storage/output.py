@@ -18,10 +18,12 @@ An object store has no directory rename and no lock, so the manifest object is t
 4. A resumable run (``shard``, ``bucket``) records ``<out>/_partial.json`` (its run id) first and
    keeps its plan, journal and upload records beside its data, under ``run-<id>/_resume/``
    (:func:`~.stream.mirror`); a later ``--resume``, on this machine or another, rebuilds its
-   local state from them and continues the same run id (only the spill frames of phase 1 are
-   local: parts whose frames are missing are read again). ``--overwrite`` deletes the dead run's
+   local state from them and continues the same run id (the spill frames of phase 1 are local,
+   and parts whose frames are missing are read again, unless the units put them on the store,
+   ``run-<id>/_spill/``, as units on Ray do: engine/units.py). ``--overwrite`` deletes the dead run's
    objects and unfinished uploads, and anything else is refused naming the unfinished run.
-   ``_resume/`` is deleted after the commit. A run killed after its commit but before that leaves
+   ``_resume/`` and ``_spill/`` are deleted after the commit, and uploads of the run still open
+   (a killed unit's) are aborted. A run killed after its commit but before that leaves
    ``_partial.json`` naming the committed run: it is taken for what it is (never for a dead run
    whose objects may be deleted), and ``--resume`` removes it with the ``_resume/`` state.
 
@@ -48,13 +50,14 @@ import shutil
 
 from .. import manifest as mf
 from ..errors import OutputError
+from ..runtime.clock import timed
 from ..runtime.interrupts import committed, held
 from . import locks
 from .base import PreconditionFailed, part_cap, part_size
 from .overlap import check_remote
 from .scratch import PARTIAL, claim, new_dir, release, scratch_root, sweep
 from .stores import get_store as store_for
-from .stream import MARKER, RESUME, UPLOADED, record, restore, target, uploaded
+from .stream import MARKER, RESUME, SPILL_OBJECTS, UPLOADED, record, restore, target, uploaded
 from .uri import split
 
 
@@ -290,10 +293,11 @@ class RemoteOutputDir:
             self.done = True
             manifest.clear()
             manifest.update(final)
+            # the run's scratch on the store goes before _partial.json, which names the run until
+            # then: a run killed meanwhile is cleaned by the next (clear_committed_state)
+            drop_run_scratch(self.store, self.key(self.run + "/"))
             if self.resumable:
                 self.store.delete([self.key(PARTIAL)])
-                state = self.key(f"{self.run}/{RESUME}/")
-                self.store.delete([k for k, _ in self.store.list(state)])
             if self.old_run is not None and self.old_run != self.run:
                 self.store.abort_uploads(self.key(self.old_run + "/"))
             self.remove_strays()
@@ -341,7 +345,8 @@ def upload_unit(work: str, records: list) -> None:
         local = os.path.join(work, *r.path.split("/"))
         if not os.path.exists(local):  # streamed as it was written
             continue
-        nbytes, digest = store.upload(local, where["prefix"] + r.path, part=where["part"], hash=r.hash)
+        with timed("upload"):
+            nbytes, digest = store.upload(local, where["prefix"] + r.path, part=where["part"], hash=r.hash)
         if nbytes != r.bytes or digest != r.digest:
             raise OutputError(
                 f"{where['uri']}/{where['run']}/{r.path}: the uploaded bytes differ from those written",
@@ -354,7 +359,7 @@ def upload_unit(work: str, records: list) -> None:
 def clear_committed_state(uri: str, m: dict) -> None:
     """Remove what a resumable run killed between its commit and its cleanup left on the store:
     the ``_partial.json`` naming the run the manifest ``m`` commits, and that run's ``_resume/``
-    state (``--resume`` of a finished run does this: nothing else is left to do)."""
+    state and ``_spill/`` frames (``--resume`` of a finished run does this: nothing else is left to do)."""
     run = run_of(m)
     if run is None:
         return
@@ -366,11 +371,20 @@ def clear_committed_state(uri: str, m: dict) -> None:
         named = json.loads(data).get("run") if data is not None else None
     except (ValueError, AttributeError):
         named = None
+    drop_run_scratch(store, f"{prefix}{run}/")
     if named == run:
         store.delete([prefix + PARTIAL])
-    state = [k for k, _ in store.list(f"{prefix}{run}/{RESUME}/")]
-    if state:
-        store.delete(state)
+
+
+def drop_run_scratch(store, run_prefix: str) -> None:
+    """Delete what a committed run kept beside its data while it ran (the ``_resume/`` state, the
+    ``_spill/`` frames units handed each other) and abort its uploads still open (every unit is
+    done: such an upload is one a killed unit left)."""
+    for sub in (RESUME, SPILL_OBJECTS):
+        keys = [k for k, _ in store.list(f"{run_prefix}{sub}/")]
+        if keys:
+            store.delete(keys)
+    store.abort_uploads(run_prefix)
 
 
 def _run_here(work: str) -> str | None:

@@ -16,7 +16,20 @@ from typing import Any
 class RangeFile(io.RawIOBase):
     FIRST = 256 << 10  # the first GET after a seek; each one continuing where the last ended doubles
 
-    def __init__(self, uri: str, *, start: int = 0, end: int | None = None, readahead: int = 8 << 20) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        readahead: int = 8 << 20,
+        size: int | None = None,
+        first: int | None = None,
+        kind: str = "read",
+    ) -> None:
+        """``size``: the object's size when it is known (no request to ask it); ``first``: the
+        span of the first GET after a seek (default :data:`FIRST`); ``kind``: what the seconds
+        spent waiting count as in the unit's time split (:mod:`~lovecraft_convert.runtime.clock`)."""
         from .stores import get_store as store_for
         from .uri import split
 
@@ -24,7 +37,8 @@ class RangeFile(io.RawIOBase):
         self.name = uri
         self.store = store_for(uri)
         self.key = split(uri)[2]
-        size = self.store.size(self.key)
+        if size is None:
+            size = self.store.size(self.key)
         if size is None:
             from .base import StorageError
 
@@ -32,9 +46,12 @@ class RangeFile(io.RawIOBase):
         self.size = size
         self.start = start
         self.end = size if end is None else min(end, size)
+        self.length = self.end - self.start  # what a reader of the range sees as its file's size
         self.pos = start
         self.readahead = readahead
-        self._span = min(readahead, self.FIRST)
+        self.first = self.FIRST if first is None else first
+        self.kind = kind
+        self._span = min(readahead, self.first)
         self._body: Any = None
         self._body_pos = -1
         self._body_end = -1
@@ -67,6 +84,12 @@ class RangeFile(io.RawIOBase):
         self._body = None
 
     def readinto(self, b) -> int:
+        from ..runtime.clock import timed
+
+        with timed(self.kind):
+            return self._readinto(b)
+
+    def _readinto(self, b) -> int:
         mv = memoryview(b).cast("B")
         want = min(len(mv), self.end - self.pos)
         if want <= 0:
@@ -78,7 +101,7 @@ class RangeFile(io.RawIOBase):
                 # A GET covers what is read next, not the rest of the object: small after a seek (a
                 # reader that seeks about, cutting parts or reading footers, opens short requests),
                 # doubling while reading goes on where the last one ended, up to the read-ahead.
-                self._span = min(self.readahead, self._span * 2) if sequential else min(self.readahead, self.FIRST)
+                self._span = min(self.readahead, self._span * 2) if sequential else min(self.readahead, self.first)
                 stop = min(self.end, self.pos + max(want, self._span))
                 self._body = self.store.open_body(self.key, self.pos, stop)
                 self._body_pos = self.pos

@@ -6,8 +6,9 @@ file ``<dir>.lock`` beside it (:mod:`.locks`), taken before the directory is mad
 it is. A directory whose lock nobody holds belongs to a run that is gone (killed, or a machine
 that lost power), and :func:`sweep`, called as a run starts, removes it:
 
-* a one-shot run's ``<output>.tmp-<hex>`` and a verify's ``verify-<hex>``, always (they are never
-  reused);
+* a one-shot run's ``<output>.tmp-<hex>``, a verify's ``verify-<hex>`` and a unit's ``unit-<hex>``
+  (a unit of a run whose units share nothing with its driver: the Ray engine writing to a store),
+  always (they are never reused);
 * a resumable run's ``<output>.partial`` only when that run can no longer be resumed: the store's
   ``_partial.json`` under the output the directory's marker names no longer names its run (the
   run committed, was replaced, or was removed). While it does, the directory is kept for
@@ -32,6 +33,7 @@ from . import locks
 
 TRASH = ".trash-"
 LOCK = ".lock"
+UNIT = "unit-"  # the private directory of one unit on a node (engine/units.py)
 PARTIAL = "_partial.json"  # under a resumable run's output on the store: the run id it continues
 
 
@@ -91,7 +93,7 @@ def sweep(still_open=None) -> None:
         elif name.endswith(LOCK):
             if not os.path.lexists(full[: -len(LOCK)]):
                 _drop_orphan_lock(full)
-        elif os.path.isdir(full) and (".tmp-" in name or name.startswith("verify-")):
+        elif os.path.isdir(full) and (".tmp-" in name or name.startswith(("verify-", UNIT))):
             _remove_if_dead(full, None)
         elif os.path.isdir(full) and name.endswith(".partial") and not _held(full + LOCK):
             run = _marked_run(full)  # read unlocked: its run only writes it as it starts

@@ -19,12 +19,14 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from ..runtime.clock import timed
 from .stores import get_store
 from .uri import split
 
 MARKER = "_remote.json"  # in the local work directory: where the run's files go
 UPLOADED = "_uploaded"  # in the local work directory: one record per file already on the store
 RESUME = "_resume"  # beside the run's data objects: the state --resume needs
+SPILL_OBJECTS = "_spill"  # beside the run's data objects: spill frames units hand each other (Ray engine)
 JOURNAL_DIR = "journal"  # under RESUME: one object per journal entry, j<seq>.json
 
 
@@ -61,10 +63,12 @@ class StreamedFile:
         self.out = store.open_writer(where["prefix"] + self.rel, part=where["part"], cap=where.get("cap"))
 
     def write(self, data) -> None:
-        self.out.write(data)
+        with timed("upload"):  # waits for parts going up count as the unit's upload time
+            self.out.write(data)
 
     def close(self, nbytes: int, digest: str) -> None:
-        self.out.close()  # the object appears now (an upload that fails is aborted)
+        with timed("upload"):
+            self.out.close()  # the object appears now (an upload that fails is aborted)
         record(self.work, self.rel, nbytes, digest)
 
     def abort(self) -> None:
@@ -76,6 +80,11 @@ def open_stream(path: str) -> StreamedFile | None:
     its bytes there as they come instead of to local scratch; None for a local run."""
     where = target(_work_of(path)[0])
     return None if where is None else StreamedFile(path, where)
+
+
+def streams(path: str) -> bool:
+    """Would the file ``path`` go to an object store as it is written (:func:`open_stream`)? Opens nothing."""
+    return target(_work_of(path)[0]) is not None
 
 
 def move_streamed(src: str, dst: str) -> None:
@@ -101,15 +110,45 @@ def _record_path(work: str, rel: str) -> str:
     return os.path.join(work, UPLOADED, _record_name(rel))
 
 
-def record(work: str, rel: str, nbytes: int, digest: str | None) -> None:
-    """Record that the file ``rel`` of ``work`` is on the store with these bytes and digest."""
+def record(work: str, rel: str, nbytes: int, digest: str | None, *, mirrored: bool = True) -> None:
+    """Record that the file ``rel`` of ``work`` is on the store with these bytes and digest (and
+    keep the record beside the run's data for ``--resume``, unless ``mirrored`` is False: a unit
+    that ran elsewhere kept it there already)."""
     os.makedirs(os.path.join(work, UPLOADED), exist_ok=True)
     path = _record_path(work, rel)
     body = json.dumps({"bytes": nbytes, "digest": digest})
     with open(path + ".tmp", "w") as f:
         f.write(body)
     os.rename(path + ".tmp", path)
-    mirror(work, f"{UPLOADED}/{_record_name(rel)}", body.encode())
+    if mirrored:
+        mirror(work, f"{UPLOADED}/{_record_name(rel)}", body.encode())
+
+
+def records(work: str) -> dict[str, list]:
+    """Every upload record of ``work``: relative path -> [bytes, digest] (what a unit that ran in
+    a directory of its own hands to the driver in its fragment)."""
+    out: dict[str, list] = {}
+    folder = os.path.join(work, UPLOADED)
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".json"):
+            rel = name[: -len(".json")].replace("%2F", "/")
+            nbytes, digest = uploaded(work, rel)
+            if nbytes >= 0:
+                out[rel] = [nbytes, digest]
+    return out
+
+
+def drop_uploaded(work: str, rel: str) -> None:
+    """Remove a file a unit uploaded, and its record (a trial shard of ``--shard-size``)."""
+    where = target(work)
+    if where is None:
+        return
+    get_store(where["uri"]).delete([where["prefix"] + rel])
+    try:
+        os.unlink(_record_path(work, rel))
+    except FileNotFoundError:
+        pass
+    mirror(work, f"{UPLOADED}/{_record_name(rel)}", None)
 
 
 def uploaded(work: str, rel: str) -> tuple[int, str | None]:

@@ -539,6 +539,14 @@ _OPTION_TYPES = {
     "column": (str, type(None)),
     "eos": (str, int, type(None)),
     "bos": (str, int, type(None)),
+    # the files inputs': decoded columns and joined sidecars are read again as they were written
+    "decode": (str, type(None)),
+    "image_size": (str, list, type(None)),
+    "resize": (str,),
+    "image_mode": (str, type(None)),
+    "sample_rate": (int, type(None)),
+    "metadata": (str, type(None)),
+    "on_bad_file": (str,),
 }
 TOKEN_OPTIONS = ("tokenizer", "column", "eos", "bos")
 

@@ -24,7 +24,7 @@ ZST = zstandard.ZstdCompressor().compress(b"hello\n" * 10000)
 
 CASES = {
     "missing file": (None, "nope.csv", [], "Error: {d}/nope.csv: no such file; check the path"),
-    "unknown input format": (b"a,b\n", "data.weird", [], "Error: {d}/data.weird: cannot tell the input format from its name or content; pass --input-format text, csv, jsonl, json, npy, npz, hdf5, parquet, arrow, hf or dataset"),
+    "unknown input format": (b"a,b\n", "data.weird", [], "Error: {d}/data.weird: cannot tell the input format from its name or content; pass --input-format text, csv, jsonl, json, npy, npz, hdf5, parquet, arrow, hf, dataset, files or webdataset"),
     "ragged csv row": (b"a,b\n1,2\n3\n5,6\n", "r.csv", [], "Error: {d}/r.csv, row 2 (line 3): expected 2 fields, found 1; fix the row (is a quote unbalanced or a delimiter missing?)"),
     "non-numeric value in a numeric column": (b"a,b\n1,2\n3,abc\n", "n.csv", ["--column-type", "b=float32"], "Error: {d}/n.csv, row 2 (line 3), column 'b': 'abc' is not a valid float32; fix the value or choose another --column-type"),
     "empty csv": (b"", "e.csv", [], "Error: {d}/e.csv: empty input (no header, no rows); check the file"),
@@ -38,7 +38,7 @@ CASES = {
     "truncated gzip": (GZ[: len(GZ) // 2], "t.csv.gz", [], "Error: {d}/t.csv.gz: truncated gzip stream after 24 compressed bytes (Compressed file ended before the end-of-stream marker was reached); re-create or re-download the file"),
     "truncated zstd": (ZST[: len(ZST) // 2], "t.txt.zst", [], "Error: {d}/t.txt.zst: truncated zstd stream (ends inside a frame); re-create or re-download the file"),
     "--skip-rows past the end": (b"meta\na,b\n", "s.csv", ["--skip-rows", "3"], "Error: {d}/s.csv: --skip-rows 3 skips past the end of the input (it has 2 lines); check --skip-rows"),
-    "directory as input": ("dir", "adir", [], "Error: {d}/adir: is a directory, not a file; pass the files inside it, e.g. a glob like dir/*.csv"),
+    "empty directory as input": ("dir", "adir", [], "Error: {d}/adir: holds no files; check the path"),
     "float16 overflow": (_npy(np.array([1.0, 7e4], dtype=np.float32)), "big.npy", ["--dtype", "float16"], "Error: {d}/big.npy, row 2, column 'big': value 70000.0 overflows float16 (max 65504.0); scale the data, keep a wider type, or pass --on-overflow clip"),
     "npy files of unequal length": ("two", "x.npy", [], "Error: inputs have different numbers of rows ({d}/x.npy: 3, {d}/y.npy: 2); give .npy files of equal length"),
 }  # fmt: skip

@@ -57,6 +57,35 @@ def test_conversions_do_not_import_pandas(tmp_path):
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
 
 
+def test_parquet_inputs_do_not_import_pandas(tmp_path):
+    """Parquet columns of numbers (with and without nulls), fixed-size lists, lists and binary are
+    converted from their Arrow buffers: a shard worker used to import pandas (~1.5 s) for them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "i": pa.array([1, 2, 3], pa.int64()),
+            "f": pa.array([0.5, None, 2.0]),
+            "v": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], pa.float32()), 2),
+            "s": pa.array([[1], [], [2, 3]], pa.list_(pa.int32())),
+            "b": pa.array([b"x", b"", b"yz"]),
+        }
+    )
+    pq.write_table(table, tmp_path / "d.parquet")
+    code = (
+        "import sys, importlib.util\n"
+        "assert importlib.util.find_spec('pandas') is not None, 'pandas not installed: nothing to check'\n"
+        "import lovecraft_convert as lc\n"
+        "d = sys.argv[1]\n"
+        "for fmt in ('parquet', 'mds', 'litdata', 'webdataset'):\n"
+        "    lc.convert(d + '/d.parquet', d + '/o-' + fmt, to=fmt, progress=False)\n"
+        "    assert lc.verify(d + '/o-' + fmt).ok\n"
+        "assert 'pandas' not in sys.modules, 'pandas imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+
+
 def test_dir_lists_the_lazy_api():
     """``dir(lovecraft_convert)`` (and so editors and ``help()``) lists ``open_dataset`` and every
     name of ``__all__``, each of which resolves; listing them imports nothing heavy."""

@@ -372,7 +372,7 @@ CASES: dict[str, Case] = {
     "xz truncated": Case(_file("t.csv.xz", XZ[: len(XZ) // 2]), "hdf5", f"Error: {{d}}/t.csv.xz: truncated xz stream after {len(XZ) // 2} compressed bytes {EOS}; {REDOWNLOAD}"),
     "xz corrupt": Case(_file("c.csv.xz", _flip(XZ, len(XZ) // 2)), "memmap", f"Error: {{d}}/c.csv.xz: corrupt xz stream after {len(XZ)} compressed bytes (Corrupt input data); {REDOWNLOAD}"),
     # ---- paths ----
-    "directory as input": Case(_directory, "parquet", "Error: {d}/adir: is a directory, not a file; pass the files inside it, e.g. a glob like dir/*.csv", inspect="Error: {d}/adir: no _manifest.json; not a lovecraft dataset, or its writing did not finish; give the output directory of a completed `lovecraft convert`/`shard` run"),
+    "directory as input": Case(_directory, "parquet", "Error: {d}/adir: is a directory, not a file; pass the files inside it, e.g. a glob like dir/*.csv, or --input-format files to read each file as a row", inspect="Error: {d}/adir: no _manifest.json; not a lovecraft dataset, or its writing did not finish; give the output directory of a completed `lovecraft convert`/`shard` run"),
     "glob matching nothing": Case(lambda d: [os.path.join(d, "nothing*.csv")], "tfrecord", "Error: {d}/nothing*.csv: no file matches this pattern; check the glob"),
 }  # fmt: skip
 

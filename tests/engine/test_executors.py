@@ -21,7 +21,18 @@ def test_a_worker_that_cannot_see_the_work_directory_says_so(tmp_path):
         _unit(print, ("never",), None, missing)
     assert e.value.one_line().startswith(f"{missing}: the work directory is not visible on Ray node ")
     assert e.value.one_line().endswith(
-        "; the output (and its work directory) must be on storage every node reaches, e.g. a shared file system"
+        "; a local output (and its work directory) must be on storage every node reaches, e.g. a shared file "
+        "system; or write to an object store (s3://, gs://), which needs none"
+    )
+
+
+def test_a_worker_that_cannot_see_a_local_input_says_so(tmp_path):
+    missing = str(tmp_path / "inputs-not-shared")
+    with pytest.raises(OutputError) as e:
+        _unit(print, ("never",), None, "", [missing])
+    assert e.value.one_line().startswith(f"{missing}: the folder of an input is not visible on Ray node ")
+    assert e.value.one_line().endswith(
+        "; put the inputs on an object store (s3://, gs://) or on a file system every node mounts at the same path"
     )
 
 

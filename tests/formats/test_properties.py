@@ -107,7 +107,7 @@ def _assert_same_values(got, want) -> None:
     np.testing.assert_array_equal(got.view(bits)[~nan], want.view(bits)[~nan])
 
 
-@pytest.mark.parametrize("fmt", ["memmap", "hdf5", "parquet", "tfrecord"])
+@pytest.mark.parametrize("fmt", ["memmap", "hdf5", "parquet", "tfrecord", "webdataset"])
 @SETTINGS
 @given(cols=npy_columns())
 def test_npy_roundtrip(tmp_path_factory, fmt, cols):
@@ -258,7 +258,7 @@ def _expected_column(kind: str, cells: list[str], fmt: str):
     return ("string", "|u1"), cells
 
 
-@pytest.mark.parametrize("fmt", ["memmap", "hdf5", "parquet", "tfrecord"])
+@pytest.mark.parametrize("fmt", ["memmap", "hdf5", "parquet", "tfrecord", "webdataset"])
 @FEW
 @given(table=inferred_table(), big=st.integers(0, 3).map(lambda k: k == 0), newline=st.sampled_from(["\n", "\r\n"]))
 def test_csv_types_are_inferred_from_the_values(tmp_path_factory, fmt, table, big, newline):

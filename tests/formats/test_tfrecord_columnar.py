@@ -48,7 +48,8 @@ def tables(draw, min_rows: int = 1, max_rows: int = 30):
     floats64 = st.floats(allow_nan=True, allow_infinity=True)
     floats32 = st.floats(width=32, allow_nan=False)
     for j, k in enumerate(kinds):
-        name = draw(st.sampled_from(["c", "col", "a_rather_long_column_name", "é"])) + str(j)
+        long = "a_column_name_longer_than_what_one_gather_reads_of_an_entry"
+        name = draw(st.sampled_from(["c", "col", "a_rather_long_column_name", long, "é"])) + str(j)
         if k in ("text", "bin"):
             vals = [draw(TEXT).encode() if k == "text" else draw(st.binary(max_size=300)) for _ in range(n)]
             f, col = Field(name, STRING if k == "text" else BINARY, "uint8"), _var(vals, np.uint8)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from lovecraft_convert.errors import DatasetError
 from lovecraft_convert.formats.tfrecord import framing
-from lovecraft_convert.formats.tfrecord.crcspan import run_crcs_ok
+from lovecraft_convert.formats.tfrecord.crcspan import length_crcs, run_crcs_ok
 from lovecraft_convert.formats.tfrecord.framing import RecordRuns, masked_crc32c, unmask_array
 
 
@@ -98,3 +98,39 @@ def test_the_reader_takes_a_whole_run_in_one_pass(tmp_path, monkeypatch):
     got = sum(len(run) if kind == "fixed" else 1 for kind, run in RecordRuns(path, False).runs(0, n))
     assert got == n
     assert not any(size == L for size in calls)  # no data CRC computed on its own
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=50))
+def test_length_crcs_are_the_librarys_crc_of_each_header(values):
+    """The vectorised CRC32C of 8-byte lengths (a span's header check) is the library's, value by
+    value, over the whole uint64 range."""
+    got = length_crcs(np.array(values, dtype=np.uint64))
+    assert got.dtype == np.uint32
+    assert got.tolist() == [crc32c.crc32c(v.to_bytes(8, "little")) for v in values]
+
+
+@pytest.mark.parametrize("damaged_record", [0, 1, 777, 1999])
+def test_a_damaged_length_crc_among_records_of_varying_lengths_is_named(tmp_path, damaged_record):
+    """Records of many lengths (a span): a length CRC with one bit flipped names its record and byte."""
+    rng = np.random.default_rng(5)
+    datas = [rng.bytes(int(k)) for k in rng.integers(0, 300, 2000)]
+    records = [_record(d) for d in datas]
+    at = sum(len(r) for r in records[:damaged_record])
+    raw = bytearray(b"".join(records))
+    raw[at + 9] ^= 0x10
+    path = os.path.join(tmp_path, "span.tfrecord")
+    with open(path, "wb") as f:
+        f.write(raw)
+    with pytest.raises(DatasetError) as e:
+        for _ in RecordRuns(path, False).runs(0, len(datas)):
+            pass
+    assert f"record {damaged_record + 1} at byte {at}: length CRC mismatch (file is corrupt)" in str(e.value)
+    with open(path, "wb") as f:
+        f.write(b"".join(records))
+    got = [
+        bytes(r.buf[s : s + n])
+        for _, r in RecordRuns(path, False).runs(0, len(datas))
+        for s, n in zip(r.starts, r.lens, strict=True)
+    ]
+    assert got == datas

@@ -23,10 +23,12 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -90,7 +92,7 @@ SIGINT_PARAMS = [
 
 
 @pytest.fixture(scope="module")
-def big_csv(tmp_path_factory) -> str:
+def big_csv(tmp_path_factory) -> Iterator[str]:
     """~200 MB: an id, six floats and a label, 100,000 generated rows repeated (quick to write)."""
     d = tmp_path_factory.mktemp("kill_in")
     rng = np.random.default_rng(0)
@@ -104,7 +106,8 @@ def big_csv(tmp_path_factory) -> str:
         f.write(b"id,x0,x1,x2,x3,x4,x5,label\n")
         for _ in range(-(-(200 << 20) // len(data))):
             f.write(data)
-    return p
+    yield p
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _argv(case, src: str, out: str, *extra: str) -> list[str]:
@@ -139,6 +142,7 @@ def references(big_csv, tmp_path_factory):
             took = time.time() - t0
             assert r.returncode == 0, r.stderr
             cache[i] = (took, _digest(out), _manifest(out))
+            shutil.rmtree(out)  # only its digests are compared: 16 references would hold 3 GB of disk
             print(f"\nreference {_case_id(CASES[i])}: {took:.1f}s")
         return cache[i]
 

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ class Stream:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[str, str, Stream]:
+def corpus(tmp_path_factory) -> Iterator[tuple[str, str, Stream]]:
     """(the 1 GiB text file, the tokenizer.json, the expected stream)."""
     if not os.access(MEMCAP, os.X_OK):
         pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
@@ -101,7 +102,8 @@ def corpus(tmp_path_factory) -> tuple[str, str, Stream]:
         for _ in range(reps):
             f.write(block)
     assert os.path.getsize(src) >= INPUT_BYTES
-    return src, path, Stream(docs, reps)
+    yield src, path, Stream(docs, reps)
+    shutil.rmtree(d, ignore_errors=True)  # 1 GiB: gone with the module, not kept to the session's end
 
 
 def _idx(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

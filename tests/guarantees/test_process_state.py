@@ -9,6 +9,8 @@ those two setters are watched for the duration of each call: a library call must
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -83,6 +85,14 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     for fmt in ("memmap", "tfrecord"):
         made[fmt] = str(d / f"csv_{fmt}")
         lc.convert([str(d / "t.csv")], made[fmt], to=fmt, progress=False)
+    made["damaged"] = str(d / "damaged")  # a record's data changed: its CRC no longer matches
+    shutil.copytree(made["tfrecord"], made["damaged"])
+    f = os.path.join(made["damaged"], lc.open_dataset(made["damaged"]).manifest["files"][0]["path"])
+    with open(f, "r+b") as fh:
+        fh.seek(os.path.getsize(f) // 2)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0x01]))
     return made
 
 
@@ -110,7 +120,14 @@ CALLS = {
     "open_dataset, a shuffled epoch (window threads)": lambda i, o: sum(
         len(b["a"]) for b in lc.open_dataset(i["tfrecord"]).batches(100, shuffle=True, seed=3)
     ),
+    "open_dataset, a shuffled epoch left after its first batch": lambda i, o: _first_then_close(i["tfrecord"]),
 }
+
+
+def _first_then_close(path: str) -> None:
+    it = lc.open_dataset(path).batches(100, shuffle=True, seed=3)
+    next(it)
+    it.close()
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -127,6 +144,9 @@ FAILING = {
         [_paths(i, "lines.txt")], o, to="memmap", num_buckets=2, min_length=10**6, workers=1, progress=False
     ),
     "open_dataset of a missing directory": lambda i, o: lc.open_dataset(o),
+    "open_dataset, a shuffled epoch of a damaged TFRecord file (framing's thread)": lambda i, o: sum(
+        len(b["a"]) for b in lc.open_dataset(i["damaged"]).batches(100, shuffle=True, seed=3)
+    ),
 }
 
 

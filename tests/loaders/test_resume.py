@@ -107,7 +107,7 @@ def _rows_read(monkeypatch, ds) -> list[int]:
     count = [0]
     g = ds.groups[0]
     for cls in {type(ds.reader(g, p)) for p in g.parts}:
-        for name in ("read", "read_block", "take"):
+        for name in ("read", "read_block", "read_blocks", "take"):
             orig = getattr(cls, name, None)
             if orig is None:
                 continue

@@ -8,10 +8,14 @@ from __future__ import annotations
 import csv
 import math
 import os
+import shutil
+import struct
+import threading
 
 import numpy as np
 import pytest
 
+from lovecraft_convert.errors import DatasetError
 from lovecraft_convert.formats.tfrecord.columnar import decode_columns
 from lovecraft_convert.formats.tfrecord.decode import kinds_of
 from lovecraft_convert.formats.tfrecord.framing import RecordRuns
@@ -143,3 +147,65 @@ def test_to_tf_dataset_shuffled_or_resumed_is_our_order(table, shuffle):
     np.testing.assert_array_equal(np.concatenate(got), np.concatenate([b["id"] for b in full[4:half]]))
     second = [a["id"] for a in d.as_numpy_iterator()]  # the next pass: the next epoch, whole
     np.testing.assert_array_equal(np.concatenate(second), np.concatenate([b["id"] for b in full[half:]]))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_text_that_is_not_utf8_is_one_line(table, tmp_path, shuffle):
+    """A TFRecord text value whose bytes are not UTF-8 (framing valid: its data CRC recomputed) is
+    refused in one line, in order and in a shuffled window alike."""
+    import crc32c
+
+    paths, _ = table
+    ds_path = str(tmp_path / "tfrecord")
+    shutil.copytree(paths["tfrecord"], ds_path)
+    f = os.path.join(ds_path, open_dataset(ds_path).manifest["files"][0]["path"])
+    with open(f, "rb") as fh:
+        data = bytearray(fh.read())
+    at = data.index("café".encode()) + 3  # the first byte of an "é": one record's text
+    data[at] = 0xFF
+    pos = 0  # the record holding it, found by walking the framing: its data CRC recomputed
+    while True:
+        n = struct.unpack_from("<Q", data, pos)[0]
+        if pos + 12 <= at < pos + 12 + n:
+            c = crc32c.crc32c(bytes(data[pos + 12 : pos + 12 + n]))
+            struct.pack_into("<I", data, pos + 12 + n, (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+            break
+        pos += n + 16
+    with open(f, "wb") as fh:
+        fh.write(bytes(data))
+    with pytest.raises(DatasetError) as e:
+        for _ in open_dataset(ds_path).batches(64, shuffle=shuffle, seed=3):
+            pass
+    assert str(e.value).splitlines() == [
+        "a text column holds invalid UTF-8 (invalid start byte); "
+        "the dataset is damaged; run `lovecraft verify` or re-create it"
+    ]
+
+
+@pytest.mark.parametrize("damaged", [0, 333, 699])
+def test_in_order_every_span_before_a_damaged_record_is_delivered(table, tmp_path, damaged):
+    """Read in order in spans of 50 records (framed in one thread, decoded in others, several in
+    flight), a file whose record ``damaged`` fails its CRC gives every span before the damaged
+    one, in order, then one line naming the record; no thread is left."""
+    paths, _ = table
+    ds_path = str(tmp_path / "tfrecord")
+    shutil.copytree(paths["tfrecord"], ds_path)
+    f = os.path.join(ds_path, open_dataset(ds_path).manifest["files"][0]["path"])
+    with open(f, "rb") as fh:
+        data = bytearray(fh.read())
+    pos = 0
+    for _ in range(damaged):
+        pos += struct.unpack_from("<Q", data, pos)[0] + 16
+    data[pos + 12] ^= 0x01  # the record's first data byte: its data CRC no longer matches
+    with open(f, "wb") as fh:
+        fh.write(bytes(data))
+    ds = open_dataset(ds_path)
+    reader = ds.reader(ds.groups[0], ds.groups[0].parts[0])
+    ids = []
+    with pytest.raises(DatasetError) as e:
+        for b in reader.chunks(0, N, 50):
+            assert b.num_rows <= 50
+            ids.extend(b.columns["id"].tolist())
+    assert ids == list(range(damaged // 50 * 50))
+    assert f"record {damaged + 1} at byte {pos}: data CRC mismatch (file is corrupt)" in str(e.value)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("lovecraft-decode", "lovecraft-reader"))]

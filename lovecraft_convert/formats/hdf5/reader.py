@@ -67,6 +67,7 @@ class Hdf5Reader(PartReader):
     """
 
     random_access = True
+    opens_at = "head"  # its header
 
     def __init__(
         self, rows: int, schema: Schema, path: str, cache: ChunkCache | None = None, key: object = None
@@ -88,7 +89,7 @@ class Hdf5Reader(PartReader):
 
             with _H5_LOCK:
                 try:
-                    f = h5py.File(self.path, "r", rdcc_nbytes=4 << 20)
+                    f = h5py.File(self._source(), "r", rdcc_nbytes=4 << 20)
                 except OSError as e:
                     raise DatasetError(f"{self.path}: cannot open ({e})", hint="the dataset is damaged") from None
                 why = pointing_elsewhere(f, set(self.schema.names))
@@ -113,6 +114,13 @@ class Hdf5Reader(PartReader):
                 self._f, self._dsets, self._pid = f, dsets, os.getpid()
                 _OPEN_H5.add(self)
         return self._dsets
+
+    def _source(self):
+        """The path, or for a remote dataset's file a file object reading it through the cache
+        (h5py reads Python file objects with its ``fileobj`` driver)."""
+        from ...storage import is_remote, open_input
+
+        return open_input(self.path, buffering=0) if is_remote(self.path) else self.path  # HDF5 reads what it needs
 
     def close(self) -> None:
         f, self._f = self._f, None
@@ -182,8 +190,11 @@ class Hdf5Reader(PartReader):
 
     def _raw_layout(self, ds):
         dt = ds.dtype
+        from ...storage import is_remote
+
         if (
-            ds.chunks is None
+            is_remote(self.path)  # no memory map of a remote file: its chunks come through the chunk cache
+            or ds.chunks is None
             or ds.chunks[1:] != ds.shape[1:]
             or dt.kind not in "biuf"
             or dt.byteorder == ">"

@@ -23,7 +23,6 @@ than memory for large corpora.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,6 +97,18 @@ class Index:
         """(lengths, pointers, document index) mapped from the file (page cache, not memory)."""
         if self.sequences == 0 and self.documents == 0:
             return np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        from ...storage import is_remote
+
+        if is_remote(self.path):  # a remote dataset's: read by rows through the node's cache
+            from ...storage.remote import registered
+            from ...storage.remote_array import RemoteArray
+
+            rf = registered(self.path)
+            return (
+                RemoteArray(rf, "<i4", (self.sequences,), self.lengths_at),
+                RemoteArray(rf, "<i8", (self.sequences,), self.pointers_at),
+                RemoteArray(rf, "<i8", (self.documents,), self.documents_at),
+            )
         m = np.memmap(self.path, dtype=np.uint8, mode="r")
         lengths = np.frombuffer(m, dtype="<i4", count=self.sequences, offset=self.lengths_at)
         pointers = np.frombuffer(m, dtype="<i8", count=self.sequences, offset=self.pointers_at)
@@ -111,8 +122,10 @@ class IndexProblem(Exception):
 
 def read_index(path: str) -> Index:
     """The header of ``path``, checked against the file's size; :class:`IndexProblem` otherwise."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    from ...storage import input_size, open_input
+
+    size = input_size(path)
+    with open_input(path, buffering=0) as f:
         head = f.read(HEADER.size)
     if len(head) < HEADER.size:
         raise IndexProblem(f"holds {size} bytes, less than the {HEADER.size}-byte header of a Megatron index")

@@ -13,6 +13,7 @@ from .idx import open_index
 
 class MegatronReader(PartReader):
     random_access = True
+    opens_at = "head"  # its header
 
     def __init__(self, rows: int, schema: Schema, bin_path: str, idx_path: str) -> None:
         super().__init__(rows, schema)
@@ -34,10 +35,7 @@ class MegatronReader(PartReader):
                     f"{self.idx_path}: holds {index.sequences} sequences, the manifest says {self.rows}", hint=CORRUPT
                 )
             lengths, pointers, _ = index.arrays()
-            try:
-                tokens = np.memmap(self.bin_path, dtype=index.dtype, mode="r")
-            except ValueError:  # an empty file cannot be mapped
-                tokens = np.zeros(0, dtype=index.dtype)
+            tokens = _tokens(self.bin_path, index.dtype)
             self._maps = (lengths, pointers, tokens, index.dtype.itemsize)
         return self._maps
 
@@ -57,6 +55,18 @@ class MegatronReader(PartReader):
             return Batch({self.name: VarColumn(values, offs)}, stop - start)
         return self.take(np.arange(start, stop, dtype=np.int64))
 
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]] | None:
+        """What reading sequences ``[start, stop)`` reads of a remote dataset's files: their
+        lengths and pointers in the index, and the tokens between the first and the last."""
+        lengths, pointers, tokens, isz = self._open()
+        if isinstance(tokens, np.ndarray):
+            return None
+        if stop <= start:
+            return []
+        a = int(pointers[start])
+        b = int(pointers[stop - 1]) + int(lengths[stop - 1]) * isz
+        return [lengths.span(start, stop), pointers.span(start, stop), (self.bin_path, a, max(a, b))]
+
     def take(self, idx: np.ndarray) -> Batch:
         lengths, pointers, tokens, isz = self._open()
         lens = np.asarray(lengths[idx], dtype=np.int64)
@@ -74,3 +84,19 @@ class MegatronReader(PartReader):
 
     def close(self) -> None:
         self._maps = None
+
+
+def _tokens(path: str, dtype: np.dtype):
+    """The ``.bin`` file's tokens: mapped, or for a remote dataset read as asked through the cache."""
+    from ...storage import is_remote
+
+    if is_remote(path):
+        from ...storage.remote import registered
+        from ...storage.remote_array import RemoteArray
+
+        rf = registered(path)
+        return RemoteArray(rf, dtype, (rf.size // dtype.itemsize,), 0)
+    try:
+        return np.memmap(path, dtype=dtype, mode="r")
+    except ValueError:  # an empty file cannot be mapped
+        return np.zeros(0, dtype=dtype)

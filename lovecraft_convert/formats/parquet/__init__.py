@@ -37,7 +37,8 @@ class ParquetFormat(OutputFormat):
         if not mine:
             self.unit_file(files.paths, f"shard {files.key[1]}")  # the one-line error
         rows = [int(e.get("rows", files.rows)) for _, e in mine] if len(mine) > 1 else [files.rows]
-        return ParquetReader(files.rows, files.schema, [p for p, _ in mine], rows)
+        footers = shared.setdefault("parquet_footers", {})  # read once per process, whichever reader opens it
+        return ParquetReader(files.rows, files.schema, [p for p, _ in mine], rows, footers)
 
     def check_unit(self, ctx, unit, schema):
         from .check import check_unit

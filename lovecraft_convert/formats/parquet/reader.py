@@ -46,11 +46,18 @@ class ParquetReader(PartReader):
     A part may be several files (a wide table's writer starts a new file to bound its footer):
     their row groups are the part's blocks, in order."""
 
-    def __init__(self, rows: int, schema: Schema, paths: list[str], file_rows: list[int]) -> None:
-        """``file_rows``: the rows of each of ``paths``, as the manifest lists them."""
+    opens_at = "tail"  # its footer
+
+    def __init__(
+        self, rows: int, schema: Schema, paths: list[str], file_rows: list[int], footers: dict | None = None
+    ) -> None:
+        """``file_rows``: the rows of each of ``paths``, as the manifest lists them; ``footers``:
+        path -> parsed footer, shared by the readers of a dataset in a process (a remote file's
+        footer is then fetched once, not once per reader and thread)."""
         super().__init__(rows, schema)
         self.paths = list(paths)
         self.file_rows = list(file_rows)
+        self.footers = footers if footers is not None else {}
         self._pfs: list | None = None
         self._pid = None
 
@@ -58,10 +65,18 @@ class ParquetReader(PartReader):
         if self._pfs is None or self._pid != os.getpid():
             import pyarrow.parquet as pq
 
+            from ...storage import is_remote, open_input
+
             pfs, starts, loc = [], [0], []
             for fi, (path, want) in enumerate(zip(self.paths, self.file_rows, strict=True)):
                 try:
-                    pf = pq.ParquetFile(path)
+                    if is_remote(path):  # ranges of it fetched: its pages' checksums are checked as read
+                        meta = self.footers.get(path)
+                        f = open_input(path, buffering=0)  # pyarrow reads exact ranges: a buffer would read past them
+                        pf = pq.ParquetFile(f, metadata=meta, page_checksum_verification=True)
+                        self.footers[path] = pf.metadata
+                    else:
+                        pf = pq.ParquetFile(path)
                 except (OSError, ValueError) as e:
                     raise DatasetError(f"{path}: cannot open ({e})", hint="the dataset is damaged") from None
                 if pf.metadata.num_rows != want:
@@ -87,6 +102,39 @@ class ParquetReader(PartReader):
     def block_starts(self) -> np.ndarray:
         self._open()
         return self._rg_start
+
+    def block_ranges(self, k: int) -> list[tuple[str, int, int]]:
+        """(file, first byte, end) of row group ``k``'s column chunks of the selected columns
+        (adjacent ones merged): what reading it reads, for a remote dataset's prefetch."""
+        pfs = self._open()
+        fi, g = self._rg_loc[k]
+        rg = pfs[fi].metadata.row_group(g)
+        want = set(self.schema.names)
+        spans = []
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            if col.path_in_schema.split(".")[0] not in want:
+                continue
+            start = col.data_page_offset
+            if col.has_dictionary_page and col.dictionary_page_offset is not None:
+                start = min(start, col.dictionary_page_offset)
+            spans.append((start, start + col.total_compressed_size))
+        spans.sort()
+        out: list[tuple[str, int, int]] = []
+        for a, b in spans:
+            if out and a - out[-1][2] <= 1 << 20:
+                out[-1] = (out[-1][0], out[-1][1], max(out[-1][2], b))
+            else:
+                out.append((self.paths[fi], a, b))
+        return out
+
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]]:
+        """What reading rows ``[start, stop)`` reads: the ranges of the row groups holding them."""
+        self._open()
+        rs = self._rg_start
+        first = int(np.searchsorted(rs, start, side="right")) - 1
+        last = int(np.searchsorted(rs, stop, side="left"))
+        return [r for k in range(max(0, first), last) for r in self.block_ranges(k)]
 
     def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
         """Row group ``k`` of the part (decoded whole; ``rows`` of it kept when given)."""

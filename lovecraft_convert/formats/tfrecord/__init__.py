@@ -107,6 +107,8 @@ class TfrecordFormat(OutputFormat):
         return TfrecordReader(files.rows, files.schema, path, info.get("compression"), blocks=blocks.get(rel))
 
     def tf_dataset(self, ds, plan, input_context, start=(0, 0)):
+        if getattr(ds, "remote", None) is not None:  # tf.data cannot read through the node's cache
+            return None
         from .tfdata import tfrecord_dataset
 
         return tfrecord_dataset(ds, plan, input_context, start)

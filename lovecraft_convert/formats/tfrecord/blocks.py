@@ -130,7 +130,9 @@ class _Marks:
 
 
 def _read_chunks(path: str, size: int = SCAN_READ) -> Iterator[bytes]:
-    with open(path, "rb") as f:
+    from ...storage import open_input
+
+    with open_input(path, buffering=0) as f:
         while blk := f.read(size):
             yield blk
 

@@ -31,6 +31,7 @@ from .example import storage_dtype, varint
 _TAGS = {"bytes": 0x0A, "f64": 0x0A, "float": 0x12, "int64": 0x1A}
 _LENGTH_BYTES = 5  # a length varint of more bytes would be over 2^35: no record is that long
 _SMALL_GATHER = 64  # bytes per row up to which fixed-size values are gathered with an index array
+_PAD = 48  # bytes readable after any position of a record (its records' buffer padded so)
 
 
 class _Layout(Exception):
@@ -87,12 +88,13 @@ class _Reader:
     which the caller takes as "not our layout"."""
 
     def __init__(self, buf: np.ndarray, lo: int, hi: int) -> None:
-        if hi + 8 <= len(buf):
+        if hi + _PAD <= len(buf):
             self.buf, self.base = buf, 0
         else:
-            self.buf, self.base = np.zeros(hi - lo + 16, dtype=np.uint8), lo
+            self.buf, self.base = np.zeros(hi - lo + _PAD, dtype=np.uint8), lo
             self.buf[: hi - lo] = buf[lo:hi]
         self.words = np.ndarray((len(self.buf) - 7,), dtype="<u8", buffer=self.buf, strides=(1,))
+        self._regions: dict[int, np.ndarray] = {}
 
     def at(self, pos: np.ndarray) -> np.ndarray:
         return np.take(self.buf, pos)
@@ -101,6 +103,17 @@ class _Reader:
         """The eight bytes at each position, as a little-endian uint64 (indexing, not ``take``,
         which would copy the overlapping view first)."""
         return self.words[pos]
+
+    def region(self, pos: np.ndarray, nbytes: int) -> np.ndarray:
+        """The ``nbytes`` (a multiple of 8, up to :data:`_PAD`) at each position, as rows of
+        little-endian uint64 words: one gather of ``nbytes``-byte items (as fast as one of words)
+        where a word at a time would take ``nbytes / 8`` gathers."""
+        view = self._regions.get(nbytes)
+        if view is None:
+            view = self._regions[nbytes] = np.ndarray(
+                (len(self.buf) - nbytes + 1,), dtype=f"V{nbytes}", buffer=self.buf, strides=(1,)
+            )
+        return view[pos].view("<u8").reshape(len(pos), nbytes // 8)
 
     def expect(self, pos: np.ndarray, byte: int) -> None:
         if not (self.at(pos) == byte).all():
@@ -130,6 +143,18 @@ class _Reader:
             if not more.any():
                 return value, pos + width
         raise _Layout
+
+
+def _bytes_at(g: np.ndarray, at: int, nbytes: int) -> np.ndarray:
+    """Bytes ``at`` to ``at + nbytes`` (at most 8) of each row of a region (:meth:`_Reader.region`),
+    as a little-endian uint64."""
+    j, s = divmod(at, 8)
+    x = g[:, j]
+    if s:
+        x = x >> np.uint64(8 * s)
+        if s + nbytes > 8:
+            x = x | (g[:, j + 1] << np.uint64(64 - 8 * s))
+    return x if nbytes == 8 else x & np.uint64((1 << (8 * nbytes)) - 1)
 
 
 def _check(ok: np.ndarray | bool) -> None:
@@ -252,27 +277,39 @@ def _decode(r: _Reader, starts, ends, names: list[str], schema: Schema, kinds: d
         # entry: 0x0A size | key: 0x0A len name | value: 0x12 len Feature, and nothing else
         key = name.encode()
         head = b"\x0a" + varint(len(key)) + key + b"\x12"
-        w = r.word(p)
+        h = len(head)
+        # the entry's tag and size, its head and the word after it (the Feature's start), read in
+        # one gather when they fit the padding (keys up to ~30 bytes)
+        reach = -(-(h + 10) // 8) * 8
+        g = r.region(p, reach) if reach <= _PAD else None
+        w = g[:, 0] if g is not None else r.word(p)
         size = (w >> np.uint64(8)) & _LOW
         if (size < 0x80).all():  # a one-byte size: the word holds the entry's tag and the head's start
-            m = min(6, len(head))
+            m = min(6, h)
             mask = np.uint64(0xFF | (((1 << (8 * m)) - 1) << 16))
             _check((w & mask) == np.uint64(0x0A | (int.from_bytes(head[:m], "little") << 16)))
-            if len(head) > m:
-                r.expect_bytes(p + 2 + m, head[m:])
-            q = p + (2 + len(head))
+            if g is None:
+                if h > m:
+                    r.expect_bytes(p + 2 + m, head[m:])
+                v = r.word(p + (2 + h))
+            else:
+                for i in range(m, h, 8):  # the rest of the head, 8 bytes at a time
+                    piece = head[i : i + 8]
+                    _check(_bytes_at(g, 2 + i, len(piece)) == np.uint64(int.from_bytes(piece, "little")))
+                v = _bytes_at(g, 2 + h, 8)
+            q = p + (2 + h)
             end = p + 2 + size.astype(np.int64)
         else:
             _check((w & _LOW) == 0x0A)
             size, q = r.length(p + 1)
             r.expect_bytes(q, head)
             end = q + size
-            q = q + len(head)
+            q = q + h
+            v = r.word(q)
         p = end
         # The Feature: its size, its list's tag and size, the packed field's (or bytes value's) tag
         # and size. When they take a byte each (values under ~120 bytes), they are the first five
-        # bytes of a word, and all follow from where the entry ends: one comparison checks them.
-        v = r.word(q)
+        # bytes of a word (``v``), and all follow from where the entry ends: one comparison checks them.
         e = end - q - 1  # the Feature's size, if it takes one byte
         if name not in wanted:  # another column: its Feature is not read, only its size checked
             if not ((v & _LOW).astype(np.int64) == e).all():

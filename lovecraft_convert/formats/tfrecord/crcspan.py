@@ -103,3 +103,27 @@ def _constant(header: bytes, L: int) -> int:
     (whose header ``H`` is their length and its CRC)."""
     tail = int(_zeros(4)(np.array([F ^ _zeros_image(L, F)], dtype=np.uint32))[0])
     return _zeros_image(L + 4, ~crc32c.crc32c(header, F) & F) ^ tail
+
+
+@functools.lru_cache(maxsize=1)
+def _length_tables() -> tuple[int, np.ndarray]:
+    """The CRC32C of eight zero bytes, and for each byte position ``k`` of an 8-byte message the
+    table ``T[k][b]``: what byte ``b`` there adds to it (XOR)."""
+    zero = crc32c.crc32c(bytes(8))
+    tables = np.zeros((8, 256), dtype=np.uint32)
+    for k in range(8):
+        for b in range(256):
+            tables[k, b] = crc32c.crc32c(bytes(k) + bytes([b]) + bytes(7 - k)) ^ zero
+    return zero, tables
+
+
+def length_crcs(lens: np.ndarray) -> np.ndarray:
+    """The CRC32C of each value's eight little-endian bytes (a record header's length), uint32,
+    vectorised: over messages of one size the CRC is affine in their bits (``crc(m) = crc(0) ^
+    R(0, m)``, ``R(0, .)`` linear), so eight table look-ups XORed together give it."""
+    zero, t = _length_tables()
+    b = np.ascontiguousarray(lens, dtype="<u8").view(np.uint8).reshape(-1, 8)
+    out = np.full(len(b), zero, dtype=np.uint32)
+    for k in range(8):
+        out ^= t[k][b[:, k]]
+    return out

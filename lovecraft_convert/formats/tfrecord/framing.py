@@ -21,13 +21,15 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...errors import DatasetError, InputError
-from .crcspan import run_crcs_ok
+from ...storage import open_input
+from .crcspan import length_crcs, run_crcs_ok
 
 MASK_DELTA = 0xA282EAD8
 MAX_RECORD = 2 << 30
 BLOCK = 8 << 20
 RUN_CHECK_MIN = 16  # records of one length checked together with one CRC pass (crcspan), from this many
 SPAN_RECORDS = 1 << 16  # records of varying lengths framed (and decoded) together, at most
+SLACK = 64  # zero bytes after the records of a concatenated buffer
 
 
 def crc32c_fn():
@@ -109,7 +111,7 @@ class RecordRuns:
         """The file's (decompressed) bytes from byte ``at`` of the file (for gzip, the start of a
         member), reading at most ``limit`` bytes of it."""
         try:
-            f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed below
+            f = open_input(self.path, buffering=0)  # a local file, or a remote dataset's through the cache
         except OSError as e:
             raise self._err(f"cannot open ({e})", "the dataset is damaged") from None
         left = (1 << 62) if limit is None else limit
@@ -241,9 +243,7 @@ class RecordRuns:
         """Both CRCs of walked records (the data CRCs from record ``skip`` on); how many records there
         are, or the error naming the first damaged one (the walk may have gone on past a damaged
         length: nothing after it is used)."""
-        distinct, which = np.unique(lens, return_inverse=True)  # few distinct lengths: one CRC each
-        expect = np.array([mask_int(crc(int(x).to_bytes(8, "little"))) for x in distinct.tolist()], np.uint32)
-        bad = np.flatnonzero(expect[which] != words)
+        bad = np.flatnonzero(mask_array(length_crcs(lens)) != words)
         k = int(bad[0]) if bad.size else len(lens)
         a = heads[skip:k] + 12
         b = a + lens[skip:k]
@@ -337,18 +337,25 @@ class Records:
     @classmethod
     def concat(cls, parts: list[Records]) -> Records:
         """The records of ``parts`` in one buffer (each part's bytes from its first record to its
-        last copied once), so that they are decoded together."""
+        last copied once), so that they are decoded together; :data:`SLACK` zero bytes follow the
+        last record (a decoder reads a few bytes past a position without copying the buffer)."""
         parts = [r for r in parts if len(r)] or parts[:1]
         if len(parts) == 1:
             return parts[0]
-        regions, starts, base = [], [], 0
+        bounds, starts, base = [], [], 0
         for r in parts:
             a, b = int(r.starts[0]), int(r.starts[-1] + r.lens[-1])
-            regions.append(r.buf[a:b])
+            bounds.append((a, b))
             starts.append(r.starts - a + base)
             base += b - a
+        buf = np.empty(base + SLACK, dtype=np.uint8)
+        buf[base:] = 0
+        at = 0
+        for r, (a, b) in zip(parts, bounds, strict=True):
+            buf[at : at + b - a] = r.buf[a:b]
+            at += b - a
         lens = np.concatenate([r.lens for r in parts])
-        out = cls(np.concatenate(regions), np.concatenate(starts), lens)
+        out = cls(buf, np.concatenate(starts), lens)
         out.ids = np.concatenate([r.indices() for r in parts])
         out.first = int(out.ids[0])
         return out

@@ -15,19 +15,26 @@ gzip file without one can only be read from its start.
 
 from __future__ import annotations
 
-import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ...runtime.readahead import Prefetch
 from ...schema import FIXED, Batch, Schema, row_nbytes
+from ...storage import input_size
 from ..reading import PartReader
 from .blocks import block_records_for, decode_blocks, scan_index
 from .decode import decode_fixed, decode_records, decode_span, kinds_of
 from .framing import RecordRuns, Records
 
 RECORD = "record"  # the column of a records reader's batches
-GROUP_BYTES = 8 << 20  # records of several blocks decoded together, up to about this many bytes
+# records of several blocks decoded together, up to about this many bytes: enough records per call
+# to spread NumPy's cost per call, few enough bytes for the records and their columns to stay in a
+# core's cache while each column's pass goes over them
+GROUP_BYTES = 2 << 20
+DECODE_THREADS = 2  # groups of a window decoded at once
 
 
 class TfrecordReader(PartReader):
@@ -75,7 +82,7 @@ class TfrecordReader(PartReader):
         """The offsets of the blocks (k + 1, the file size last), or None (gzip written without one)."""
         if not self._indexed:
             if self._blocks is not None:
-                size = os.path.getsize(self.path)
+                size = input_size(self.path)
                 self._block_records, self._offsets = decode_blocks(self._blocks, self.rows, size, self.path)
             elif not self.gzip:
                 self._offsets = scan_index(self.path, False, self.block_records)
@@ -93,6 +100,16 @@ class TfrecordReader(PartReader):
         at = int(offsets[block])
         return at, block * self.block_records, None if whole_file else int(offsets[block + 1]) - at
 
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]] | None:
+        """The bytes of the blocks holding records ``[start, stop)`` (None without an index: a gzip
+        file written as one stream is read from its start)."""
+        offsets = self._load_index()
+        if offsets is None or stop <= start:
+            return None if offsets is None else []
+        n = self.block_records
+        a, b = start // n, min(len(offsets) - 1, -(-stop // n))
+        return [(self.path, int(offsets[a]), int(offsets[b]))]
+
     def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
         n = self.block_records
         lo, hi = k * n, min(self.rows, (k + 1) * n)
@@ -101,12 +118,33 @@ class TfrecordReader(PartReader):
 
     def read_blocks(self, blocks: list[tuple[int, np.ndarray | None]]) -> Batch:
         """Several blocks (``(k, rows)`` as :meth:`read_block` takes them), in that order: their
-        records decoded together, some 8 MiB at a time (a block is about 1 MiB: decoded alone, a
-        window of many would pay NumPy's cost per call once per block and column). Fixed-shape
-        numeric records keep their one-layout decoder, a block at a time."""
+        records decoded together, some 2 MiB at a time (a block is up to about 1 MiB: decoded alone, a
+        window of many would pay NumPy's cost per call once per block and column). The records are
+        read and framed (both CRCs checked: mostly Python) in a reader thread, a group or two ahead,
+        and the groups decoded by :data:`DECODE_THREADS` threads (NumPy, which releases the GIL), so
+        that all of it overlaps; the threads end before this returns or raises, and at most a few
+        groups are in flight. Fixed-shape numeric records keep their one-layout decoder, a block
+        at a time."""
         if self.all_fixed or self.raw:
             return super().read_blocks(blocks)
         pieces: list[Batch] = []
+        pending: deque = deque()
+        pool = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="lovecraft-decode")
+        try:
+            with Prefetch(self._groups(blocks), depth=2) as groups:
+                for recs in groups:
+                    pending.append(pool.submit(self._records, recs))
+                    while len(pending) > DECODE_THREADS:
+                        pieces.append(pending.popleft().result())
+                pieces.extend(f.result() for f in pending)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if not pieces:
+            return self._decode(iter(()), 0, None)
+        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+
+    def _groups(self, blocks: list[tuple[int, np.ndarray | None]]) -> Iterator[Records]:
+        """The records of ``blocks`` (framed, both CRCs checked), some :data:`GROUP_BYTES` at a time."""
         group: list[Records] = []
         size = 0
         for k, rows in blocks:
@@ -117,13 +155,10 @@ class TfrecordReader(PartReader):
                 group.append(recs)
                 size += int(recs.lens.sum()) if len(recs) else 0
                 if size >= GROUP_BYTES:
-                    pieces.append(self._records(Records.concat(group)))
+                    yield Records.concat(group)
                     group, size = [], 0
         if group:
-            pieces.append(self._records(Records.concat(group)))
-        if not pieces:
-            return self._decode(iter(()), 0, None)
-        return pieces[0] if len(pieces) == 1 else Batch.concat(pieces)
+            yield Records.concat(group)
 
     def _selected(self, runs, first: int, rows: np.ndarray | None) -> Iterator[Records]:
         """The records of ``runs`` (which start at record ``first``), only ``rows`` of them (sorted,

@@ -1,0 +1,242 @@
+"""What a reader of a remote dataset will read, in its order, for the prefetch (storage/prefetch.py).
+
+The order of an epoch is a pure function of (seed, epoch, reader, position) (:mod:`.order`), so
+the bytes a cursor will read from its position on are known before it reads them:
+
+* **in order** (no shuffle): the parts from the one holding the position, each part's bytes from
+  that row on: a file no larger than the dataset's ``whole_max`` whole (checked against the
+  manifest's digest), a larger one in ranges of ``piece_bytes``, the files of one part (a memmap's
+  columns) interleaved as the reader reads them;
+* **blocks**: the blocks of the epoch's block order from the window holding the position, each by
+  the byte ranges of its files the format says reading it reads (a Parquet row group's column
+  chunks, a TFRecord block's records, a memmap block's rows); formats that cannot say fetch whole
+  files no larger than ``whole_max``, and leave larger ones to be read as asked;
+* **exact** (random rows of every file at once): the files that fit half the cache whole, kept for
+  the epoch; the rows of the others are read as asked, by ranged GETs.
+
+:func:`attach` gives a cursor its prefetch; closing the cursor stops it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Iterator
+
+from .common import Group, Parts
+from .order import BlockCursor, Cursor, ExactCursor
+
+
+class Fetching(Cursor):
+    """A cursor whose reads are fetched ahead by a prefetch; closing it stops the prefetch."""
+
+    def __init__(self, inner: Cursor, remote, pf) -> None:
+        self.inner, self.remote, self.pf = inner, remote, pf
+
+    def rows(self, lo: int, hi: int):
+        return self.inner.rows(lo, hi)
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            if self.pf is not None:
+                self.remote.stop(self.pf)
+                self.pf = None
+
+
+def attach(ds: Parts, g: Group, cursor: Cursor, start: int) -> Cursor:
+    """``cursor`` with a prefetch of what it will read from position ``start`` on (a remote
+    dataset's), or ``cursor`` itself."""
+    remote = getattr(ds, "remote", None)
+    if remote is None:
+        return cursor
+    if isinstance(cursor, ExactCursor):
+        # every batch reads rows of every file: the files that fit half the cache are fetched whole
+        # and kept for the epoch, the rows of the others read as asked (storage/remote_array.py)
+        files, room = [], remote.limit // 2
+        for f in (remote.file(u) for p in g.parts for u in _uris(ds, p)):
+            if f.size <= room or remote.ranged is False:
+                files.append(f)
+                room -= f.size
+        if not files:
+            return cursor
+        pf = remote.prefetch((f.piece() for f in files), keep_all=True)
+    elif isinstance(cursor, BlockCursor):
+        pf = remote.prefetch(_block_pieces(ds, g, cursor, start))
+    else:
+        pf = remote.prefetch(_ordered_pieces(ds, g, start))
+    return Fetching(cursor, remote, pf)
+
+
+LIST_THREADS = 16  # parts whose blocks are listed at once (a Parquet footer each: one GET)
+
+
+def list_blocks(ds: Parts, g: Group) -> None:
+    """Make every part of ``g`` know its blocks, several parts at once, before a block order is
+    made of them (a remote dataset's: a Parquet part's row groups are in its footer, one GET each,
+    which one after another would delay the first batch by a round trip per file)."""
+    remote = getattr(ds, "remote", None)
+    if remote is None or (os.getpid(), g.index) in remote.listed:
+        return
+    readers = [ds.reader(g, p) for p in g.parts]
+    if len(readers) < 2 or not any(r.opens_at == "tail" for r in readers):
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..runtime.interrupts import result
+
+    with ThreadPoolExecutor(min(LIST_THREADS, len(readers)), thread_name_prefix="lovecraft-list") as pool:
+        futs = [pool.submit(r.block_starts) for r in readers]
+        try:
+            for f in futs:
+                result(f)
+        finally:
+            for f in futs:
+                f.cancel()
+    remote.listed.add((os.getpid(), g.index))
+
+
+def _uris(ds: Parts, part) -> list[str]:
+    from ..storage import child_path
+
+    return [child_path(ds.path, rel) for rel in part.files]
+
+
+def _small_files(ds: Parts, part) -> Iterator:
+    """The part's files no larger than ``whole_max``, whole (larger ones are read as asked)."""
+    remote = ds.remote
+    for u in _uris(ds, part):
+        f = remote.file(u)
+        if f.size <= remote.whole_max:
+            yield f.piece()
+
+
+def _split(f, a: int, b: int, step: int) -> list:
+    return [f.piece(x, min(b, x + step)) for x in range(a, b, step)]
+
+
+def _range_pieces(ds: Parts, ranges: list[tuple[str, int, int]], through: bool) -> Iterator:
+    """Pieces of byte ``ranges`` (in reading order). ``through``: the reader reads them through
+    (in order), so a small file is fetched whole and a large one in ranges of ``piece_bytes``,
+    interleaved across files as a reader of several files at once reads them."""
+    remote = ds.remote
+    step = remote.piece_bytes
+    lists = []
+    for uri, a, b in ranges:
+        f = remote.file(uri)
+        if b <= a:
+            continue
+        if remote.ranged is False or (f.size <= remote.whole_max and (through or b - a >= f.size // 2)):
+            lists.append([f.piece()])
+        else:
+            lists.append(_split(f, a, b, step if through else 4 * step))  # a block: one piece unless large
+    if len(lists) == 1:
+        yield from lists[0]
+        return
+    seen = set()
+    keyed = [
+        [((p.start - lst[0].start) / max(1, lst[-1].stop - lst[0].start), i, p) for p in lst]
+        for i, lst in enumerate(lists)
+    ]
+    for _, _, p in heapq.merge(*keyed, key=lambda t: (t[0], t[1])):
+        if p.key not in seen or not p.whole:
+            seen.add(p.key)
+            yield p
+
+
+def _opening(reader, files: list) -> list:
+    """The ranges opening the part's files reads (a header, a footer), as unplanned reads fetch
+    them: listed with the part, they stay pinned while its readers (in any process) open it."""
+    if reader.opens_at == "head":
+        return [f.demand_piece(0) for f in files]
+    if reader.opens_at == "tail":
+        return [f.demand_piece(max(0, f.size - 1)) for f in files]
+    return []
+
+
+def _ordered_pieces(ds: Parts, g: Group, start: int) -> Iterator:
+    """In order: the parts from the one holding ``start``, each from that row on: one unit of its
+    files whole when they are small, else a unit per block (what is read at once) of its ranges.
+    What listing a part reads (its footer, its headers) is marked (:class:`Opening`)."""
+    import numpy as np
+
+    from ..storage.prefetch import Opening
+
+    remote = ds.remote
+    k = int(np.searchsorted(g.starts, start, side="right")) - 1
+    unit = 0
+    for p in g.parts[max(0, k) :]:
+        a = max(0, start - p.start)
+        if a >= p.rows:
+            continue
+        uris = _uris(ds, p)
+        files = [remote.file(u) for u in uris]
+        unit += 1
+        if remote.ranged is False or all(f.size <= remote.whole_max for f in files):
+            for f in files:
+                yield unit, f.piece()
+            continue
+        yield Opening(uris)
+        r = ds.reader(g, p)
+        starts = np.asarray(r.block_starts(), dtype=np.int64)
+        first = int(np.searchsorted(starts, a, side="right")) - 1
+        blocks = []
+        for b in range(max(0, first), len(starts) - 1):
+            ranges = r.block_ranges(b) if b > first or a == starts[b] else r.byte_ranges(a, int(starts[b + 1]))
+            if ranges is None:  # the format cannot say: its files through, from their start
+                blocks = None
+                break
+            blocks.append(ranges)
+        yield Opening(())
+        for piece in _opening(r, files):  # what opening it reads, kept with its first block
+            yield unit, piece
+        if blocks is None:
+            for piece in _range_pieces(ds, [(f.uri, 0, f.size) for f in files], through=True):
+                unit += 1
+                yield unit, piece
+            continue
+        for ranges in blocks:
+            unit += 1
+            for piece in _range_pieces(ds, ranges, through=True):
+                yield unit, piece
+
+
+def _block_pieces(ds: Parts, g: Group, cursor: BlockCursor, start: int) -> Iterator:
+    """The blocks of the epoch's block order from the window holding ``start``."""
+
+    layout, wanted = cursor.layout, cursor.wanted
+    w0 = layout.window_of(start)
+    for w in range(max(0, w0), layout.windows):
+        lo, hi = int(layout.starts[w]), int(layout.starts[w + 1])
+        if not _wants(wanted, lo, hi):
+            continue  # a window of none of this reader's rows: the cursor skips it
+        yield from _window_pieces(ds, g, layout, w)
+
+
+def _wants(wanted, lo: int, hi: int) -> bool:
+    """Does the reader ask for any position of ``[lo, hi)`` (batches ``index`` of every ``count``)?"""
+    a = max(lo, wanted.start)
+    if a >= hi:
+        return False
+    if wanted.count == 1:
+        return True
+    first = (a - wanted.start) // wanted.batch  # the batch holding ``a``
+    if first % wanted.count == wanted.index:
+        return True
+    k = first + (wanted.index - first) % wanted.count  # the reader's next batch
+    return wanted.start + k * wanted.batch < hi
+
+
+def _window_pieces(ds: Parts, g: Group, layout, w: int) -> Iterator:
+    from ..storage.prefetch import Opening
+
+    for j in range(int(layout.first[w]), int(layout.first[w + 1])):
+        p = g.parts[int(layout.part[j])]
+        uris = _uris(ds, p)
+        yield Opening(uris)
+        ranges = ds.reader(g, p).block_ranges(int(layout.block[j]))
+        yield Opening(())
+        pieces = _small_files(ds, p) if ranges is None else _range_pieces(ds, ranges, through=False)
+        for piece in pieces:  # one unit: a block's pieces are read in any order (a row group's columns)
+            yield j, piece

@@ -1,0 +1,215 @@
+"""``--to webdataset``: tar shards read back by ``webdataset.WebDataset(...).decode()`` itself (in the
+peers' venv, tests/peers), by Python's tarfile and by ``tar``; every column kind from CSV, NPY,
+Parquet and JSON Lines compared with the values parsed from the source; deterministic headers (mode,
+owner, time), keys that number the dataset's rows across shards, pax names, a value larger than the
+writer's runs; the same bytes whatever the workers and after a kill and ``--resume``; columns
+WebDataset could not tell apart refused in one line; ``verify`` catches a damaged header."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+
+import numpy as np
+import pytest
+
+import lovecraft_convert as lc
+from tests.conftest import lovecraft
+from tests.formats.shard_sources import assert_same, blobs_parquet, disk_bytes, killed_then_resumed, make_sources
+from tests.readback import assert_manifest_matches_disk, manifest, peer_read, read_webdataset_tar
+
+# where each column is found in a sample (the member's extension, or "json" for the .json member)
+MEMBERS = {
+    "csv": {"id": "json", "score": "json", "name": "json", "half": "json"},
+    "npy": {"img": "img.npy", "emb": "emb.npy", "lab": "json", "flag": "json"},
+    "parquet": {"jpg": "jpg", "tokens": "tokens.npy", "vec": "vec.npy", "f16": "json", "ok": "json", "u8": "json",
+                "text": "json"},
+    "jsonl": {"id": "json", "tags": "json", "seq": "seq.npy", "t": "json"},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wds")
+    sources = make_sources(d / "src")
+    outs = {}
+    for name, (inputs, extra, _want) in sources.items():
+        out = str(d / name)
+        r = lovecraft("convert", *inputs, *extra, "-o", out, "--to", "webdataset", "-q")
+        assert r.exit_code == 0, r.stderr
+        outs[name] = out
+    return sources, outs
+
+
+def test_every_column_kind_reads_back_with_webdataset(written):
+    sources, outs = written
+    got = peer_read("webdataset", [outs[n] for n in sources])
+    for (name, (_inputs, _extra, want)), (cols, _types) in zip(sources.items(), got, strict=True):
+        keys = set(MEMBERS[name].values())
+        assert set(cols) == {"__key__", *keys}, (name, sorted(cols))
+        assert cols["__key__"] == [f"{i:09d}" for i in range(len(next(iter(want.values()))))]
+        for col, values in want.items():
+            member = MEMBERS[name][col]
+            got_col = [row[col] for row in cols["json"]] if member == "json" else cols[member]
+            assert_same(got_col, values, f"{name}.{col}")
+
+
+def test_python_tarfile_reads_every_kind(written):
+    sources, outs = written
+    for name, (_inputs, _extra, want) in sources.items():
+        got = read_webdataset_tar(outs[name])
+        for col, values in want.items():
+            assert_same(list(got[col]), values, f"{name}.{col}")
+
+
+def test_an_integer_label_is_a_cls_member(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_text("label,caption\n" + "".join(f"{i % 3},cap {i}\n" for i in range(10)))
+    out = str(tmp_path / "o")
+    assert lovecraft("convert", str(path), "-o", out, "--to", "webdataset", "-q").exit_code == 0
+    with tarfile.open(os.path.join(out, "data.tar")) as tar:
+        names = tar.getnames()
+        assert names[:4] == ["000000000.cls", "000000000.json", "000000001.cls", "000000001.json"]
+        assert tar.extractfile("000000004.cls").read() == b"1"
+        assert json.loads(tar.extractfile("000000004.json").read()) == {"caption": "cap 4"}
+
+
+def test_tar_lists_the_members_with_fixed_metadata(written):
+    _, outs = written
+    r = subprocess.run(["tar", "-tvf", os.path.join(outs["parquet"], "data.tar")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 60 * 4
+    first = lines[0].split()
+    assert first[0] == "-r--r--r--" and first[1] == "0/0" and first[3:5] == ["1970-01-01", "00:00"]
+    assert [ln.split()[-1] for ln in lines[:4]] == [f"000000000.{e}" for e in ("jpg", "json", "tokens.npy", "vec.npy")]
+    r = subprocess.run(
+        ["tar", "-xOf", os.path.join(outs["parquet"], "data.tar"), "000000003.vec.npy"], capture_output=True
+    )
+    assert r.returncode == 0
+    np.testing.assert_array_equal(np.load(io.BytesIO(r.stdout)), np.load(io.BytesIO(r.stdout)))
+    with tarfile.open(os.path.join(outs["parquet"], "data.tar")) as tar:
+        members = tar.getmembers()
+        assert all(m.isreg() and m.mode == 0o444 and m.mtime == 0 and m.uid == m.gid == 0 for m in members)
+    assert os.path.getsize(os.path.join(outs["parquet"], "data.tar")) % 10240 == 0
+
+
+def test_keys_number_the_rows_across_shards(tmp_path):
+    src = blobs_parquet(tmp_path / "b.parquet", rows=300)
+    out = str(tmp_path / "o")
+    r = lovecraft("shard", src, "-o", out, "--to", "webdataset", "--num-shards", "3", "--shuffle", "--seed", "2", "-q")
+    assert r.exit_code == 0, r.stderr
+    keys = []
+    for f in manifest(out)["files"]:
+        with tarfile.open(os.path.join(out, f["path"])) as tar:
+            keys += sorted({m.name.split(".")[0] for m in tar.getmembers()})
+    assert keys == [f"{i:09d}" for i in range(300)]
+    assert lc.verify(out).ok
+
+
+def test_long_and_non_ascii_names_go_in_pax_headers(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    long = "a" * 120
+    table = pa.table(
+        {long: pa.array([b"x" * i for i in range(5)], pa.binary()), "é": pa.array([b"y", b"", b"z", b"", b"w"])}
+    )
+    pq.write_table(table, tmp_path / "n.parquet")
+    out = str(tmp_path / "o")
+    assert lovecraft("convert", str(tmp_path / "n.parquet"), "-o", out, "--to", "webdataset", "-q").exit_code == 0
+    with tarfile.open(os.path.join(out, "data.tar")) as tar:
+        names = tar.getnames()
+        assert names[:2] == [f"000000000.{long}", "000000000.é"]
+        assert tar.extractfile(f"000000004.{long}").read() == b"xxxx"
+    got = peer_read("webdataset", [out])[0][0]
+    assert got[long] == [b"x" * i for i in range(5)] and got["é"] == [b"y", b"", b"z", b"", b"w"]
+    assert lc.verify(out).ok
+
+
+def test_a_value_larger_than_a_run_is_written_whole(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(3)
+    blobs = [rng.bytes(n) for n in (10, 9 << 20, 0, 20 << 20, 5)]
+    pq.write_table(pa.table({"bin": pa.array(blobs, pa.binary())}), tmp_path / "big.parquet")
+    out = str(tmp_path / "o")
+    assert lovecraft("convert", str(tmp_path / "big.parquet"), "-o", out, "--to", "webdataset", "-q").exit_code == 0
+    with tarfile.open(os.path.join(out, "data.tar")) as tar:
+        assert [tar.extractfile(m).read() for m in tar.getmembers()] == blobs
+    assert lc.verify(out).ok
+    assert list(lc.open_dataset(out).take([3, 1])["bin"]) == [blobs[3], blobs[1]]
+
+
+def test_workers_and_resume_give_the_same_bytes(tmp_path):
+    src = blobs_parquet(tmp_path / "b.parquet")
+    refs = []
+    for w in (1, 2):
+        out = str(tmp_path / f"w{w}")
+        lc.shard(src, out, to="webdataset", shard_size="2MiB", shuffle=True, seed=9, workers=w, progress=False,
+                 part_bytes=1 << 20, max_memory="32MiB")  # fmt: skip
+        refs.append(disk_bytes(out))
+    assert refs[0] == refs[1] and len(refs[0]) > 3
+    (tmp_path / "k").mkdir()
+    out = killed_then_resumed(src, tmp_path / "k", "webdataset", shard_size="2MiB", shuffle=True, seed=9)
+    assert disk_bytes(out) == refs[0]
+    assert lc.verify(out).ok
+
+
+def test_open_dataset_and_verify(written):
+    sources, outs = written
+    for name, (_inputs, _extra, want) in sources.items():
+        assert lc.verify(outs[name]).ok, name
+        assert_manifest_matches_disk(outs[name])
+        ds = lc.open_dataset(outs[name])
+        rows = ds.take(np.arange(len(ds))[::-1])
+        for col, values in want.items():
+            f = ds.schema[col]
+            if f.kind == "sequence":
+                got = [r[:n] for r, n in zip(rows[col], rows[f"{col}_length"], strict=True)]
+            else:
+                got = list(rows[col])
+            assert_same(got[::-1], values, f"{name}.{col}")
+
+
+def test_columns_webdataset_cannot_tell_apart_are_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"Json": pa.array([b"x"]), "n": pa.array([1])}), tmp_path / "c.parquet")
+    r = lovecraft("convert", str(tmp_path / "c.parquet"), "-o", str(tmp_path / "o"), "--to", "webdataset", "-q")
+    assert r.exit_code == 1, r.stderr
+    assert r.stderr == (
+        f"Error: {tmp_path / 'c.parquet'}, column 'Json': its member .Json and the .json member of the other columns "
+        "are one extension to WebDataset, which lowercases them; rename one of the columns, or leave one out with "
+        "--columns\n"
+    )
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_verify_names_a_damaged_header(written, tmp_path):
+    import shutil
+
+    _, outs = written
+    ds = str(tmp_path / "copy")
+    shutil.copytree(outs["csv"], ds)
+    path = os.path.join(ds, "data.tar")
+    with open(path, "r+b") as f:
+        f.seek(512 + 512 + 100)  # the second member's mode
+        f.write(b"0000644\0")
+    report = lc.verify(ds)
+    assert not report.ok
+    assert "the header at byte 1024 has checksum" in " ".join(p.message for p in report.problems), report.lines()
+
+
+def test_inspect_gives_webdataset_and_tar(written):
+    _, outs = written
+    rep = lc.inspect(outs["csv"])
+    assert rep["format"] == "webdataset"
+    path = os.path.join(outs["csv"], "data.tar")
+    assert f'wds.WebDataset("{path}", shardshuffle=False)' in rep["load"]["webdataset"]
+    assert rep["load"]["tar"] == f"tar -tvf {path}"

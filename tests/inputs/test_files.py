@@ -1,0 +1,318 @@
+"""Files input: a folder tree (ImageFolder class folders, PNG and JPEG of several sizes and modes,
+made with Pillow here) and a sidecar CSV, converted to every format and read back with np.load,
+h5py, pyarrow and tf.data: one row per file in the tree's order, bytes equal to the files, labels
+from the class folders (named in the manifest), sidecar columns joined by path or stem; parts for
+workers give the same bytes whatever ``--workers``; what cannot be read is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import lovecraft_convert as lc
+from tests.conftest import lovecraft
+from tests.inputs.filetrees import CLASSES, ORDER, make_images, make_sidecar
+from tests.readback import disk_digest, manifest, read_back
+
+pytest.importorskip("PIL")
+
+
+def _bytes(v) -> bytes:
+    return v if isinstance(v, bytes) else np.asarray(v, dtype=np.uint8).tobytes()
+
+
+def _text(v) -> str:
+    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = str(tmp_path / "imgs")
+    files = make_images(root)
+    meta = make_sidecar(str(tmp_path / "meta.csv"), ORDER)
+    return root, files, meta, str(tmp_path / "meta.csv")
+
+
+FORMATS = ["memmap", "hdf5", "parquet", "tfrecord"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_file_a_row_with_its_bytes_label_and_sidecar(tmp_path, tree, fmt):
+    if fmt == "tfrecord":
+        pytest.importorskip("tensorflow")
+    root, files, meta, meta_path = tree
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", root, "-o", out, "--to", fmt, "--metadata", meta_path, "-q")
+    assert r.exit_code == 0, r.stderr
+    cols = read_back(out, fmt)
+    assert [_text(p) for p in cols["path"]] == ORDER
+    assert [_bytes(b) for b in cols["bytes"]] == [files[p] for p in ORDER]
+    assert np.asarray(cols["label"]).tolist() == [CLASSES.index(p.split("/")[0]) for p in ORDER]
+    assert [_text(c) for c in cols["caption"]] == [meta[p][0] for p in ORDER]
+    assert [_text(s) for s in cols["split"]] == [meta[p][1] for p in ORDER]
+    m = manifest(out)
+    assert m["labels"] == {"column": "label", "names": CLASSES, "from": "top-level folder"}
+    assert [f["name"] for f in m["schema"]] == ["path", "bytes", "label", "caption", "split"]
+    (src,) = m["sources"]
+    assert (src["format"], src["files"], src["size"]) == ("files", len(files), sum(map(len, files.values())))
+    r = lovecraft("verify", out, "--against", root)  # the source read again with the manifest's options
+    assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def test_columns_without_bytes_read_no_file(tmp_path, tree):
+    """--columns label,path lists the tree and reads nothing: a file too large to read is no error."""
+    root, files, _, _ = tree
+    with open(os.path.join(root, "cat", "zzz.bin"), "wb") as f:
+        f.write(b"\0" * (2 << 20))  # more than 16 MiB / 16: refused if it were read
+    out = str(tmp_path / "out")
+    lc.convert(root, out, to="parquet", columns=["label", "path"], max_memory="16MiB", progress=False)
+    cols = read_back(out, "parquet")
+    assert list(cols) == ["label", "path"]
+    assert cols["path"] == [*ORDER[:6], "cat/zzz.bin", *ORDER[6:]]
+
+
+def test_a_glob_of_files(tmp_path, tree):
+    """Files named by a glob: paths relative to their common folder, labels from its subfolders."""
+    root, files, _, _ = tree
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", os.path.join(root, "*", "*.png"), "-o", out, "--to", "parquet", "-q")
+    assert r.exit_code == 0, r.stderr
+    cols = read_back(out, "parquet")
+    pngs = sorted(p for p in ORDER if p.endswith(".png") and p.count("/") == 1)
+    assert cols["path"] == pngs
+    assert cols["bytes"] == [files[p] for p in pngs]
+    assert cols["label"].tolist() == [sorted({p.split("/")[0] for p in pngs}).index(p.split("/")[0]) for p in pngs]
+
+
+def test_flat_folder_has_no_label_and_hidden_files_are_left_out(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    for name, text in [("b.txt", "bee"), ("a.md", "ay"), (".hidden", "no"), ("c.bin", "\x00\x01")]:
+        (root / name).write_bytes(text.encode())
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_bytes(b"ref")
+    out = str(tmp_path / "out")
+    lc.convert(str(root), out, to="parquet", input_format="files", progress=False)  # .txt: named, else text
+    cols = read_back(out, "parquet")
+    assert list(cols) == ["path", "bytes"]
+    assert cols["path"] == ["a.md", "b.txt", "c.bin"]
+    assert cols["bytes"] == [b"ay", b"bee", b"\x00\x01"]
+    assert "labels" not in manifest(out)
+
+
+def test_loose_files_beside_class_folders_get_label_minus_one(tmp_path, tree):
+    root, _, _, _ = tree
+    with open(os.path.join(root, "notes.txt"), "wb") as f:
+        f.write(b"loose")
+    out = str(tmp_path / "out")
+    lc.convert(root, out, to="parquet", progress=False)
+    cols = read_back(out, "parquet")
+    assert cols["path"] == [*ORDER, "notes.txt"]  # the root's entries sorted: bird, cat, dog, notes.txt
+    assert cols["label"].tolist() == [CLASSES.index(p.split("/")[0]) for p in ORDER] + [-1]
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "parquet"])
+def test_shard_shuffled_with_two_workers_writes_the_bytes_of_one(tmp_path, tree, fmt):
+    root, files, _, meta_path = tree
+    outs = []
+    for workers in (1, 2):
+        out = str(tmp_path / f"w{workers}")
+        lc.shard(
+            root, out, to=fmt, num_shards=3, shuffle=True, seed=11, workers=workers, part_bytes=4096,
+            metadata=meta_path, progress=False,
+        )  # fmt: skip
+        outs.append(out)
+    assert disk_digest(outs[0]) == disk_digest(outs[1])
+    m = manifest(outs[0])
+    assert m["rows"] == len(files) and len(m["shards"]) == 3
+    if fmt == "parquet":  # pyarrow reads the shards in order
+        cols = read_back(outs[0], fmt)
+        got = list(zip(cols["path"], cols["bytes"], strict=True))
+        assert sorted(got) == sorted((p, files[p]) for p in ORDER)
+        assert [p for p, _ in got] != ORDER  # shuffled
+
+
+def test_parts_are_file_ranges_starting_at_a_path(tmp_path, tree):
+    root, files, _, _ = tree
+    from lovecraft_convert.inputs import open_reader
+
+    reader = open_reader([root], budget=64 << 20)
+    parts = reader.partitions(4096)
+    assert len(parts) > 2
+    rows = []
+    for p in parts:
+        for b in reader.part_batches(p):
+            rows += b.columns["path"].to_pylist("string")
+    assert rows == ORDER
+    # every part but the first starts where the one before stopped
+    assert all(a.stop == b.first for a, b in zip(parts, parts[1:], strict=False))
+
+
+def test_the_sidecar_inside_the_tree_is_no_row(tmp_path, tree):
+    root, _, _, meta_path = tree
+    inside = os.path.join(root, "metadata.csv")
+    shutil.copy(meta_path, inside)
+    out = str(tmp_path / "out")
+    lc.convert(root, out, to="parquet", metadata=inside, progress=False)
+    assert read_back(out, "parquet")["path"] == ORDER
+
+
+def test_a_large_sidecar_is_joined_a_window_at_a_time(tmp_path, tree):
+    """A sidecar larger than 1/16 of --max-memory is not held whole: each window of files looks its
+    rows up in a pass of its own; the rows are those of the whole join."""
+    root, _, meta, meta_path = tree
+    big = str(tmp_path / "big.csv")
+    with open(meta_path, encoding="utf-8") as f, open(big, "w", encoding="utf-8") as g:
+        g.write(f.read())
+        for k in range(40000):  # rows for files that are not there: 1.6 MB, more than 16 MiB / 16
+            g.write(f'other/{k:06d}.jpg,"{"x" * 20} {k}",train\n')
+    assert os.path.getsize(big) > (16 << 20) // 16
+    out = str(tmp_path / "out")
+    lc.convert(root, out, to="parquet", metadata=big, max_memory="16MiB", progress=False)
+    cols = read_back(out, "parquet")
+    assert cols["caption"] == [meta[p][0] for p in ORDER]
+
+
+def test_a_file_without_a_sidecar_row(tmp_path, tree):
+    root, _, _, meta_path = tree
+    with open(meta_path, encoding="utf-8") as f:
+        lines = [ln for ln in f if not ln.startswith("cat/001")]
+    short = str(tmp_path / "short.csv")
+    with open(short, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", root, "-o", out, "--to", "parquet", "--metadata", short, "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {root}/cat/001.png: no row in --metadata {short} (looked up as cat/001.png, cat/001, 001.png, 001); "
+        "fix or remove it, or pass --on-bad-file skip to leave such files out (counted)\n",
+    )
+    assert not os.path.exists(out)
+    r = lovecraft("convert", root, "-o", out, "--to", "parquet", "--metadata", short, "--on-bad-file", "skip")
+    assert r.exit_code == 0, r.stderr
+    assert read_back(out, "parquet")["path"] == [p for p in ORDER if p != "cat/001.png"]
+    m = manifest(out)
+    assert m["skipped_files"]["count"] == 1 and m["skipped_files"]["by_reason"] == {"metadata": 1}
+    assert f"note: skipped 1 file (--on-bad-file skip): {root}/cat/001.png (no row in --metadata" in r.stderr
+
+
+def test_a_key_twice_in_the_sidecar(tmp_path, tree):
+    root, _, _, meta_path = tree
+    with open(meta_path, "a", encoding="utf-8") as f:
+        f.write("cat/002,again,train\n")
+    r = lovecraft("convert", root, "-o", str(tmp_path / "out"), "--to", "parquet", "--metadata", meta_path, "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: --metadata {meta_path}, row 10: key 'cat/002' given twice; keep one row per file\n",
+    )
+
+
+def test_a_sidecar_without_a_key_column(tmp_path, tree):
+    root, _, _, _ = tree
+    bad = tmp_path / "m.csv"
+    bad.write_text("name,caption\ncat/000.jpg,x\n")
+    r = lovecraft("convert", root, "-o", str(tmp_path / "out"), "--to", "parquet", "--metadata", str(bad), "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: --metadata {bad}: no key column (columns are name, caption); "
+        "name the column of file paths one of file_name, path, filename, file, key, __key__\n",
+    )
+
+
+def test_a_file_larger_than_its_share_of_the_budget(tmp_path):
+    root = tmp_path / "big"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"a")
+    (root / "b.bin").write_bytes(b"\x00" * (2 << 20))  # 2 MiB: more than 16 MiB / 16
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", str(root), "-o", out, "--to", "parquet", "--max-memory", "16MiB", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {root}/b.bin: 2.0 MiB, more than the 1.0 MiB one file may take under --max-memory 16.0 MiB "
+        "(1/16 of it); raise --max-memory to 32.0 MiB or more\n",
+    )
+    assert not os.path.exists(out)
+
+
+def test_links_to_files_are_read_and_dangling_ones_left_out(tmp_path, tree):
+    root, files, _, _ = tree
+    os.unlink(os.path.join(root, "dog", "001.jpg"))
+    os.symlink(os.path.join(root, "nowhere.jpg"), os.path.join(root, "dog", "001.jpg"))
+    os.symlink(os.path.join(root, "cat", "000.jpg"), os.path.join(root, "dog", "002.jpg"))
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", root, "-o", out, "--to", "parquet", "-q")
+    assert r.exit_code == 0, r.stderr
+    cols = read_back(out, "parquet")
+    assert "dog/001.jpg" not in cols["path"]  # not a regular file: left out of the listing
+    assert cols["bytes"][cols["path"].index("dog/002.jpg")] == files["cat/000.jpg"]
+
+
+def test_directories_holding_data_files_and_empty_ones(tmp_path):
+    d = tmp_path / "tables"
+    d.mkdir()
+    (d / "a.csv").write_text("x\n1\n")
+    r = lovecraft("convert", str(d), "-o", str(tmp_path / "o"), "--to", "parquet", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {d}: is a directory, not a file; pass the files inside it, e.g. a glob like dir/*.csv, "
+        "or --input-format files to read each file as a row\n",
+    )
+    r = lovecraft("convert", str(d), "-o", str(tmp_path / "o"), "--to", "parquet", "--input-format", "files", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert read_back(str(tmp_path / "o"), "parquet")["bytes"] == [b"x\n1\n"]
+    e = tmp_path / "empty"
+    e.mkdir()
+    r = lovecraft("convert", str(e), "-o", str(tmp_path / "o2"), "--to", "parquet", "-q")
+    assert (r.exit_code, r.stderr) == (1, f"Error: {e}: holds no files; check the path\n")
+
+
+def test_files_flags_on_other_inputs_are_usage_errors(tmp_path):
+    src = tmp_path / "a.csv"
+    src.write_text("x\n1\n")
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "o"), "--to", "parquet", "--decode", "image", "-q")
+    assert (r.exit_code, r.stderr) == (
+        2,
+        "Error: --decode applies to files and webdataset inputs only; or pass --input-format files\n",
+    )
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "o"), "--to", "parquet", "--image-size", "4x4", "-q")
+    assert (r.exit_code, r.stderr) == (2, "Error: --image-size goes with --decode image\n")
+
+
+def test_the_manifest_records_the_listing(tmp_path, tree):
+    """A changed file changes the source's listing digest: --resume of an unfinished run refuses it."""
+    root, _, _, _ = tree
+    out = str(tmp_path / "out")
+    lc.convert(root, out, to="parquet", progress=False)
+    before = manifest(out)["sources"][0]
+    with open(os.path.join(root, "cat", "002.png"), "ab") as f:
+        f.write(b"more")
+    lc.convert(root, out, to="parquet", overwrite=True, progress=False)
+    after = manifest(out)["sources"][0]
+    assert before["listing_sha256"] != after["listing_sha256"]
+    assert after["size"] == before["size"] + 4
+    assert json.dumps(after)  # plain JSON
+
+
+def test_a_sidecar_column_whose_type_widens_late(tmp_path, tree):
+    """A sidecar column read as integers for its first megabytes and holding a fraction at the end
+    is float64 in the output, convert and shard alike (the job starts over with the wider type)."""
+    root, _, _, _ = tree
+    meta = str(tmp_path / "wide.csv")
+    with open(meta, "w", encoding="utf-8") as f:
+        f.write("file_name,score\n")
+        for k in range(150_000):  # 3.6 MB of integers for files that are not there
+            f.write(f"other/{k:07d}.jpg,{k}\n")
+        for k, rel in enumerate(ORDER):
+            f.write(f"{rel},{k}.5\n")
+    for job in ("convert", "shard"):
+        out = str(tmp_path / job)
+        kw = {"num_shards": 2, "workers": 2} if job == "shard" else {}
+        getattr(lc, job)(root, out, to="parquet", metadata=meta, columns=["path", "score"], max_memory="16MiB",
+                         progress=False, **kw)  # fmt: skip
+        cols = read_back(out, "parquet")
+        assert cols["path"] == ORDER
+        assert cols["score"].tolist() == [k + 0.5 for k in range(len(ORDER))]

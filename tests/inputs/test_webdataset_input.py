@@ -1,0 +1,145 @@
+"""WebDataset .tar shards as input: members grouped by key into one row per sample, a column per
+extension with the members' bytes (or decoded images), read from shards written here with tarfile
+and by webdataset's own ShardWriter (in the peers' venv); damaged shards are one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+import lovecraft_convert as lc
+from tests.conftest import lovecraft
+from tests.inputs.filetrees import image_bytes
+from tests.peers import require_peers, run_peer
+from tests.readback import disk_digest, manifest, read_back
+
+
+def _add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tf.addfile(info, io.BytesIO(data))
+
+
+def make_shards(d: str, shards: int = 2, per: int = 5, gz: bool = False) -> list[tuple[str, dict[str, bytes]]]:
+    """Shards of samples {jpg, json, cls}; returns [(key, members)] in order."""
+    samples = []
+    for s in range(shards):
+        path = os.path.join(d, f"shard-{s:03d}.tar" + (".gz" if gz else ""))
+        with tarfile.open(path, "w:gz" if gz else "w") as tf:
+            for i in range(per):
+                key = f"s{s}/{i:06d}"
+                members = {
+                    "jpg": image_bytes("JPEG", "RGB", (20 + i, 16), 10 * s + i),
+                    "json": json.dumps({"i": i, "shard": s}).encode(),
+                    "cls": str(i % 3).encode(),
+                }
+                for ext, data in members.items():
+                    _add(tf, f"{key}.{ext}", data)
+                samples.append((key, members))
+    return samples
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["tar", "tar.gz"])
+def test_samples_become_rows(tmp_path, gz):
+    samples = make_shards(str(tmp_path), gz=gz)
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", str(tmp_path / "shard-*"), "-o", out, "--to", "parquet", "-q")
+    assert r.exit_code == 0, r.stderr
+    cols = read_back(out, "parquet")
+    assert list(cols) == ["__key__", "jpg", "json", "cls"]
+    assert cols["__key__"] == [k for k, _ in samples]
+    for ext in ("jpg", "json", "cls"):
+        assert cols[ext] == [m[ext] for _, m in samples]
+    assert manifest(out)["sources"][0]["format"] == "webdataset"
+
+
+def test_decoded_images_and_workers(tmp_path):
+    pytest.importorskip("PIL")
+    from tests.inputs.test_files_decode import pillow_reference
+
+    samples = make_shards(str(tmp_path), shards=3)
+    outs = []
+    for workers in (1, 2):
+        out = str(tmp_path / f"w{workers}")
+        lc.shard(str(tmp_path / "shard-*.tar"), out, to="hdf5", decode="image", image_size="12x12", num_shards=2,
+                 shuffle=True, seed=5, workers=workers, progress=False)  # fmt: skip
+        outs.append(out)
+    assert disk_digest(outs[0]) == disk_digest(outs[1])
+    out = str(tmp_path / "one")
+    lc.convert(str(tmp_path / "shard-*.tar"), out, to="hdf5", decode="image", image_size="12x12", progress=False)
+    cols = read_back(out, "hdf5")
+    assert cols["jpg"].shape == (len(samples), 12, 12, 3)
+    for k, (_, m) in enumerate(samples):
+        np.testing.assert_array_equal(cols["jpg"][k], pillow_reference(m["jpg"], (12, 12), "RGB", "shorter"))
+    assert manifest(out)["decode"]["columns"] == ["jpg"]
+
+
+def test_read_what_webdatasets_shardwriter_wrote(tmp_path):
+    require_peers("webdataset")
+    code = """
+import json, sys, webdataset as wds
+with wds.ShardWriter(sys.argv[1] + "/peer-%03d.tar", maxcount=4) as sink:
+    for i in range(10):
+        sink.write({"__key__": f"k{i:04d}", "txt": f"text {i}", "cls": i % 2, "npy.bin": bytes([i] * 3)})
+print(json.dumps("ok"))
+"""
+    run_peer(code, str(tmp_path))
+    out = str(tmp_path / "out")
+    lc.convert(str(tmp_path / "peer-*.tar"), out, to="parquet", progress=False)
+    cols = read_back(out, "parquet")
+    assert cols["__key__"] == [f"k{i:04d}" for i in range(10)]
+    assert cols["txt"] == [f"text {i}".encode() for i in range(10)]
+    assert cols["cls"] == [str(i % 2).encode() for i in range(10)]
+    assert cols["npy.bin"] == [bytes([i] * 3) for i in range(10)]
+
+
+def test_columns_choose_the_extensions(tmp_path):
+    samples = make_shards(str(tmp_path))
+    out = str(tmp_path / "out")
+    lc.convert(str(tmp_path / "shard-*.tar"), out, to="parquet", columns=["__key__", "cls"], progress=False)
+    cols = read_back(out, "parquet")
+    assert cols["cls"] == [m["cls"] for _, m in samples]
+
+
+def test_a_new_extension_late_and_a_duplicate_member(tmp_path):
+    make_shards(str(tmp_path), shards=1)
+    path = str(tmp_path / "late.tar")
+    with tarfile.open(path, "w") as tf:
+        for i in range(70):
+            _add(tf, f"{i:04d}.txt", b"x")
+        _add(tf, "0070.txt", b"y")
+        _add(tf, "0070.wav", b"z")
+    r = lovecraft("convert", path, "-o", str(tmp_path / "o"), "--to", "parquet", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {path}, sample 0070: a .wav member, an extension the first 64 samples do not have; "
+        "name the columns with --columns __key__,txt,... (members of other extensions are then left out)\n",
+    )
+    dup = str(tmp_path / "dup.tar")
+    with tarfile.open(dup, "w") as tf:
+        _add(tf, "a.txt", b"1")
+        _add(tf, "a.txt", b"2")
+    r = lovecraft("convert", dup, "-o", str(tmp_path / "o"), "--to", "parquet", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {dup}, member a.txt: a second .txt member of sample 'a'; give each member of a sample its own extension\n",
+    )
+
+
+def test_a_truncated_shard(tmp_path):
+    make_shards(str(tmp_path), shards=1, per=8)
+    path = str(tmp_path / "shard-000.tar")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2 + 100])
+    r = lovecraft("convert", path, "-o", str(tmp_path / "o"), "--to", "parquet", "-q")
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"Error: {path}: not a readable tar after member s0/")
+    assert r.stderr.endswith("; re-create the shard\n") and r.stderr.count("\n") == 1
+    assert not os.path.exists(str(tmp_path / "o"))
