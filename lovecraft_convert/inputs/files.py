@@ -61,6 +61,10 @@ class FilePart(Part):
     stop: tuple[str, ...] | None = None
 
 
+def _plain_spec(values: dict) -> InputSpec:
+    return InputSpec(**values)
+
+
 class TreeSpec(InputSpec):
     """A directory input whose size (its files' bytes), file count and listing digest are counted
     on first use: by the process that records them (the manifest's sources, the progress bar),
@@ -71,6 +75,18 @@ class TreeSpec(InputSpec):
         self._tree: tuple[int, int, str] | None = None
         self._notes: dict = {}
         super().__init__(**{f.name: getattr(spec, f.name) for f in fields(InputSpec)})
+
+    def __copy__(self) -> TreeSpec:
+        new = TreeSpec.__new__(TreeSpec)
+        new.__dict__.update(self.__dict__)  # the count too, when it was made
+        return new
+
+    def __reduce__(self):
+        """Sent to a worker (a shard unit's inputs) as the plain spec the resolver made (size
+        unknown): the worker's reader wraps it again and never counts the tree; the counting
+        function is the driver's reader's, which does not travel."""
+        values = {f.name: getattr(self, f.name) for f in fields(InputSpec) if f.name not in ("size", "notes")}
+        return (_plain_spec, ({**values, "size": None, "notes": dict(self._notes) or None},))
 
     def _counted(self) -> tuple[int, int, str]:
         if self._tree is None:
