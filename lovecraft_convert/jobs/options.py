@@ -27,6 +27,12 @@ READ_KEYS = (
 )  # fmt: skip
 
 
+def _given(name: str, value: Any) -> str:
+    """An option and the value given, as the caller spelled them: ``--skip-rows -1`` on the command
+    line, ``skip_rows=-1`` from Python (the value as Python writes it, quotes and escapes shown)."""
+    return spelled(f"--{name.replace('_', '-')} {value!r}", f"{name}={value!r}")
+
+
 @dataclass
 class ConvertOptions:
     """Everything ``convert`` takes besides inputs and output."""
@@ -182,17 +188,21 @@ class ConvertOptions:
 
     def validate_inputs(self) -> None:
         """The CSV syntax options (inspect takes them too)."""
-        for name, c in (("--delimiter", self.delimiter), ("--comment", self.comment)):
+        for name, c in (("delimiter", self.delimiter), ("comment", self.comment)):
             if c is None:
                 continue
             if not isinstance(c, str) or len(c) != 1 or not c.isascii():
-                raise OptionsError(f"{name} {c!r}: give one ASCII character")
+                raise OptionsError(f"{_given(name, c)}: give one ASCII character")
             if c in '"\r\n':
-                raise OptionsError(f"{name} {c!r} cannot be a quote or a line end", hint="choose another character")
+                raise OptionsError(
+                    f"{_given(name, c)} cannot be a quote or a line end", hint="choose another character"
+                )
         if self.comment is not None and self.comment == self.delimiter:
-            raise OptionsError(f"--comment {self.comment!r} is the delimiter too", hint="choose another character")
+            raise OptionsError(
+                f"{_given('comment', self.comment)} is the delimiter too", hint="choose another character"
+            )
         if not isinstance(self.skip_rows, int) or isinstance(self.skip_rows, bool) or self.skip_rows < 0:
-            raise OptionsError(f"--skip-rows {self.skip_rows!r}: give a number of lines, 0 or more")
+            raise OptionsError(f"{_given('skip_rows', self.skip_rows)}: give a number of lines, 0 or more")
         if self.na_values is not None:
             if isinstance(self.na_values, str):
                 self.na_values = [v for v in self.na_values.split(",") if v]

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import lovecraft_convert as lc
-from lovecraft_convert.errors import OptionsError
+from lovecraft_convert.errors import OptionsError, surface
 from tests.conftest import leftovers, lovecraft
 from tests.readback import manifest, read_back
 
@@ -259,11 +259,16 @@ def test_verify_against_uses_the_recorded_options(tmp_path):
     ],
 )
 def test_option_mistakes(tmp_path, kwargs, message):
+    """Each message names the option as the caller spelled it: the keyword argument and its value
+    from Python, the flag where the command line shows it."""
     src = tmp_path / "a.csv"
     src.write_text("a,b\n1,2\n")
     with pytest.raises(OptionsError) as e:
         lc.convert([str(src)], str(tmp_path / "o"), to="parquet", progress=False, **kwargs)
-    assert e.value.one_line() == message
+    flag, _, rest = message.partition(" ")
+    assert e.value.one_line() == f"{flag[2:].replace('-', '_')}={rest}"  # comment='##': ...
+    with surface("cli"):
+        assert e.value.one_line() == message
     with pytest.raises(OptionsError):
         lc.inspect(str(src), **kwargs)
 
