@@ -63,8 +63,14 @@ def flag(name: str, value: Any = _NO_VALUE) -> str:
     return spelled(f"{cli} {value}", f"{name}={value!r}")
 
 
-# flags whose keyword argument is not the flag's name, underscored
-KEYWORDS = {"column-type": "column_types", "no-header": "header=False", "quiet": "progress=False"}
+# flags whose keyword argument is not the flag's name, underscored (switches: the keyword as it is set)
+KEYWORDS = {
+    "column-type": "column_types",
+    "no-header": "header=False",
+    "quiet": "progress=False",
+    "resume": "resume=True",
+    "overwrite": "overwrite=True",
+}
 _FLAG = re.compile(r"(?<![\w'\"-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 

@@ -221,7 +221,7 @@ def test_rendering_keeps_command_lines_and_quoted_values():
     from lovecraft_convert.errors import DatasetError, flag, surface
 
     e = DatasetError("incomplete", hint="run it again (`lovecraft shard ... --resume` resumes) or pass --overwrite")
-    assert str(e) == "incomplete; run it again (`lovecraft shard ... --resume` resumes) or pass overwrite"
+    assert str(e) == "incomplete; run it again (`lovecraft shard ... --resume` resumes) or pass overwrite=True"
     e = lc.OptionsError(f"--column-type x: '--y' is no type; {flag('errors', 'replace')}; --no-header")
     assert str(e) == "column_types x: '--y' is no type; errors='replace'; header=False"
     with surface("cli"):

@@ -106,6 +106,6 @@ def test_unfinished_run_with_other_options_names_the_option(src, tmp_path):
         lc.shard(src, out, to="parquet", num_shards=4, resume=True)
     assert e.value.one_line() == (
         f"{out}: the unfinished run in {work} cannot be resumed: it was made with num_shards 3, this run has 4; "
-        "run it with the same command and resume, or pass overwrite to start over"
+        "run it with the same command and resume=True, or pass overwrite=True to start over"
     )  # a Python caller reads keyword names (the CLI's flags: tests/engine's CLI cases)
     assert e.value.exit_code == 2

@@ -67,7 +67,7 @@ def test_two_runs_racing_one_commits_the_other_fails_cleanly(s3, bucket, tmp_pat
     assert len(won) == 1 and len(lost) == 1, results
     assert lost[0].one_line() == (
         f"s3://{bucket}/out: another run committed this output first (its _manifest.json appeared while this "
-        "run wrote); nothing of this run was kept; pass overwrite to replace it, or choose another path"
+        "run wrote); nothing of this run was kept; pass overwrite=True to replace it, or choose another path"
     )
     m = json.loads(get(s3, bucket, "out/_manifest.json"))
     assert m == json.loads(json.dumps(won[0].to_dict(), default=str))
