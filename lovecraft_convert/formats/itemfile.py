@@ -296,22 +296,45 @@ class TableProblem(Exception):
     """A file's table does not describe it (count, offsets, size)."""
 
 
+REMOTE_TABLE_BYTES = 8 << 20  # a remote item file's table up to this size is held in memory (2M items)
+
 class TableFile:
     """An item file, mapped: ``count``, ``offsets`` (the table, uint32[count + 1], mapped) and the
-    bytes (``buf``); its table checked against its size, in bounded pieces."""
+    bytes (``buf``); its table checked against its size, in bounded pieces. A file of a remote
+    dataset (``rf``: its :class:`~lovecraft_convert.storage.remote.RemoteFile`) is read through the
+    node's cache as asked, its table and its bytes each a
+    :class:`~lovecraft_convert.storage.remote_array.RemoteArray` (readers take their items' bytes
+    with :func:`.items.compact`, not from ``buf``)."""
 
     def __init__(self, path: str, preamble: int | None = None) -> None:
         """``preamble``: its exact length when known (the first item must start right after it)."""
+        from ..storage import is_remote
+
         self.path = path
-        size = os.path.getsize(path)
+        self.rf = None
+        if is_remote(path):
+            from ..storage.remote import registered
+            from ..storage.remote_array import RemoteArray
+
+            self.rf = registered(path)
+            if self.rf is None:
+                raise ValueError("not a file of a dataset opened here (open it with open_dataset)")
+            size = self.rf.size
+        else:
+            size = os.path.getsize(path)
         if size < 8:
             raise TableProblem(f"{size} bytes: too short to hold an item count and table")
-        self.buf = np.memmap(path, dtype=np.uint8, mode="r")
+        self.buf = (
+            np.memmap(path, dtype=np.uint8, mode="r") if self.rf is None else RemoteArray(self.rf, np.uint8, (size,), 0)
+        )
         count = int(self.buf[:4].view("<u4")[0])
         if 4 + 4 * (count + 1) > size:
             raise TableProblem(f"claims {count} items, whose table alone would not fit in its {size} bytes")
         self.count = count
-        self.offsets = self.buf[4 : 8 + 4 * count].view("<u4")
+        if self.rf is None or 4 * (count + 1) <= REMOTE_TABLE_BYTES:  # a remote table small enough: read once, kept
+            self.offsets = self.buf[4 : 8 + 4 * count].view("<u4")
+        else:  # a table too large to hold: its entries read as asked, through the cache
+            self.offsets = RemoteArray(self.rf, "<u4", (count + 1,), 4)
         head = 8 + 4 * count
         first, last = int(self.offsets[0]), int(self.offsets[-1])
         if first < head or (preamble is not None and first != head + preamble):

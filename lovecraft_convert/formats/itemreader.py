@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import DatasetError
 from ..schema import Batch, Schema
 from .itemfile import TableFile, TableProblem
+from .items import compact
 from .reading import CORRUPT, PartReader
 
 BLOCK_BYTES = 1 << 20
@@ -25,6 +26,7 @@ class TableReader(PartReader):
     """The rows of ``paths`` (item files, ``file_rows`` items each, in order)."""
 
     random_access = True
+    opens_at = "head"  # the item count and the table
 
     def __init__(
         self,
@@ -84,13 +86,26 @@ class TableReader(PartReader):
             self._blocks = starts
         return self._blocks
 
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]]:
+        """The items' bytes of rows ``[start, stop)``, a range per file (from the tables)."""
+        out = []
+        for k, tf in enumerate(self._open()):
+            base = int(self.starts[k])
+            a, b = max(start, base), min(stop, int(self.starts[k + 1]))
+            if a < b:
+                out.append((self.paths[k], int(tf.offsets[a - base]), int(tf.offsets[b - base])))
+        return out
+
     def _decode(self, k: int, local: np.ndarray) -> Batch:
         tf = self._open()[k]
         offs = tf.offsets
         starts = offs[local].astype(np.int64)
         lens = offs[local + 1].astype(np.int64) - starts
         try:
-            return self.decode(tf.buf, starts, lens, self.full, self.schema.names)
+            buf = tf.buf
+            if tf.rf is not None:  # a remote file: only these items' bytes, read through the cache
+                buf, starts = compact(tf.rf, starts, lens)
+            return self.decode(buf, starts, lens, self.full, self.schema.names)
         except self.problems as e:
             raise DatasetError(f"{tf.path}: {e}", hint=CORRUPT) from None
 

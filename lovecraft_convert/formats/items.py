@@ -243,6 +243,33 @@ def uint32_at(buf: np.ndarray, starts: np.ndarray, count: int) -> np.ndarray:
     return gather_fixed(buf, starts, 4 * count).view("<u4").reshape(len(starts), count)
 
 
+def compact(rf, starts: np.ndarray, lens: np.ndarray, gap: int = 64 << 10) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces ``[starts[i], starts[i] + lens[i])`` of a remote file ``rf`` (a
+    :class:`~lovecraft_convert.storage.remote.RemoteFile`) read into one local buffer, as a mapped
+    local file would be sliced: ``(buffer, where each piece starts in it)``. Pieces closer than
+    ``gap`` bytes are read as one span (a run of rows is one read); the buffer holds the spans only,
+    so its size is the pieces', not the file's. ValueError for a piece outside the file."""
+    starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+    lens = np.asarray(lens, dtype=np.int64).reshape(-1)
+    if len(starts) == 0:
+        return np.zeros(0, np.uint8), starts.copy()
+    ends = starts + lens
+    if int(starts.min()) < 0 or int(lens.min()) < 0 or int(ends.max()) > rf.size:
+        raise ValueError("a piece of an item lies outside the file")
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    cut = np.flatnonzero(s[1:] > e[:-1] + gap) + 1  # a new span where a piece starts past the reach of the last
+    lo = s[np.concatenate(([0], cut))]
+    hi = e[np.concatenate((cut, [len(s)])) - 1]
+    data = rf.read_spans(list(zip(lo.tolist(), hi.tolist(), strict=True)))
+    if any(len(d) != int(b - a) for d, a, b in zip(data, lo, hi, strict=True)):
+        raise ValueError("a piece of an item lies outside the file")
+    base = np.concatenate(([0], np.cumsum(hi - lo)))  # where each span starts in the buffer
+    buf = np.frombuffer(b"".join(data), dtype=np.uint8) if len(data) > 1 else np.frombuffer(data[0], np.uint8)
+    span = np.searchsorted(lo, starts, side="right") - 1
+    return buf, base[span] + (starts - lo[span])
+
+
 def _inside(buf: np.ndarray, starts: np.ndarray, lens) -> None:
     """Refuse (ValueError) pieces that reach outside ``buf``: a damaged file's offsets must not
     read past its end (nor make a strided view that would)."""

@@ -180,6 +180,24 @@ class RemoteFile:
         with ThreadPoolExecutor(min(threads, len(spans)), thread_name_prefix="lovecraft-rows") as pool:
             return list(pool.map(lambda ab: read_range(self.uri, ab[0], ab[1]), spans))
 
+    def read_spans(self, spans: list[tuple[int, int]], threads: int = 16) -> list[bytes]:
+        """The bytes of each ``[start, stop)`` of ``spans`` (fewer at the end of the object): from
+        the cache or a prefetch where they hold them, the others by ranged GETs, ``threads`` at
+        once (:meth:`read_direct`), as :class:`~.remote_array.RemoteArray` reads rows at random."""
+        got: list[bytes | None] = [None] * len(spans)
+        missing = []
+        for i, (a, b) in enumerate(spans):
+            if b <= a:
+                got[i] = b""
+            elif self.cached(a, b):
+                got[i] = self.read(a, b - a)
+            else:
+                missing.append(i)
+        if missing:
+            for i, data in zip(missing, self.read_direct([spans[i] for i in missing], threads), strict=True):
+                got[i] = data
+        return got  # type: ignore[return-value]
+
     def read(self, offset: int, n: int) -> bytes:
         buf = bytearray(max(0, min(n, self.size - offset)))
         got = self.readinto(buf, offset) if buf else 0

@@ -24,7 +24,8 @@ from lovecraft_convert.storage.cache import CacheError
 
 from .conftest import get
 
-FORMATS = ("memmap", "hdf5", "parquet", "tfrecord")
+FORMATS = ("memmap", "hdf5", "parquet", "tfrecord", "mds", "litdata", "webdataset")
+RANDOM_ACCESS = ("memmap", "hdf5", "mds", "litdata", "webdataset")  # shuffle=True reads rows at random
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIMIT = 512 << 10
 N = 80_000  # rows: 5-9 MB in every format, 8x the limit or more
@@ -143,7 +144,7 @@ CASES = [(f, s) for f in FORMATS for s in (False, True)] + [("memmap", "blocks")
 
 @pytest.mark.parametrize("fmt,shuffle", CASES)
 def test_an_epoch_8x_the_cache_equals_the_local_epoch(local, remote, s3_log, tmp_path, fmt, shuffle):
-    exact = shuffle is True and fmt in ("memmap", "hdf5")
+    exact = shuffle is True and fmt in RANDOM_ACCESS
     # an exact shuffle reads rows of every file in every batch, by ranged GETs: the small dataset,
     # with a limit an eighth of it
     key = (fmt, "small") if exact else fmt
@@ -160,7 +161,10 @@ def test_an_epoch_8x_the_cache_equals_the_local_epoch(local, remote, s3_log, tmp
     if not exact:  # each byte about once: the dataset, plus headers and footers read as asked
         bucket, prefix = remote[key][5:].split("/", 1)
         sizes = {f"{prefix}/{n}": os.path.getsize(os.path.join(local[key], n)) for n in os.listdir(local[key])}
-        assert fetched(s3_log.gets(bucket), sizes) <= 1.35 * dataset_bytes(local[key])
+        # a WebDataset tar has no index: opening one walks its headers, which lie between its
+        # members, so a tar larger than the cache is fetched once for that and once for its rows
+        once = 2.35 if fmt == "webdataset" else 1.35
+        assert fetched(s3_log.gets(bucket), sizes) <= once * dataset_bytes(local[key])
 
 
 def test_a_shuffled_parquet_epoch_fetches_its_row_groups_once_and_nothing_else(local, remote, s3_log, tmp_path):

@@ -1,6 +1,8 @@
 """Reading a WebDataset part for ``open_dataset`` and ``verify``: the tar's headers walked once (each
 header read, the data skipped) into an index of every sample's members, then any rows decoded from
-the mapped file by their members' offsets, so rows can be read in any order."""
+the mapped file by their members' offsets, so rows can be read in any order. A tar of a remote
+dataset is read through the node's cache: its headers as the walk asks for them, a batch's members
+gathered into a local buffer (:func:`lovecraft_convert.formats.items.compact`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import numpy as np
 
 from ...errors import DatasetError
 from ...schema import FIXED, Batch, Schema, VarColumn
-from ..items import gather, gather_fixed
+from ...storage import is_remote
+from ..items import compact, gather, gather_fixed
 from ..reading import CORRUPT, PartReader
 from .layout import CLS, JSON, KEY_RE, RAW, DecodeProblem, Plan, json_columns, key, npy_dtype, npy_header, plan
 from .tar import Scan, TarProblem
@@ -28,7 +31,17 @@ class TarIndex:
     def __init__(self, path: str, plan: Plan, rows: int, strict: bool = False, first: int | None = None) -> None:
         self.path = path
         self.plan = plan
-        self.buf = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
+        self.rf = None
+        if is_remote(path):
+            from ...storage.remote import registered
+            from ...storage.remote_array import RemoteArray
+
+            self.rf = registered(path)
+            if self.rf is None:
+                raise ValueError("not a file of a dataset opened here (open it with open_dataset)")
+            self.buf = RemoteArray(self.rf, np.uint8, (self.rf.size,), 0)
+        else:
+            self.buf = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
         m = len(plan.members)
         exts = plan.extensions()
         self.first = 0
@@ -62,30 +75,36 @@ class TarIndex:
         """Rows ``idx`` (int64), the columns ``names``."""
         idx = np.asarray(idx, dtype=np.int64)
         n = len(idx)
+        offs = [o[idx] for o in self.offsets]
+        sizes = [s[idx] for s in self.sizes]
+        buf = self.buf
+        if self.rf is not None and offs:  # these rows' members only, read through the cache
+            buf, at = compact(self.rf, np.concatenate(offs), np.concatenate(sizes))
+            offs = [at[j * n : (j + 1) * n] for j in range(len(offs))]
         out: dict = {}
         for j, mem in enumerate(self.plan.members):
-            off, size = self.offsets[j][idx], self.sizes[j][idx]
+            off, size = offs[j], sizes[j]
             if mem.kind == JSON:
                 fields = [f for f in self.plan.json if f.name in names]
                 if fields:
-                    texts = [bytes(self.buf[o : o + s]) for o, s in zip(off.tolist(), size.tolist(), strict=True)]
+                    texts = [bytes(buf[o : o + s]) for o, s in zip(off.tolist(), size.tolist(), strict=True)]
                     out.update(json_columns(self.plan.json, texts, self.first + (int(idx[0]) if n else 0)))
                 continue
             f = mem.field
             if f.name not in names:
                 continue
             if mem.kind == RAW:
-                values, offs = gather(self.buf, off, size)
+                values, voffs = gather(buf, off, size)
                 if f.kind == FIXED:
                     out[f.name] = np.array(
-                        [values[offs[i] : offs[i + 1]].tobytes() for i in range(n)], dtype=f.np_dtype
+                        [values[voffs[i] : voffs[i + 1]].tobytes() for i in range(n)], dtype=f.np_dtype
                     )
                 else:
-                    out[f.name] = VarColumn(values, offs)
+                    out[f.name] = VarColumn(values, voffs)
             elif mem.kind == CLS:
                 vals = []
                 for i, (o, s) in enumerate(zip(off.tolist(), size.tolist(), strict=True)):
-                    text = bytes(self.buf[o : o + s])
+                    text = bytes(buf[o : o + s])
                     if not INT_RE.fullmatch(text):
                         raise DecodeProblem(f"sample {int(idx[i])}: its .cls member {text[:20]!r} is not an integer")
                     vals.append(int(text))
@@ -94,12 +113,12 @@ class TarIndex:
                 except OverflowError:
                     raise DecodeProblem(f"a .cls member is outside {f.np_dtype.name}") from None
             elif f.kind == FIXED:
-                out[f.name] = self._npy_fixed(f, off, size, idx)
+                out[f.name] = self._npy_fixed(buf, f, off, size, idx)
             else:
-                out[f.name] = self._npy_sequence(f, off, size, idx)
+                out[f.name] = self._npy_sequence(buf, f, off, size, idx)
         return Batch({name: out[name] for name in names}, n)
 
-    def _npy_fixed(self, f, off, size, idx):
+    def _npy_fixed(self, buf, f, off, size, idx):
         dt = npy_dtype(f)
         head = npy_header(np.lib.format.dtype_to_descr(dt), tuple(f.shape))
         width = dt.itemsize * f.row_size
@@ -107,28 +126,28 @@ class TarIndex:
         if n and (size != len(head) + width).any():
             bad = int(idx[np.flatnonzero(size != len(head) + width)[0]])
             raise DecodeProblem(f"sample {bad}: its .{f.name}.npy member is not a {list(f.shape)} {dt.name} array")
-        got = gather_fixed(self.buf, off, len(head))
+        got = gather_fixed(buf, off, len(head))
         if n and (got != np.frombuffer(head, np.uint8)).any():
             bad = int(idx[np.flatnonzero((got != np.frombuffer(head, np.uint8)).any(axis=1))[0]])
             raise DecodeProblem(f"sample {bad}: its .{f.name}.npy member has another header than its column's")
-        values = gather_fixed(self.buf, off + len(head), width).view(dt).reshape((n, *f.shape))
+        values = gather_fixed(buf, off + len(head), width).view(dt).reshape((n, *f.shape))
         return self._bools(f, values)
 
-    def _npy_sequence(self, f, off, size, idx):
+    def _npy_sequence(self, buf, f, off, size, idx):
         dt = npy_dtype(f)
         descr = np.lib.format.dtype_to_descr(dt)
         n = len(off)
         heads = np.empty(n, np.int64)
         lens = np.empty(n, np.int64)
         for i, (o, s) in enumerate(zip(off.tolist(), size.tolist(), strict=True)):
-            hl = 10 + int(self.buf[o + 8 : o + 10].view("<u2")[0]) if s >= 10 else s + 1
-            text = bytes(self.buf[o : o + min(hl, s)])
+            hl = 10 + int(buf[o + 8 : o + 10].view("<u2")[0]) if s >= 10 else s + 1
+            text = bytes(buf[o : o + min(hl, s)])
             m = SHAPE_RE.search(text.decode("latin1"))
             k = int(m.group(1)) if m else -1
             if k < 0 or hl > s or text != npy_header(descr, (k,)) or s != hl + k * dt.itemsize:
                 raise DecodeProblem(f"sample {int(idx[i])}: its .{f.name}.npy member is not a 1-d {dt.name} array")
             heads[i], lens[i] = hl, k
-        values, offs = gather(self.buf, off + heads, lens * dt.itemsize)
+        values, offs = gather(buf, off + heads, lens * dt.itemsize)
         return VarColumn(self._bools(f, values.view(dt)), offs // dt.itemsize)
 
     @staticmethod
