@@ -94,6 +94,19 @@ class TreeSpec(InputSpec):
     def notes(self, value) -> None:
         self._notes = dict(value or {})
 
+    def __reduce__(self):
+        """Sent to a worker (a shard unit's inputs) as the plain spec it was made from: the counting
+        closure stays with the process that records the counts, and the worker's reader wraps the
+        spec again; nothing is counted to pickle it."""
+        kw = {f.name: getattr(self, f.name) for f in fields(InputSpec) if f.name not in ("size", "notes")}
+        kw["size"] = self._tree[1] if self._tree is not None else None
+        kw["notes"] = dict(self._notes)
+        return (_plain_spec, (kw,))
+
+
+def _plain_spec(kw: dict) -> InputSpec:
+    return InputSpec(**kw)
+
 
 class FilesReader(Reader):
     takes_column_types = True  # the sidecar's columns
