@@ -297,21 +297,41 @@ class TableProblem(Exception):
 
 
 class TableFile:
-    """An item file, mapped: ``count``, ``offsets`` (the table, uint32[count + 1], mapped) and the
-    bytes (``buf``); its table checked against its size, in bounded pieces."""
+    """An item file, mapped: ``count``, ``offsets`` (the table, uint32[count + 1]) and its items'
+    bytes (:meth:`bytes_of`); its table checked against its size, in bounded pieces. A remote
+    dataset's file (an object store URI opened by ``open_dataset``) is not mapped: its table is read
+    once and its items' bytes through the node's cache, a span at a time."""
 
     def __init__(self, path: str, preamble: int | None = None) -> None:
         """``preamble``: its exact length when known (the first item must start right after it)."""
+        from ..storage import is_remote
+
         self.path = path
-        size = os.path.getsize(path)
-        if size < 8:
-            raise TableProblem(f"{size} bytes: too short to hold an item count and table")
-        self.buf = np.memmap(path, dtype=np.uint8, mode="r")
-        count = int(self.buf[:4].view("<u4")[0])
-        if 4 + 4 * (count + 1) > size:
-            raise TableProblem(f"claims {count} items, whose table alone would not fit in its {size} bytes")
+        self.remote = None
+        self.buf: np.ndarray | None = None
+        if is_remote(path):
+            from ..storage.remote import registered
+
+            self.remote = registered(path)
+            if self.remote is None:
+                raise ValueError("not a file of an opened dataset")
+            size = self.remote.size
+            if size < 8:
+                raise TableProblem(f"{size} bytes: too short to hold an item count and table")
+            count = int(np.frombuffer(self.remote.read(0, 4), dtype="<u4")[0])
+            if 4 + 4 * (count + 1) > size:
+                raise TableProblem(f"claims {count} items, whose table alone would not fit in its {size} bytes")
+            self.offsets = np.frombuffer(self.remote.read(4, 4 * (count + 1)), dtype="<u4")
+        else:
+            size = os.path.getsize(path)
+            if size < 8:
+                raise TableProblem(f"{size} bytes: too short to hold an item count and table")
+            self.buf = np.memmap(path, dtype=np.uint8, mode="r")
+            count = int(self.buf[:4].view("<u4")[0])
+            if 4 + 4 * (count + 1) > size:
+                raise TableProblem(f"claims {count} items, whose table alone would not fit in its {size} bytes")
+            self.offsets = self.buf[4 : 8 + 4 * count].view("<u4")
         self.count = count
-        self.offsets = self.buf[4 : 8 + 4 * count].view("<u4")
         head = 8 + 4 * count
         first, last = int(self.offsets[0]), int(self.offsets[-1])
         if first < head or (preamble is not None and first != head + preamble):
@@ -325,12 +345,18 @@ class TableFile:
                 raise TableProblem(f"item {i} ends at byte {int(self.offsets[i + 1])}, before it starts")
         self.head = head
 
+    def bytes_of(self, lo: int, hi: int) -> np.ndarray:
+        """Bytes ``[lo, hi)`` of the file (a view of the mapping, or read through the cache)."""
+        if self.remote is None:
+            return self.buf[lo:hi]
+        return np.frombuffer(self.remote.read(lo, hi - lo), dtype=np.uint8)
+
     def span(self, a: int, b: int) -> np.ndarray:
         """``offsets[a:b + 1]`` as int64 (where items ``a`` to ``b - 1`` start, and where the last ends)."""
         return self.offsets[a : b + 1].astype(np.int64)
 
     def preamble(self) -> bytes:
-        return bytes(self.buf[self.head : int(self.offsets[0])])
+        return bytes(self.bytes_of(self.head, int(self.offsets[0])))
 
     def close(self) -> None:
         self.buf = self.offsets = None  # the mapping goes with its last reference

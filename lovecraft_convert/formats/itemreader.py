@@ -89,8 +89,14 @@ class TableReader(PartReader):
         offs = tf.offsets
         starts = offs[local].astype(np.int64)
         lens = offs[local + 1].astype(np.int64) - starts
+        if tf.remote is None:
+            buf = tf.buf
+        else:  # only the span these items occupy, through the cache
+            lo = int(starts.min()) if len(starts) else tf.head
+            hi = int((starts + lens).max()) if len(starts) else lo
+            buf, starts = tf.bytes_of(lo, hi), starts - lo
         try:
-            return self.decode(tf.buf, starts, lens, self.full, self.schema.names)
+            return self.decode(buf, starts, lens, self.full, self.schema.names)
         except self.problems as e:
             raise DatasetError(f"{tf.path}: {e}", hint=CORRUPT) from None
 

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, lovecraft
-from tests.storage.conftest import bucket, get, objects, s3, s3_server  # noqa: F401 - fixtures
+from tests.storage.conftest import bucket, get, objects, s3, s3_log, s3_server  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 

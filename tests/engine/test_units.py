@@ -17,7 +17,7 @@ from lovecraft_convert.engine.frames import UnitSpill, frames_from_buffer, read_
 from lovecraft_convert.engine.units import fetch, open_section, publish, usable
 from lovecraft_convert.errors import OutputError
 from lovecraft_convert.schema import Batch, Field, Schema, VarColumn
-from tests.storage.conftest import bucket, get, objects, s3, s3_server  # noqa: F401 - fixtures
+from tests.storage.conftest import bucket, get, objects, s3, s3_log, s3_server  # noqa: F401 - fixtures
 
 SCHEMA = Schema((Field("x", "fixed", "<f4", (2,)), Field("t", "string", "|u1")))
 

@@ -28,7 +28,19 @@ class TarIndex:
     def __init__(self, path: str, plan: Plan, rows: int, strict: bool = False, first: int | None = None) -> None:
         self.path = path
         self.plan = plan
-        self.buf = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
+        self._held = None
+        local = path
+        from ...storage import is_remote
+
+        if is_remote(path):  # a remote dataset's tar: fetched whole into the node's cache, pinned while open
+            from ...storage.remote import registered
+
+            rf = registered(path)
+            if rf is None:
+                raise ValueError("not a file of an opened dataset")
+            self._held = rf.cache.get(rf.piece())
+            local = self._held.path
+        self.buf = np.memmap(local, dtype=np.uint8, mode="r") if os.path.getsize(local) else np.zeros(0, np.uint8)
         m = len(plan.members)
         exts = plan.extensions()
         self.first = 0
@@ -139,6 +151,9 @@ class TarIndex:
 
     def close(self) -> None:
         self.buf = None
+        if self._held is not None:
+            self._held.release()
+            self._held = None
 
 
 class WebdatasetReader(PartReader):
