@@ -298,6 +298,7 @@ class TableProblem(Exception):
 
 REMOTE_TABLE_BYTES = 8 << 20  # a remote item file's table up to this size is held in memory (2M items)
 
+
 class TableFile:
     """An item file, mapped: ``count``, ``offsets`` (the table, uint32[count + 1], mapped) and the
     bytes (``buf``); its table checked against its size, in bounded pieces. A file of a remote
@@ -348,12 +349,16 @@ class TableFile:
                 raise TableProblem(f"item {i} ends at byte {int(self.offsets[i + 1])}, before it starts")
         self.head = head
 
+    def bytes_of(self, lo: int, hi: int) -> np.ndarray:
+        """Bytes ``[lo, hi)`` of the file (a view of the mapping, or read through the cache)."""
+        return self.buf[lo:hi]
+
     def span(self, a: int, b: int) -> np.ndarray:
         """``offsets[a:b + 1]`` as int64 (where items ``a`` to ``b - 1`` start, and where the last ends)."""
         return self.offsets[a : b + 1].astype(np.int64)
 
     def preamble(self) -> bytes:
-        return bytes(self.buf[self.head : int(self.offsets[0])])
+        return bytes(self.bytes_of(self.head, int(self.offsets[0])))
 
     def close(self) -> None:
         self.buf = self.offsets = None  # the mapping goes with its last reference

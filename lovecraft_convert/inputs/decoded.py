@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ..arrowconv import offsets_of, valid_of
 from ..errors import InputError
 
 ROW_SHARE = 4  # a row may decode to at most this many batches (a quarter of the memory budget)
@@ -86,7 +86,13 @@ def value_lengths(values: pa.Array) -> np.ndarray:
         if values.null_count:
             out[~np.asarray(values.is_valid())] = 0
         return out
-    return pc.fill_null(pc.binary_length(values), 0).to_numpy().astype(np.int64)
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    # from the offsets buffer: pc.fill_null(..., 0) makes a pa.scalar, which imports pandas
+    out = np.diff(offsets_of(values))
+    if values.null_count:
+        out[~valid_of(values)] = 0
+    return out
 
 
 def bounded(rb: pa.RecordBatch, limit: int, name: str, where: str, row0: int) -> Iterator[tuple[pa.RecordBatch, int]]:

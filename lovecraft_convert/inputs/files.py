@@ -61,10 +61,6 @@ class FilePart(Part):
     stop: tuple[str, ...] | None = None
 
 
-def _plain_spec(values: dict) -> InputSpec:
-    return InputSpec(**values)
-
-
 class TreeSpec(InputSpec):
     """A directory input whose size (its files' bytes), file count and listing digest are counted
     on first use: by the process that records them (the manifest's sources, the progress bar),
@@ -77,16 +73,11 @@ class TreeSpec(InputSpec):
         super().__init__(**{f.name: getattr(spec, f.name) for f in fields(InputSpec)})
 
     def __copy__(self) -> TreeSpec:
+        """A copy of the same tree, its count too when it was made (``copy.copy`` would otherwise
+        make the plain spec of :meth:`__reduce__`, which a reader wraps and counts again)."""
         new = TreeSpec.__new__(TreeSpec)
-        new.__dict__.update(self.__dict__)  # the count too, when it was made
+        new.__dict__.update(self.__dict__)
         return new
-
-    def __reduce__(self):
-        """Sent to a worker (a shard unit's inputs) as the plain spec the resolver made (size
-        unknown): the worker's reader wraps it again and never counts the tree; the counting
-        function is the driver's reader's, which does not travel."""
-        values = {f.name: getattr(self, f.name) for f in fields(InputSpec) if f.name not in ("size", "notes")}
-        return (_plain_spec, ({**values, "size": None, "notes": dict(self._notes) or None},))
 
     def _counted(self) -> tuple[int, int, str]:
         if self._tree is None:
@@ -109,6 +100,19 @@ class TreeSpec(InputSpec):
     @notes.setter
     def notes(self, value) -> None:
         self._notes = dict(value or {})
+
+    def __reduce__(self):
+        """Sent to a worker (a shard unit's inputs) as the plain spec it was made from: the counting
+        closure stays with the process that records the counts, and the worker's reader wraps the
+        spec again; nothing is counted to pickle it."""
+        kw = {f.name: getattr(self, f.name) for f in fields(InputSpec) if f.name not in ("size", "notes")}
+        kw["size"] = self._tree[1] if self._tree is not None else None
+        kw["notes"] = dict(self._notes)
+        return (_plain_spec, (kw,))
+
+
+def _plain_spec(kw: dict) -> InputSpec:
+    return InputSpec(**kw)
 
 
 class FilesReader(Reader):

@@ -30,6 +30,7 @@ class CheckedReader(PartReader):
         super().__init__(reader.rows, schema)
         self.inner = reader
         self.random_access = reader.random_access
+        self.opens_at = reader.opens_at  # what a remote dataset's prefetch fetches with the part
         self.where = where
         self.expect = [(f, np.dtype(storage(f))) for f in schema]
         self._starts: np.ndarray | None = None
@@ -92,6 +93,12 @@ class CheckedReader(PartReader):
 
     def read(self, start: int, stop: int) -> Batch:
         return self._checked(self.inner.read(start, stop), stop - start)
+
+    def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]] | None:
+        return self.inner.byte_ranges(start, stop)  # what reading reads: for a remote dataset's prefetch
+
+    def block_ranges(self, k: int) -> list[tuple[str, int, int]] | None:
+        return self.inner.block_ranges(k)
 
     def take(self, idx: np.ndarray) -> Batch:
         return self._checked(self.inner.take(idx), len(idx))

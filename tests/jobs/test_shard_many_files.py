@@ -62,7 +62,7 @@ def test_each_unit_opens_its_own_files(tmp_path, monkeypatch, kind):
     files = _files(tmp_path / "in", n, kind)
     resolved, opened = [], []
     check, open_input = sources._check_file, storage.open_input
-    monkeypatch.setattr(sources, "_check_file", lambda p, *a: (resolved.append(p), check(p, *a))[1])
+    monkeypatch.setattr(sources, "_check_file", lambda p, *a, **k: (resolved.append(p), check(p, *a, **k))[1])
     monkeypatch.setattr(storage, "open_input", lambda p, *a, **k: (opened.append(p), open_input(p, *a, **k))[1])
     out = str(tmp_path / "out")
     size = os.path.getsize(files[0])
