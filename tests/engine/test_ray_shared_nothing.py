@@ -171,6 +171,31 @@ class Cluster:
         finally:
             ray.shutdown()
 
+    def warm(self, nodes: list[str], per_node: int = 2) -> None:
+        """Connect this process to the cluster and leave it connected, with ``per_node`` worker
+        processes started on each of ``nodes`` (lovecraft and pyarrow imported): an in-process run
+        then works in this Ray session, and its units find idle workers on every node. Without
+        them, the node whose first worker starts first takes every unit of a short run."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self._connect()
+
+        @ray.remote(num_cpus=1)
+        def ready() -> str:
+            import lovecraft_convert  # noqa: F401
+            import pyarrow  # noqa: F401
+
+            time.sleep(1)  # the node's workers overlap: each starts a process of its own
+            return ray.get_runtime_context().get_node_id()
+
+        refs = [
+            ready.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+            for n in nodes
+            for _ in range(per_node)
+        ]
+        assert sorted(ray.get(refs, timeout=120)) == sorted(n for n in nodes for _ in range(per_node))
+
     def shutdown(self) -> None:
         import ray
 
@@ -367,13 +392,20 @@ def test_shard_on_one_node_equals_local(cluster, driver, s3, bucket, inputs, fmt
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_shard_shuffled_across_two_nodes_equals_local(cluster, driver, s3, bucket, inputs, fmt):
+    import ray
+
     nodes = workers(cluster, 2)
     args = ["--to", fmt, "--num-shards", "4", "--shuffle", "--seed", "5", "--max-memory", "32MiB", *_args(fmt)]
     log = driver("shuffled")
-    units = _same_as_local(s3, bucket, cluster, log, "shard", f"s3://{inputs['bucket']}/csv/", f"{fmt}-s", args)
+    cluster.warm(nodes)  # units spread over the nodes (SPREAD) find a started worker on each
+    try:
+        units = _same_as_local(s3, bucket, cluster, log, "shard", f"s3://{inputs['bucket']}/csv/", f"{fmt}-s", args)
+    finally:
+        ray.shutdown()
     assert {u["phase"] for u in units} == {1, 2}
     # both nodes ran units: the phase-2 units read frames that units of the other node spilled
-    assert {u["timing"]["node"] for u in units} == set(nodes)
+    placed = [(u["phase"], u["timing"]["node"][:6], {k: v for k, v in u["timing"].items() if k != "node"}) for u in units]
+    assert {u["timing"]["node"] for u in units} == set(nodes), (sorted(n[:6] for n in nodes), placed)
     assert sum(u["timing"].get("spill", 0) > 0 for u in units) == len(units)
 
 
