@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -54,7 +55,7 @@ def memcap() -> str:
 
 
 @pytest.fixture(scope="module")
-def inputs(memcap, tmp_path_factory) -> dict[str, tuple[str, int]]:
+def inputs(memcap, tmp_path_factory) -> Iterator[dict[str, tuple[str, int]]]:
     """(path, rows) of a CSV (8 float columns and an int label), an NPY float32 (N, 64) and a text
     file, each at least 2 GiB, written by repeating a generated block (quick)."""
     d = tmp_path_factory.mktemp("memcap_in")
@@ -111,7 +112,8 @@ def inputs(memcap, tmp_path_factory) -> dict[str, tuple[str, int]]:
     print(
         f"\nmemcap inputs ({', '.join(f'{k} {os.path.getsize(p) / 2**30:.2f} GiB' for k, (p, _) in out.items())}) made in {time.time() - t0:.0f}s"
     )
-    return out
+    yield out
+    shutil.rmtree(d, ignore_errors=True)  # 6 GiB: gone with the module, not kept to the session's end
 
 
 @pytest.mark.parametrize("to", FORMATS)
