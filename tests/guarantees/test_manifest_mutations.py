@@ -276,6 +276,12 @@ NAMED = {
         "{ds}/data.h5: column 'x' holds rows of shape [2], the schema says [3]; " + EDITED,
         None,
     ),
+    "an empty list of buckets": (  # found by the slow mutation test on CI: it was a KeyError
+        "buckets padded",
+        lambda m: m.update(buckets=[]),
+        "{ds}: the buckets hold 0 rows, the manifest says 300; the manifest is damaged; re-create the dataset",
+        None,
+    ),
     "a duplicated shard index": (
         "parquet table, 3 shards",
         lambda m: m["shards"][1].update(index=0),
