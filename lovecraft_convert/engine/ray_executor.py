@@ -139,7 +139,10 @@ class RayExecutor:
                     "authentication also needs RAY_AUTH_MODE=token and its token), or use --engine local",
                 ) from None
         self.remote = ray.remote(_unit).options(
-            num_cpus=1, memory=max(1 << 20, int(memory)), max_retries=RETRIES, retry_exceptions=False,
+            num_cpus=1,
+            memory=max(1 << 20, int(memory)),
+            max_retries=RETRIES,
+            retry_exceptions=False,
             scheduling_strategy="SPREAD",
         )
         self.pending: list = []

@@ -183,8 +183,9 @@ class Cluster:
 
         @ray.remote(num_cpus=1)
         def ready() -> str:
-            import lovecraft_convert  # noqa: F401
             import pyarrow  # noqa: F401
+
+            import lovecraft_convert  # noqa: F401
 
             time.sleep(1)  # the node's workers overlap: each starts a process of its own
             return ray.get_runtime_context().get_node_id()
@@ -404,7 +405,9 @@ def test_shard_shuffled_across_two_nodes_equals_local(cluster, driver, s3, bucke
         ray.shutdown()
     assert {u["phase"] for u in units} == {1, 2}
     # both nodes ran units: the phase-2 units read frames that units of the other node spilled
-    placed = [(u["phase"], u["timing"]["node"][:6], {k: v for k, v in u["timing"].items() if k != "node"}) for u in units]
+    placed = [
+        (u["phase"], u["timing"]["node"][:6], {k: v for k, v in u["timing"].items() if k != "node"}) for u in units
+    ]
     assert {u["timing"]["node"] for u in units} == set(nodes), (sorted(n[:6] for n in nodes), placed)
     assert sum(u["timing"].get("spill", 0) > 0 for u in units) == len(units)
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 MEMCAP = os.path.join(SHARED, "tools", "memcap")
 CAP_MIB = 512
-GROWTH_MIB = 24  # what 80,000 more files may add to the peak at most (noise of the allocator)
+GROWTH_MIB = 24  # what 60,000 more files may add to the peak at most (noise of the allocator)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,11 @@ def _run(memcap: str, args: list[str]) -> int:
 @pytest.mark.parametrize("flat", [False, True], ids=["class-folders", "flat"])
 def test_peak_does_not_grow_with_the_number_of_files(memcap, tmp_path, flat):
     peaks = {}
-    for n in (20_000, 100_000):
+    # From 40,000 files on, ``shard --workers 2`` runs two full parts (PART_FILES each) at once: with
+    # 20,000 the second part is small, and its peak (143 MiB, against 163 at 40,000, 164 at 100,000
+    # and 167 at 200,000) is not the one to compare with. Past that, what grows (4 MiB a 100,000
+    # files) is the Parquet writer's row group, which it holds up to a third of the budget.
+    for n in (40_000, 100_000):
         root = str(tmp_path / f"t{n}")
         _tree(root, n, flat)
         out = str(tmp_path / f"o{n}")
@@ -73,8 +77,8 @@ def test_peak_does_not_grow_with_the_number_of_files(memcap, tmp_path, flat):
         peaks[f"shuffled {n}"] = _run(memcap, [*shard, "-o", shard_out + "s", "--shuffle", "--seed", "1"])
         assert pq.read_table(shard_out + "s", columns=["path"]).num_rows == n
     print(f"files input peaks ({'flat' if flat else 'class folders'}, memcap {CAP_MIB} MiB): {peaks}")
-    assert peaks[100_000] <= peaks[20_000] + GROWTH_MIB, peaks
-    assert peaks["shard 100000"] <= peaks["shard 20000"] + GROWTH_MIB, peaks
+    assert peaks[100_000] <= peaks[40_000] + GROWTH_MIB, peaks
+    assert peaks["shard 100000"] <= peaks["shard 40000"] + GROWTH_MIB, peaks
 
 
 def test_a_sidecar_larger_than_its_share_is_joined_in_windows(memcap, tmp_path):
