@@ -139,7 +139,8 @@ class Dataset(Batches):
         else:
             self.schema = full
         self._file_info = {f["path"]: f for f in manifest["files"]}
-        if "buckets" in manifest:  # even an empty list: its rows then add up to 0, not to a KeyError
+        bucketed = "buckets" in manifest  # even an empty list: its rows then add up to 0, not to a KeyError
+        if bucketed:
             self.groups = bucket_groups(self)
         else:
             parts, start = [], 0
@@ -150,7 +151,7 @@ class Dataset(Batches):
         total = sum(g.rows for g in self.groups)
         if total != int(manifest["rows"]):
             raise DatasetError(
-                f"{path}: the {'buckets' if 'buckets' in manifest else 'shards'} hold {total} rows, "
+                f"{path}: the {'buckets' if bucketed else 'shards'} hold {total} rows, "
                 f"the manifest says {manifest['rows']}",
                 hint="the manifest is damaged; re-create the dataset",
             )
