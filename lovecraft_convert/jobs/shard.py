@@ -9,7 +9,8 @@ the executor (:mod:`lovecraft_convert.engine.executors`) and journalled by the d
    record boundary, a row range of NPY files, or a whole compressed input): parse, downcast, and
    spill the records to frame files. With ``--shuffle`` each record goes to one of B hash buckets
    chosen by a seeded hash of (part, row): the scatter half of an external shuffle. Inputs that
-   read any rows directly (memory-mapped NPY) skip this phase when not shuffled.
+   read any rows directly (memory-mapped NPY; a tree of files read as bytes, where every file is a
+   row) skip this phase when not shuffled.
 2. *Write* (one unit per shard): shard k holds rows [start_k, stop_k) of the global order (parts
    in input order; with ``--shuffle``, hash buckets in order, each permuted by a generator seeded
    with (seed, bucket)). The unit reads just those rows and commits the shard's files.
@@ -278,15 +279,18 @@ def _rechunk(batch: Batch, step_bytes: int) -> Iterator[Batch]:
 
 
 @unit
-def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None) -> dict[str, Any]:
-    """Write shard ``k`` (rows [start, stop) of the global order) and commit its files."""
+def write_unit(
+    ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None, mark: object = None
+) -> dict[str, Any]:
+    """Write shard ``k`` (rows [start, stop) of the global order) and commit its files; ``mark``:
+    where its rows are in the input, when it reads them there (see ``Reader.row_marks``)."""
     o = ctx.o
     plan = None
-    if parts is None:  # read straight from the input (memory-mapped NPY)
+    if parts is None:  # read straight from the input (memory-mapped NPY, a tree of files)
         reader = ctx.reader()
         plan = output_plan(reader, o).at_row(start)
         schema = plan.schema
-        source = map(plan.prepare, reader.row_range(start, stop, ctx.budget() // 16))
+        source = map(plan.prepare, reader.row_range(start, stop, ctx.budget() // 16, mark))
     else:
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
@@ -356,6 +360,10 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
         fmt.check_schema(schema, source)
         check_memory(schema, fmt, o.budget(), source)
         ctx.out_schema = schema.to_list()
+        if direct:
+            split = []
+            total = reader.row_count()
+            break
         trace("planning parts")
         parts = reader.partitions(o.part_bytes, mapper=executor.map_ordered)
         trace(f"{len(parts)} parts")
@@ -363,10 +371,6 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             est = _estimate_bytes(reader)
             plan.setdefault("buckets", max(1, math.ceil(est / max(1, ctx.budget() // 4))))
             ctx.buckets = plan["buckets"]
-        if direct:
-            split = []
-            total = reader.rows
-            break
         try:
             split = _phase1(ctx, parts, run, o, reader.progress_total(), reader)
         except SchemaChanged as e:
@@ -386,7 +390,12 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     trace(f"{len(bounds)} shards planned")
     n = len(bounds)
     done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
-    calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
+    marks = reader.row_marks([a for a, _ in bounds] + [total]) if direct else None
+    calls = [
+        (ctx, k, n, a, b, None if direct else split, (marks[k], marks[k + 1]) if marks else None)
+        for k, (a, b) in enumerate(bounds)
+        if k not in done
+    ]
     run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n}, noun="shard")
     trace("phase 2 done")
     return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total)
