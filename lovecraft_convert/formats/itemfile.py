@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import SchemaError
-from ..runtime.durable import HashingWriter
+from ..runtime.durable import HashingWriter, durable_files
 from ..storage.stream import open_stream, streams
 from .writing import FileRecord, WriteOptions
 
@@ -96,6 +96,7 @@ class Direct:
         self.size = 0
         self.unsynced = 0
         self.sync = None
+        self.durable = durable_files()  # False: a trial shard, measured and deleted (no flushes)
         self.write([head])
 
     def write(self, bufs: list) -> None:
@@ -116,7 +117,7 @@ class Direct:
                     views[0] = views[0][k:]
         except OSError as e:
             raise named(e, self.path) from None
-        if self.unsynced >= self.SYNC_EVERY:
+        if self.unsynced >= self.SYNC_EVERY and self.durable:
             from ..runtime.durable import BackgroundSync
 
             if self.sync is None:

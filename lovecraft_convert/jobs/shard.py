@@ -40,6 +40,7 @@ from ..errors import LovecraftError, OverflowErrorF16, SchemaError
 from ..formats import get as get_format
 from ..formats import worker_setup
 from ..inputs import Part, open_reader
+from ..runtime.durable import throwaway
 from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
@@ -280,10 +281,27 @@ def _rechunk(batch: Batch, step_bytes: int) -> Iterator[Batch]:
 
 @unit
 def write_unit(
-    ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None, mark: object = None
+    ctx: Context,
+    k: int,
+    n_shards: int,
+    start: int,
+    stop: int,
+    parts: list[dict] | None,
+    mark: object = None,
+    trial: bool = False,
 ) -> dict[str, Any]:
     """Write shard ``k`` (rows [start, stop) of the global order) and commit its files; ``mark``:
-    where its rows are in the input, when it reads them there (see ``Reader.row_marks``)."""
+    where its rows are in the input, when it reads them there (see ``Reader.row_marks``);
+    ``trial``: a trial shard, measured and deleted, whose files are not made durable."""
+    if trial:
+        with throwaway():
+            return _write_shard(ctx, k, n_shards, start, stop, parts, mark)
+    return _write_shard(ctx, k, n_shards, start, stop, parts, mark)
+
+
+def _write_shard(
+    ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None, mark: object
+) -> dict[str, Any]:
     o = ctx.o
     plan = None
     if parts is None:  # read straight from the input (memory-mapped NPY, a tree of files)
@@ -474,7 +492,7 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     """
 
     def trial(rows: int) -> int:  # in a worker when there are workers: the main process stays small
-        res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split)])))
+        res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split, None, True)])))
         discard(run.work, res)
         return sum(f["bytes"] for f in res["files"])
 
