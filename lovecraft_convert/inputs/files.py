@@ -69,7 +69,9 @@ class TreeSpec(InputSpec):
 
     def __init__(self, spec: InputSpec, count: Callable[[], tuple[int, int, str]]) -> None:
         self._count_fn = count
-        self._tree: tuple[int, int, str] | None = None
+        # a tree this process counted already (the spec a reader of the same inputs made): the
+        # same listing, not walked again
+        self._tree: tuple[int, int, str] | None = spec._tree if isinstance(spec, TreeSpec) else None
         self._notes: dict = {}
         super().__init__(**{f.name: getattr(spec, f.name) for f in fields(InputSpec)})
 

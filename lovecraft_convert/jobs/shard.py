@@ -404,7 +404,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     if total == 0:
         raise LovecraftError(f"{source}: empty input (no records)", hint="check the file")
     trace(f"phase 1 done: {total} rows")
-    bounds = _plan_shards(o, ctx, total, None if direct else split, run)
+    bounds = _plan_shards(o, ctx, total, None if direct else split, run, reader)
     trace(f"{len(bounds)} shards planned")
     n = len(bounds)
     done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
@@ -460,7 +460,7 @@ def _estimate_bytes(reader) -> int:
     return total
 
 
-def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run) -> list[tuple[int, int]]:
+def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run, reader) -> list[tuple[int, int]]:
     if o.num_shards is not None:
         if o.num_shards > total:
             raise SchemaError(
@@ -472,7 +472,9 @@ def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run) -> 
         if o.rows_per_shard is not None:
             per = o.rows_per_shard
         else:
-            per = run.plan.get("rows_per_shard") or _rows_for_size(o, ctx, total, split, parse_size(o.shard_size), run)
+            per = run.plan.get("rows_per_shard") or _rows_for_size(
+                o, ctx, total, split, parse_size(o.shard_size), run, reader
+            )
             run.plan["rows_per_shard"] = per
             save_plan(run.work, run.plan)
         sizes = [per] * (total // per) + ([total % per] if total % per else [])
@@ -484,7 +486,7 @@ def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run) -> 
     return bounds
 
 
-def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, run: Run) -> int:
+def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, run: Run, reader) -> int:
     """Rows per shard for ``--shard-size``: measured by writing trial shards of the first rows.
 
     A sample gives bytes per row; then a trial shard of the estimated size corrects for what a
@@ -499,7 +501,7 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     sample = min(total, 1 << 16)
     # rows of 100 KB (images): 65,536 of them would be the whole input written once more before
     # the first shard; a sample of about two shards' bytes (at least 64 MiB) says as much
-    est = _row_bytes(ctx, total, split)
+    est = _row_bytes(reader, total, split)
     cap = max(2 * target, 64 << 20)
     capped = bool(est and sample * est > cap)
     if capped:
@@ -517,12 +519,12 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     return per
 
 
-def _row_bytes(ctx: Context, total: int, split) -> float | None:
+def _row_bytes(reader, total: int, split) -> float | None:
     """Roughly the bytes of a row: from the spilled frames (phase 1), else the reader's estimate."""
     if split:
         size = sum(int(f.get("size", 0)) for p in split for f in (p.get("files") or {}).values())
         return size / total if total and size else None
-    known = ctx.reader().memory_bytes()
+    known = reader.memory_bytes()
     return known / total if known and total else None
 
 
