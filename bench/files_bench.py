@@ -3,8 +3,9 @@
     .venv/bin/python bench/files_bench.py [--quick] [--runs N] [--workdir DIR]
 
 10,000 JPEGs (~1 GB; ``--quick``: 1/16) in 10 class folders, generated once with Pillow and cached
-in ``--workdir`` (crops of large pictures of gradients and shapes under noise, 320 to 640 pixels a
-side, quality 90: about 100 KB each, as photos of that size are). Each is decoded, converted to RGB, scaled so its shorter side fits and
+in ``--workdir`` (bench/imagefolder.py: crops of large pictures of gradients and shapes under
+noise, 320 to 640 pixels a side, quality 90: about 100 KB each, as photos of that size are;
+bench/writers_bench.py shards the same folder). Each is decoded, converted to RGB, scaled so its shorter side fits and
 centre-cropped to 224x224 with Pillow's bilinear filter (``ImageOps.fit``), and written with its
 path and class label into one HDF5 file:
 
@@ -33,10 +34,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+from imagefolder import make_images  # noqa: E402
 from measure import BYTECODE_NOTE, compile_package, run  # noqa: E402
 
 SIZE = 224
-CLASSES = 10
 TARGET = 1.5
 
 LOOP = textwrap.dedent(
@@ -72,44 +73,6 @@ LOOP = textwrap.dedent(
 
 def log(msg: str) -> None:
     print(f"files-bench: {msg}", file=sys.stderr, flush=True)
-
-
-def make_images(workdir: str, n: int) -> tuple[str, int]:
-    """``n`` JPEGs in class folders (cached: made again only when missing); returns (root, bytes)."""
-    import numpy as np
-    from PIL import Image, ImageDraw, ImageFilter
-
-    root = os.path.join(workdir, f"images-{n}")
-    done = root + ".complete"
-    if not os.path.exists(done):
-        shutil.rmtree(root, ignore_errors=True)
-        rng = np.random.default_rng(44)
-        log(f"generating {n} JPEGs in {root} (once)")
-        bases = []
-        for _ in range(8):  # large noisy pictures; each file is a crop of one, encoded on its own
-            w, h = 1600, 1200
-            yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
-            base = np.stack([(xx * rng.uniform(0.1, 0.6) + yy * rng.uniform(0.1, 0.6) + rng.uniform(0, 255)) % 256
-                             for _ in range(3)], axis=-1)  # fmt: skip
-            im = Image.fromarray(base.astype(np.uint8))
-            draw = ImageDraw.Draw(im)
-            for _ in range(60):
-                x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
-                box = (x0, y0, x0 + int(rng.integers(10, w // 4)), y0 + int(rng.integers(10, h // 4)))
-                draw.ellipse(box, fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
-            im = im.filter(ImageFilter.GaussianBlur(1.5))
-            noisy = np.asarray(im, dtype=np.int16) + rng.integers(-24, 25, (h, w, 3))
-            bases.append(Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)))
-        for k in range(n):
-            d = os.path.join(root, f"class{k % CLASSES:02d}")
-            os.makedirs(d, exist_ok=True)
-            w, h = int(rng.integers(320, 641)), int(rng.integers(320, 641))
-            base = bases[int(rng.integers(0, len(bases)))]
-            x0, y0 = int(rng.integers(0, base.width - w)), int(rng.integers(0, base.height - h))
-            base.crop((x0, y0, x0 + w, y0 + h)).save(os.path.join(d, f"{k:06d}.jpg"), "JPEG", quality=90)
-        open(done, "w").close()
-    total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(root) for f in fs if f.endswith(".jpg"))
-    return root, total
 
 
 def timed(cmd: list[str]):

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import SchemaError
-from ..runtime.durable import HashingWriter
+from ..runtime.durable import HashingWriter, durable_files
 from ..storage.stream import open_stream, streams
 from .writing import FileRecord, WriteOptions
 
@@ -82,12 +82,21 @@ class Direct:
     """The items of a file whose item count is known before they come (a unit of ``shard``),
     written straight into it after a header of zeros sized for that count; the table is written
     over the zeros at the end and the file then hashed from the page cache while it is fsynced:
-    the items are written once, not held and copied. Until then the file has a temporary name."""
+    the items are written once, not held and copied. Until then the file has a temporary name.
+
+    Every :data:`SYNC_EVERY` bytes what was written is flushed to disk in the background
+    (:class:`~..runtime.durable.BackgroundSync`), so the disk writes while the unit reads its
+    next items, and the final fsync has only the last piece and the table left to wait for."""
+
+    SYNC_EVERY = 16 << 20
 
     def __init__(self, path: str, head: bytes) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
         self.size = 0
+        self.unsynced = 0
+        self.sync = None
+        self.durable = durable_files()  # False: a trial shard, measured and deleted (no flushes)
         self.write([head])
 
     def write(self, bufs: list) -> None:
@@ -100,6 +109,7 @@ class Direct:
             while views:
                 k = os.writev(self.fd, views[:IOV_MAX])
                 self.size += k
+                self.unsynced += k
                 while views and k >= len(views[0]):
                     k -= len(views[0])
                     views.pop(0)
@@ -107,11 +117,29 @@ class Direct:
                     views[0] = views[0][k:]
         except OSError as e:
             raise named(e, self.path) from None
+        if self.unsynced >= self.SYNC_EVERY and self.durable:
+            from ..runtime.durable import BackgroundSync
+
+            if self.sync is None:
+                self.sync = BackgroundSync(self.path)
+            self.sync.kick()
+            self.unsynced = 0
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Close the file, after the background flushes (raising the first error they met: the
+        caller's fsync would report it too, but named by the flush that met it)."""
+        from ..runtime.durable import named
+
+        try:
+            if self.sync is not None:
+                s, self.sync = self.sync, None
+                s.close()
+        except OSError as e:
+            raise named(e, self.path) from None
+        finally:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
 
 class TableWriter:
@@ -285,7 +313,10 @@ class TableWriter:
         self.body.close()
         self.lens.close()
         if self.direct is not None:
-            self.direct.close()
+            try:
+                self.direct.close()
+            except OSError:  # a background flush that failed: the file is removed anyway
+                pass
             try:
                 os.unlink(self.direct.path)
             except OSError:

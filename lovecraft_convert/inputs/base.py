@@ -79,7 +79,7 @@ class Reader:
     takes_csv_syntax = False  # --skip-rows and --comment apply (CSV)
     takes_logical_types = False  # --column-type takes timestamp, date, category (CSV, JSON Lines, columnar)
     late_columns = False  # columns may first appear late in the input (JSON Lines keys): widen() adds them
-    random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY)
+    random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY, files)
     columnar = False  # named columns, each read apart (Parquet, Arrow, HDF5): a job may read one alone
     takes_file_options = False  # --decode, --metadata, --on-bad-file apply (files, WebDataset)
 
@@ -131,9 +131,22 @@ class Reader:
     def part_batches(self, part: Part) -> Iterator[Batch]:
         raise NotImplementedError
 
-    def row_range(self, start: int, stop: int, step_bytes: int) -> Iterator[Batch]:
-        """Rows ``[start, stop)`` of the input (readers with ``random_rows`` only)."""
+    def row_range(self, start: int, stop: int, step_bytes: int, mark: object = None) -> Iterator[Batch]:
+        """Rows ``[start, stop)`` of the input (readers with ``random_rows`` only); ``mark``: where
+        they are, as :meth:`row_marks` gave it (None: found from the start of the input)."""
         raise NotImplementedError
+
+    def row_count(self) -> int:
+        """The rows of an input with ``random_rows``, known without reading them."""
+        assert self.rows is not None
+        return self.rows
+
+    def row_marks(self, starts: list[int]) -> list | None:
+        """For readers with ``random_rows`` that can only find a row by a pass over the rows before
+        it (a tree of files): for each of ``starts`` (ascending row numbers; the input's row count
+        for its end), a small picklable value that lets :meth:`row_range` start there at once, all
+        found in one pass. None: rows are found at once anyway (memory-mapped arrays)."""
+        return None
 
     def source_of(self, column: str) -> str:
         """The input a column comes from, for messages (all inputs, unless each is a column)."""

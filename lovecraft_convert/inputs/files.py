@@ -23,6 +23,7 @@ line naming it, or with ``--on-bad-file skip`` left out and counted (the manifes
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
@@ -68,7 +69,9 @@ class TreeSpec(InputSpec):
 
     def __init__(self, spec: InputSpec, count: Callable[[], tuple[int, int, str]]) -> None:
         self._count_fn = count
-        self._tree: tuple[int, int, str] | None = None
+        # a tree this process counted already (the spec a reader of the same inputs made): the
+        # same listing, not walked again
+        self._tree: tuple[int, int, str] | None = spec._tree if isinstance(spec, TreeSpec) else None
         self._notes: dict = {}
         super().__init__(**{f.name: getattr(spec, f.name) for f in fields(InputSpec)})
 
@@ -331,6 +334,83 @@ class FilesReader(Reader):
             yield batch
         if rows == 0 and not self.skipped.count:
             raise InputError(f"{', '.join(s.name for s in self.specs)}: holds no files", hint="check the path")
+
+    # -- rows read where they are (shard without a spill) ---------------------------------------
+
+    @property
+    def random_rows(self) -> bool:
+        """Every listed file is one row, so ``shard`` (not shuffled) can have each shard's unit read
+        its files straight from the tree instead of spilling them first: when no file can be left
+        out (``--on-bad-file`` error: a bad file ends the run), and there is nothing to decode (a
+        decoding run keeps the split phase, whose parts spread the decoding over the workers
+        whatever the number of shards) and no sidecar (whose types may widen late)."""
+        return self.fo.on_bad_file != "skip" and self.decoder is None and self.sidecar is None
+
+    def row_count(self) -> int:
+        if not self.tree:
+            return len(self.listed)
+        return sum(int(s.notes["files"]) for s in self.specs)
+
+    def row_marks(self, starts: list[int]) -> list | None:
+        """``(tree, path components)`` of the file at each of ``starts`` (None at the end), from one
+        listing."""
+        if not self.tree:
+            return None
+        marks: list = []
+        want = iter(starts)
+        nxt = next(want, None)
+        for k, (i, e) in enumerate(self._all_items()):
+            while nxt is not None and nxt == k:
+                marks.append((i, e.rel))
+                nxt = next(want, None)
+            if nxt is None:
+                break
+        while len(marks) < len(starts):
+            marks.append(None)
+        return marks
+
+    def row_range(self, start: int, stop: int, step_bytes: int, mark: object = None) -> Iterator[Batch]:
+        """Files ``[start, stop)`` of the listing; ``mark``: the marks of ``start`` and ``stop``
+        (:meth:`row_marks`), where the listing starts and must end. A tree that changed since the
+        marks were taken (a file added or removed in between) is one line, not shifted rows."""
+        self._reset()
+        if not self.tree:
+            yield from self._read_items((0, e) for e in self.listed[start:stop])
+            return
+        first = end = None
+        if mark is None:
+            items = itertools.islice(self._all_items(), start, stop)
+        else:
+            first, end = ((m[0], tuple(m[1])) if m is not None else None for m in mark)  # (a list through JSON)
+            items = self._between(first, end)
+        yield from self._read_items(self._exactly(items, stop - start, first))
+
+    def _between(self, first: tuple[int, tuple[str, ...]], end) -> Iterator[tuple[int, Entry]]:
+        """The files from mark ``first`` to before mark ``end`` (None: to the end of the input)."""
+        for i in range(first[0], len(self.specs)):
+            last = end is not None and end[0] == i
+            yield from ((i, e) for e in self._entries(i, first[1] if i == first[0] else (), end[1] if last else None))
+            if last:
+                return
+
+    def _exactly(self, items: Iterator[tuple[int, Entry]], n: int, first) -> Iterator[tuple[int, Entry]]:
+        """The ``n`` files of ``items``, the first of them at mark ``first``; fewer or more, or
+        another first file, is a tree that changed since it was listed to plan the run."""
+        got = 0
+        for item in items:
+            if got == n or (got == 0 and first is not None and (item[0], item[1].rel) != first):
+                break
+            yield item
+            got += 1  # noqa: SIM113 - counted across the loop's exits
+        else:
+            if got == n:
+                return
+        where = os.path.join(self.specs[first[0]].name, *first[1]) if first is not None else self.specs[0].name
+        raise InputError(
+            f"{where}: the files listed from here are not those listed when the run was planned (expected {n} "
+            "before the next shard's first file): the tree changed while it was read",
+            hint="run again once nothing adds or removes files in it",
+        )
 
     def progress_done(self) -> int:
         return self._done

@@ -119,7 +119,7 @@ class Hdf5Reader(Reader):
     def part_batches(self, part: Part) -> Iterator[Batch]:
         yield from self._rows(*(part.rows or (0, self.rows)), self.options.batch_bytes)
 
-    def row_range(self, start: int, stop: int, step_bytes: int) -> Iterator[Batch]:
+    def row_range(self, start: int, stop: int, step_bytes: int, mark: object = None) -> Iterator[Batch]:
         return self._rows(start, stop, step_bytes)
 
     def _rows(self, first: int, last: int, step_bytes: int) -> Iterator[Batch]:

@@ -271,7 +271,7 @@ class NpyReader(Reader):
     def random_rows(self) -> bool:
         return self.mapped
 
-    def row_range(self, start: int, stop: int, step_bytes: int) -> Iterator[Batch]:
+    def row_range(self, start: int, stop: int, step_bytes: int, mark: object = None) -> Iterator[Batch]:
         """Rows ``[start, stop)`` read straight from the memory-mapped inputs, ``step_bytes`` at a time."""
         return self._mapped(max(1, step_bytes // max(1, self.row_bytes)), start, stop)
 

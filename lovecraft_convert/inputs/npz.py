@@ -181,7 +181,7 @@ class NpzReader(Reader):
         else:
             yield from self._mapped(step, *part.rows)
 
-    def row_range(self, start: int, stop: int, step_bytes: int) -> Iterator[Batch]:
+    def row_range(self, start: int, stop: int, step_bytes: int, mark: object = None) -> Iterator[Batch]:
         return self._mapped(max(1, step_bytes // self.row_bytes), start, stop)
 
     def _progress(self, rows: int) -> None:

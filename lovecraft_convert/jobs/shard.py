@@ -9,7 +9,8 @@ the executor (:mod:`lovecraft_convert.engine.executors`) and journalled by the d
    record boundary, a row range of NPY files, or a whole compressed input): parse, downcast, and
    spill the records to frame files. With ``--shuffle`` each record goes to one of B hash buckets
    chosen by a seeded hash of (part, row): the scatter half of an external shuffle. Inputs that
-   read any rows directly (memory-mapped NPY) skip this phase when not shuffled.
+   read any rows directly (memory-mapped NPY; a tree of files read as bytes, where every file is a
+   row) skip this phase when not shuffled.
 2. *Write* (one unit per shard): shard k holds rows [start_k, stop_k) of the global order (parts
    in input order; with ``--shuffle``, hash buckets in order, each permuted by a generator seeded
    with (seed, bucket)). The unit reads just those rows and commits the shard's files.
@@ -39,6 +40,7 @@ from ..errors import LovecraftError, OverflowErrorF16, SchemaError
 from ..formats import get as get_format
 from ..formats import worker_setup
 from ..inputs import Part, open_reader
+from ..runtime.durable import throwaway
 from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
@@ -278,15 +280,35 @@ def _rechunk(batch: Batch, step_bytes: int) -> Iterator[Batch]:
 
 
 @unit
-def write_unit(ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None) -> dict[str, Any]:
-    """Write shard ``k`` (rows [start, stop) of the global order) and commit its files."""
+def write_unit(
+    ctx: Context,
+    k: int,
+    n_shards: int,
+    start: int,
+    stop: int,
+    parts: list[dict] | None,
+    mark: object = None,
+    trial: bool = False,
+) -> dict[str, Any]:
+    """Write shard ``k`` (rows [start, stop) of the global order) and commit its files; ``mark``:
+    where its rows are in the input, when it reads them there (see ``Reader.row_marks``);
+    ``trial``: a trial shard, measured and deleted, whose files are not made durable."""
+    if trial:
+        with throwaway():
+            return _write_shard(ctx, k, n_shards, start, stop, parts, mark)
+    return _write_shard(ctx, k, n_shards, start, stop, parts, mark)
+
+
+def _write_shard(
+    ctx: Context, k: int, n_shards: int, start: int, stop: int, parts: list[dict] | None, mark: object
+) -> dict[str, Any]:
     o = ctx.o
     plan = None
-    if parts is None:  # read straight from the input (memory-mapped NPY)
+    if parts is None:  # read straight from the input (memory-mapped NPY, a tree of files)
         reader = ctx.reader()
         plan = output_plan(reader, o).at_row(start)
         schema = plan.schema
-        source = map(plan.prepare, reader.row_range(start, stop, ctx.budget() // 16))
+        source = map(plan.prepare, reader.row_range(start, stop, ctx.budget() // 16, mark))
     else:
         schema = Schema.from_list(ctx.out_schema)
         source = _Order(ctx, parts, schema).batches(start, stop)
@@ -356,6 +378,10 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
         fmt.check_schema(schema, source)
         check_memory(schema, fmt, o.budget(), source)
         ctx.out_schema = schema.to_list()
+        if direct:
+            split = []
+            total = reader.row_count()
+            break
         trace("planning parts")
         parts = reader.partitions(o.part_bytes, mapper=executor.map_ordered)
         trace(f"{len(parts)} parts")
@@ -363,10 +389,6 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             est = _estimate_bytes(reader)
             plan.setdefault("buckets", max(1, math.ceil(est / max(1, ctx.budget() // 4))))
             ctx.buckets = plan["buckets"]
-        if direct:
-            split = []
-            total = reader.rows
-            break
         try:
             split = _phase1(ctx, parts, run, o, reader.progress_total(), reader)
         except SchemaChanged as e:
@@ -382,11 +404,16 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     if total == 0:
         raise LovecraftError(f"{source}: empty input (no records)", hint="check the file")
     trace(f"phase 1 done: {total} rows")
-    bounds = _plan_shards(o, ctx, total, None if direct else split, run)
+    bounds = _plan_shards(o, ctx, total, None if direct else split, run, reader)
     trace(f"{len(bounds)} shards planned")
     n = len(bounds)
     done = {e["shard"]: e for e in journal.phase(2) if e.get("of") == n}
-    calls = [(ctx, k, n, a, b, None if direct else split) for k, (a, b) in enumerate(bounds) if k not in done]
+    marks = reader.row_marks([a for a, _ in bounds] + [total]) if direct else None
+    calls = [
+        (ctx, k, n, a, b, None if direct else split, (marks[k], marks[k + 1]) if marks else None)
+        for k, (a, b) in enumerate(bounds)
+        if k not in done
+    ]
     run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n}, noun="shard")
     trace("phase 2 done")
     return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total)
@@ -433,7 +460,7 @@ def _estimate_bytes(reader) -> int:
     return total
 
 
-def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run) -> list[tuple[int, int]]:
+def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run, reader) -> list[tuple[int, int]]:
     if o.num_shards is not None:
         if o.num_shards > total:
             raise SchemaError(
@@ -445,7 +472,9 @@ def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run) -> 
         if o.rows_per_shard is not None:
             per = o.rows_per_shard
         else:
-            per = run.plan.get("rows_per_shard") or _rows_for_size(o, ctx, total, split, parse_size(o.shard_size), run)
+            per = run.plan.get("rows_per_shard") or _rows_for_size(
+                o, ctx, total, split, parse_size(o.shard_size), run, reader
+            )
             run.plan["rows_per_shard"] = per
             save_plan(run.work, run.plan)
         sizes = [per] * (total // per) + ([total % per] if total % per else [])
@@ -457,7 +486,7 @@ def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run) -> 
     return bounds
 
 
-def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, run: Run) -> int:
+def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, run: Run, reader) -> int:
     """Rows per shard for ``--shard-size``: measured by writing trial shards of the first rows.
 
     A sample gives bytes per row; then a trial shard of the estimated size corrects for what a
@@ -465,14 +494,14 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     """
 
     def trial(rows: int) -> int:  # in a worker when there are workers: the main process stays small
-        res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split)])))
+        res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split, None, True)])))
         discard(run.work, res)
         return sum(f["bytes"] for f in res["files"])
 
     sample = min(total, 1 << 16)
     # rows of 100 KB (images): 65,536 of them would be the whole input written once more before
     # the first shard; a sample of about two shards' bytes (at least 64 MiB) says as much
-    est = _row_bytes(ctx, total, split)
+    est = _row_bytes(reader, total, split)
     cap = max(2 * target, 64 << 20)
     capped = bool(est and sample * est > cap)
     if capped:
@@ -490,12 +519,12 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     return per
 
 
-def _row_bytes(ctx: Context, total: int, split) -> float | None:
+def _row_bytes(reader, total: int, split) -> float | None:
     """Roughly the bytes of a row: from the spilled frames (phase 1), else the reader's estimate."""
     if split:
         size = sum(int(f.get("size", 0)) for p in split for f in (p.get("files") or {}).values())
         return size / total if total and size else None
-    known = ctx.reader().memory_bytes()
+    known = reader.memory_bytes()
     return known / total if known and total else None
 
 

@@ -1,24 +1,50 @@
 """Durable writes: the hashing writer (every data file is hashed as it is written, with direct I/O
 where the file system takes it, and fsynced before it counts as written), fsyncs of many files at
-once and of a whole file system in the background, and preallocation. The hashes themselves are
-:mod:`.hashing`'s."""
+once and of a whole file system in the background, and preallocation; :func:`throwaway` for files
+written only to be measured and deleted (a trial shard), which none of that makes durable. The
+hashes themselves are :mod:`.hashing`'s."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import mmap
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
 from ..util import fsync_path
 from .hashing import DEFAULT_HASH, hash_file, new_hash
 from .interrupts import join, put_while, result
 
+_THROWAWAY: contextvars.ContextVar[bool] = contextvars.ContextVar("lovecraft_throwaway", default=False)
+
+
+@contextlib.contextmanager
+def throwaway() -> Iterator[None]:
+    """Files written in the block (by this thread) are measured and deleted, never kept: the trial
+    shard that turns ``--shard-size`` into rows. The writers here then write them through the page
+    cache and never flush them (no direct I/O, no fsync), so the disk need not write them at all;
+    their bytes and digests are those of a durable write."""
+    token = _THROWAWAY.set(True)
+    try:
+        yield
+    finally:
+        _THROWAWAY.reset(token)
+
+
+def durable_files() -> bool:
+    """Are files written now to be made durable (False inside :func:`throwaway`)?"""
+    return not _THROWAWAY.get()
+
 
 def hash_fsynced(path: str, name: str = DEFAULT_HASH) -> str:
     """The digest of a file just written, computed while another thread fsyncs it: one waits on
     the disk, the other hashes the page cache, so together they take the longer of the two."""
+    if not durable_files():
+        return hash_file(path, name, mapped=True)
     errors: list[OSError] = []
 
     def sync() -> None:
@@ -253,11 +279,12 @@ class HashingWriter:
         self.path = path
         self.threaded = threaded
         self.sink = sink  # write(data), close(nbytes, digest), abort()
+        self.durable = durable_files()  # False: a file to be measured and deleted (throwaway())
         self._closed = False
         if self.sink is not None:
             self.f, self.direct, preallocate = None, False, 0
         else:
-            self.f, self.direct = _open_write(path, direct=threaded, readable=readable)
+            self.f, self.direct = _open_write(path, direct=threaded and self.durable, readable=readable)
         self.h = new_hash(hash)
         self.bytes = 0  # written by the writer thread
         self._pos = 0  # accepted by write()
@@ -318,7 +345,7 @@ class HashingWriter:
                 else:
                     self._write_all(mv)
                     self._unsynced += len(mv)
-                    if self._unsynced >= self.SYNC_EVERY:
+                    if self._unsynced >= self.SYNC_EVERY and self.durable:
                         os.fdatasync(self.f.fileno())
                         self._unsynced = 0
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
@@ -456,7 +483,7 @@ class HashingWriter:
             self.f.truncate(self.bytes)
             if keep_open and self.direct:
                 self._set_direct(False)  # the caller's header is a small write
-            if sync:
+            if sync and self.durable:
                 os.fsync(self.f.fileno())  # a delayed-allocation full disk shows here
         except OSError as e:
             raise named(e, self.path) from None

@@ -123,6 +123,9 @@ def test_a_wide_table_onto_a_full_disk(small_fs, inputs, fmt):
         ("hdf5", []),
         ("parquet", ["--shuffle", "--seed", "3"]),
         ("tfrecord", ["--workers", "2"]),
+        ("webdataset", []),
+        ("mds", []),  # items written straight into the file, flushed in the background as they go
+        ("litdata", ["--workers", "2"]),
     ],
 )
 def test_shard_onto_a_full_disk(small_fs, inputs, fmt, extra):

@@ -316,3 +316,58 @@ def test_a_sidecar_column_whose_type_widens_late(tmp_path, tree):
         cols = read_back(out, "parquet")
         assert cols["path"] == ORDER
         assert cols["score"].tolist() == [k + 0.5 for k in range(len(ORDER))]
+
+
+def test_shard_not_shuffled_reads_each_shards_files_in_its_unit(tmp_path, tree, monkeypatch):
+    """Not shuffled, and with no file that could be left out, every file is a row: each shard's
+    unit reads its own files from the trees (no spill phase) and writes the bytes the spilling path
+    writes (``--on-bad-file skip`` keeps that path); shards cross from one tree to the next."""
+    root, files, _, _ = tree
+    second = str(tmp_path / "more")
+    shutil.copytree(root, second)
+    log = tmp_path / "units.jsonl"
+    monkeypatch.setenv("LOVECRAFT_UNIT_LOG", str(log))
+    outs, phases = {}, {}
+    for mode in ("error", "skip"):
+        out = str(tmp_path / mode)
+        lc.shard([root, second], out, to="webdataset", num_shards=4, on_bad_file=mode, workers=2, progress=False)
+        phases[mode] = {json.loads(line)["phase"] for line in log.read_text().splitlines()}
+        log.unlink()
+        outs[mode] = out
+    assert phases == {"error": {2}, "skip": {1, 2}}
+    assert disk_digest(outs["error"]) == disk_digest(outs["skip"])
+    cols = read_back(outs["error"], "webdataset")
+    assert [_text(p) for p in cols["path"]] == ORDER + ORDER  # 18 rows in shards of 5, 5, 4, 4
+    assert [_bytes(b) for b in cols["bytes"]] == [files[p] for p in ORDER] * 2
+    assert [s["rows"] for s in manifest(outs["error"])["shards"]] == [5, 5, 4, 4]
+
+
+def test_a_tree_that_changed_since_the_run_was_planned_is_one_line(tmp_path, tree):
+    """A shard's unit reads the files between its mark and the next shard's: a file added or
+    removed there since the marks were taken is an error naming the tree, not rows shifted into
+    the next shard or lost."""
+    from lovecraft_convert.errors import InputError
+    from lovecraft_convert.inputs import open_reader
+
+    root, _, _, _ = tree
+    reader = open_reader([root], budget=64 << 20)
+    assert reader.random_rows
+    marks = reader.row_marks([0, 3, 9])
+    assert marks == [(0, ("bird", "a", "000.jpg")), (0, ("cat", "001.png")), None]
+
+    def paths(start, stop, mark):
+        return [p for b in reader.row_range(start, stop, 1 << 20, mark) for p in b.columns["path"].to_pylist("string")]
+
+    assert paths(3, 9, (marks[1], marks[2])) == ORDER[3:]
+    assert paths(0, 3, None) == ORDER[:3]
+    added = os.path.join(root, "cat", "001a.png")
+    shutil.copy(os.path.join(root, "cat", "001.png"), added)
+    with pytest.raises(InputError, match=r"cat/001\.png: the files listed from here are not those listed"):
+        paths(3, 9, (marks[1], marks[2]))
+    os.unlink(added)
+    os.unlink(os.path.join(root, "dog", "010.png"))  # the last of the range
+    with pytest.raises(InputError, match="the tree changed while it was read"):
+        paths(3, 9, (marks[1], marks[2]))
+    os.unlink(os.path.join(root, "cat", "001.png"))  # the range's first file
+    with pytest.raises(InputError, match="the tree changed while it was read"):
+        paths(3, 8, (marks[1], None))

@@ -90,6 +90,32 @@ def test_shard_size_within_ten_percent(tmp_path, npy_inputs, fmt):
     np.testing.assert_array_equal(_ids(out, fmt), np.arange(100_000))  # input order kept
 
 
+@pytest.mark.parametrize("fmt", ["webdataset", "mds", "parquet"])
+def test_the_trial_shard_is_not_made_durable_the_shards_are(tmp_path, npy_inputs, monkeypatch, fmt):
+    """--shard-size writes a trial shard to measure, then deletes it: its files are neither
+    fsynced nor flushed (the disk need not write them), every kept shard's file is; the sizes it
+    measured, and so the shards, are those of a durable trial (within ten percent of the size)."""
+    synced: list[str] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def recording(fd, real=real):
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            return real(fd)
+
+        monkeypatch.setattr(os, name, recording)
+    out = str(tmp_path / "out")
+    m = shard(npy_inputs, out, to=fmt, shard_size="1MiB", progress=False, workers=1)
+    assert len(m["shards"]) >= 5
+    trial = [p for p in synced if ".unit-99999" in p or "part-99999" in p]
+    assert trial == []  # the trial's directory and files
+    for s in m["shards"]:  # fsynced (or flushed) under its temporary name, before the rename
+        assert any(os.path.basename(p).lstrip(".").startswith(s["name"]) for p in synced), (s["name"], synced)
+    sizes = [sum(os.path.getsize(os.path.join(out, p)) for p in s["files"]) for s in m["shards"]]
+    for size in sizes[:-1]:
+        assert abs(size - (1 << 20)) <= 0.1 * (1 << 20), sizes
+
+
 def test_rows_per_shard_and_stats(tmp_path, csv_input):
     out = str(tmp_path / "out")
     r = lovecraft("shard", csv_input, "-o", out, "--to", "parquet", "--rows-per-shard", "30000", "-q", "--workers", "2")
