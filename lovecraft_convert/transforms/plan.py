@@ -1,12 +1,14 @@
 """The output plan: what is written from a reader's batches, in one place.
 
-select (``--columns``) -> tokenize (``--tokenizer`` over ``--column``) -> stack (``--stack-columns``)
+keep (``--filter``, and the rows ``--dedup`` dropped) -> select (``--columns``) -> tokenize (``--tokenizer`` over ``--column``) -> stack (``--stack-columns``)
 -> downcast (``--dtype``, a ``float16`` ``--column-type``), with a statistics hook before the
 downcast (statistics of a narrowed column are taken from its wide source, which is cheaper and
 the same). ``convert``, ``shard`` (reading parts and rows), ``bucket`` (the statistics of its units),
 ``verify --against`` (redoing what convert did to compare) and ``inspect`` (the columns kept, the
 sizes float16 would give) all build it with :meth:`OutputPlan.build` and run it with
-:meth:`OutputPlan.__call__`; the steps to come (filters, deduplication) go here.
+:meth:`OutputPlan.__call__`. The keep step comes first, on the reader's batches as read (the rows'
+positions in the input are counted there): :meth:`OutputPlan.keep_rows`, which counts the rows
+removed per reason (:attr:`OutputPlan.removed`, the manifest's ``removed``).
 
 A caller that gathers a wide table's small batches between the steps (``convert``, where reading
 and writing run in two threads) runs :meth:`~OutputPlan.prepare` before gathering and
@@ -15,13 +17,17 @@ and writing run in two threads) runs :meth:`~OutputPlan.prepare` before gatherin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..errors import OptionsError
 from ..schema import Batch, Schema
 from ..stats import BatchStats
 from .downcast import Downcast
+from .filter import Filter
 from .stack import Stack
 from .tokenize import Tokenize
 
@@ -36,6 +42,9 @@ class OutputPlan:
     stack: Stack | None = None
     down: Downcast | None = None
     notes: list[str] = field(default_factory=list)  # what the manifest's notes say of these choices
+    filter: Filter | None = None  # --filter, checked against the reader's columns
+    removed: dict[str, int] = field(default_factory=dict)  # rows the keep step removed, per reason
+    rows_read: int = 0  # rows the keep step saw (every row read)
 
     @classmethod
     def build(
@@ -53,6 +62,7 @@ class OutputPlan:
         dtype: str | None = None,
         column_types: dict[str, str] | None = None,
         on_overflow: str = "error",
+        filter: str | None = None,
     ) -> OutputPlan:
         """The plan of a reader's ``schema`` (``where``: its inputs, for messages) for the options
         of the same names (the CLI's flags); ``stacked``: the reader stacked the ``stack_columns``
@@ -82,7 +92,8 @@ class OutputPlan:
         if down is not None:
             down.source = where
             out = down.schema
-        return cls(out, source, tokenize, stack, down, [note] if note else [])
+        keep = Filter(filter).check(schema) if filter else None
+        return cls(out, source, tokenize, stack, down, [note] if note else [], keep)
 
     @classmethod
     def identity(cls, schema: Schema) -> OutputPlan:
@@ -91,6 +102,47 @@ class OutputPlan:
         return cls(schema, schema)
 
     # -- running it ---------------------------------------------------------------------------
+
+    def keep_rows(self, batches: Iterator[Batch], drops=None, part: int = 0) -> Iterator[Batch]:
+        """The reader's ``batches`` (of part ``part``, every row as read) without the rows the filter
+        removes and those ``drops`` (a :class:`~.dedup.DropSet`) holds; batches left empty are
+        skipped. Counts ``filter`` and ``duplicate`` in :attr:`removed`, the rows in :attr:`rows_read`."""
+        if self.filter is None and drops is None:
+            for b in batches:
+                self.rows_read += b.num_rows
+                yield b
+            return
+        from .dedup import PART_SHIFT
+
+        base = part << PART_SHIFT
+        for b in batches:
+            n = b.num_rows
+            read = self.rows_read
+            self.rows_read += n
+            mask = self.filter.mask(b) if self.filter is not None else np.ones(n, dtype=bool)
+            if self.filter is not None:
+                self.removed["filter"] = self.removed.get("filter", 0) + int(n - np.count_nonzero(mask))
+            if drops is not None:
+                d = drops.between(base + read, base + read + n) - (base + read)
+                mask[d] = False
+                self.removed["duplicate"] = self.removed.get("duplicate", 0) + len(d)
+            if mask.all():
+                yield b
+            elif mask.any():
+                yield b.take(np.flatnonzero(mask))
+
+    def removed_extra(self, removed: dict[str, int], read: int, dedup: dict | None = None) -> dict[str, Any]:
+        """The manifest's ``removed`` section: the rows ``read``, and per reason (``removed``: the
+        counts, summed over the units) the rows removed, with the filter's expression and what
+        ``--dedup`` compared; nothing when no rows could be removed."""
+        if self.filter is None and dedup is None:
+            return {}
+        out: dict[str, Any] = {"read": read}
+        if self.filter is not None:
+            out["filter"] = {"expression": self.filter.text, "rows": int(removed.get("filter", 0))}
+        if dedup is not None:
+            out["duplicate"] = {**dedup, "rows": int(removed.get("duplicate", 0))}
+        return {"removed": out}
 
     def __call__(self, batch: Batch, stats: BatchStats | None = None) -> Batch:
         """Every step on one batch; ``stats`` (the hook) is updated with the batch as written."""

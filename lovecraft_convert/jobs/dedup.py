@@ -1,0 +1,92 @@
+"""``--dedup`` in the jobs of units (``shard``): the scan and decide phases of
+:mod:`lovecraft_convert.transforms.dedup` as units on the executor, journalled like the shuffle's
+spill (``--resume`` keeps every scanned part and decided partition whose files are intact), before
+the split phase, whose units then drop the decided rows (:class:`~..transforms.dedup.DropSet`).
+
+Scan units read the input once more than a run without ``--dedup``: the rows dropped must be
+known before any row is spilled or written, so that the shards' sizes and the shuffle's buckets are
+those of the rows kept.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..engine.dedup import decide_partition, scan_part, write_report
+from ..engine.journal import SPILL, intact, save_plan
+from ..engine.units import unit, usable
+from ..errors import OptionsError
+from ..transforms.dedup import Dedup, partitions
+from .convert import dedup_of, estimate_bytes, output_plan
+
+SCAN, DECIDE = "scan", "decide"  # the journal's phases of these units
+
+
+@unit
+def scan_unit(ctx, part, specs: list | None = None) -> dict[str, Any]:
+    """Digest the rows of one part the filter keeps and spill them by partition."""
+    reader = ctx.reader(specs=specs)
+    plan = output_plan(reader, ctx.o)
+    d = ctx.dedup
+    dedup = Dedup(d["mode"], tuple(d["columns"]))
+    keep = plan.filter.mask if plan.filter is not None else None
+    res = scan_part(
+        reader.part_batches(part),
+        keep,
+        reader.schema,
+        dedup,
+        part.index,
+        os.path.join(ctx.work, SPILL),
+        d["partitions"],
+    )
+    return {"phase": SCAN, **res}
+
+
+@unit
+def decide_unit(ctx, partition: int, scans: list[dict]) -> dict[str, Any]:
+    """Decide one partition: which of its rows are duplicates of an earlier one."""
+    return {"phase": DECIDE, **decide_partition(os.path.join(ctx.work, SPILL), partition, scans)}
+
+
+def run_dedup(ctx, parts: list, run, o, reader, unit_inputs) -> dict[str, Any]:
+    """Scan every part and decide every partition (units, journalled); set ``ctx.dedup`` for the
+    split units and write ``--dedup-report``. Returns the manifest's description of the dedup.
+    ``unit_inputs(reader, part)``: the part and the inputs its unit reads."""
+    if run.place is not None and run.place.get("isolated"):
+        raise OptionsError(
+            "--dedup with --engine ray writing to a store: the dedup spill stays on the driver's disk, which the units "
+            "cannot see",
+            hint="run it with --engine local, or write to a local directory",
+        )
+    dedup = dedup_of(reader, output_plan(reader, o), o)
+    if "dedup_partitions" not in run.plan:
+        run.plan["dedup_partitions"] = partitions(estimate_bytes(reader), ctx.budget())
+        save_plan(run.work, run.plan)
+    ctx.dedup = {"mode": dedup.mode, "columns": list(dedup.columns), "partitions": run.plan["dedup_partitions"]}
+    n = ctx.dedup["partitions"]
+    scanned = {e["part"]: e for e in usable(run, run.journal.phase(SCAN))}
+    calls = [(ctx, *unit_inputs(reader, p)) for p in parts if p.index not in scanned]
+    run.run_units(scan_unit, calls, "deduplicating", o.progress, scanned, "part", noun="part")
+    scans = [scanned[p.index] for p in parts]
+    decided = {e["partition"]: e for e in run.journal.phase(DECIDE) if intact(run.work, e)}
+    if calls:  # a part scanned again: its partitions are decided again
+        decided = {}
+    calls = [(ctx, k, scans) for k in range(n) if k not in decided]
+    run.run_units(decide_unit, calls, "deciding", o.progress, decided, "partition", noun="partition")
+    if o.dedup_report:
+        names = []
+        for p in parts:
+            one = p.stop_spec is None or p.stop_spec == p.spec + 1
+            names.append({"file": reader.specs[p.spec].name if one else None})
+        write_report(o.dedup_report, os.path.join(run.work, SPILL), n, scans, names)
+    return dedup.describe()
+
+
+def summed(frags: list[dict]) -> tuple[dict[str, int], int]:
+    """The rows removed per reason and the rows read, over the split units' fragments."""
+    removed: dict[str, int] = {}
+    for f in frags:
+        for k, v in (f.get("removed") or {}).items():
+            removed[k] = removed.get(k, 0) + int(v)
+    return removed, sum(int(f.get("read", f.get("rows", 0))) for f in frags)
