@@ -152,7 +152,7 @@ def _dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: st
     if o.dedup_report:
         one = reader.specs[0].name if len(reader.specs) == 1 else None
         write_report(o.dedup_report, scratch, parts, [scan], [{"file": one}])
-    return DropSet(scratch, 0, parts), dedup.describe()
+    return DropSet(scratch, 0, parts), {**dedup.describe(), "partitions": parts}
 
 
 def read_extra(reader: Reader, plan: OutputPlan) -> dict[str, Any]:
@@ -260,8 +260,9 @@ def _write(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int, 
     # 76; budget/8 cost Parquet 12 MiB of peak for no speed, the allocator's share included). A
     # wide table's small batches are gathered before the plan's last steps (statistics, downcast).
     kept = plan.keep_rows(reader.batches(), drops)
+    known = reader.rows if plan.filter is None and drops is None else None  # rows removed: not known up front
     with Prefetch(coalesce(map(plan.prepare, kept), budget // 16), 2, budget // 12) as batches:
-        writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
+        writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, known))
         progress = Progress(reader, o.progress)
         try:
             for batch in batches:

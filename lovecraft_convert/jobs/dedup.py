@@ -80,7 +80,7 @@ def run_dedup(ctx, parts: list, run, o, reader, unit_inputs) -> dict[str, Any]:
             one = p.stop_spec is None or p.stop_spec == p.spec + 1
             names.append({"file": reader.specs[p.spec].name if one else None})
         write_report(o.dedup_report, os.path.join(run.work, SPILL), n, scans, names)
-    return dedup.describe()
+    return {**dedup.describe(), "partitions": n}
 
 
 def summed(frags: list[dict]) -> tuple[dict[str, int], int]:

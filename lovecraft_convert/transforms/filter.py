@@ -19,8 +19,9 @@ Grammar (lowest precedence first)::
 NAME is letters, digits, ``_`` and ``.`` (``meta.lang``, a JSON Lines key), not starting with a
 digit; STRING is ``"..."`` or ``'...'`` with ``\\`` escapes; the functions are ``len`` (characters
 of a string, bytes of a binary value, elements of a sequence), ``isnan``, ``isnull`` (a missing
-value, NaN included) and ``lower``/``upper``. A comparison with a missing value is false, and so is
-its negation (SQL's rule): a row is kept only when the expression is true.
+value, NaN included) and ``lower``/``upper``. A comparison with a missing value (null, or a NaN,
+which is how a missing number is held) is false, and so is its negation (SQL's rule): a row is kept
+only when the expression is true.
 """
 
 from __future__ import annotations
@@ -321,11 +322,14 @@ class Filter:
 
         if n.op == "lit":
             return pa.scalar(n.args[0])
-        if n.op == "col":
-            return self._array(n.args[0], batch, arrays)
+        if n.op == "col":  # NaN is a missing number: compared, it is null (and the row is not kept)
+            a = self._array(n.args[0], batch, arrays)
+            if pa.types.is_floating(a.type) and a.null_count < len(a):
+                a = pc.if_else(pc.is_nan(a), pa.scalar(None, a.type), a)
+            return a
         if n.op == "call":
             fn, arg = n.args
-            a = self._eval(arg, batch, arrays)
+            a = self._array(arg.args[0], batch, arrays)
             t = self._type(arg)
             if fn == "len":
                 if t == "string":

@@ -1,0 +1,119 @@
+"""``shard --dedup exact``: the rows kept equal polars' ``unique(subset, maintain_order=True,
+keep="first")`` of the source across many parts and hash partitions, the bytes are the same for 1
+and 2 workers, a shuffled run keeps the same rows, ``--dedup-report`` places rows across parts, and
+a run killed (SIGKILL) after its scan finishes byte-identical with ``--resume``."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from lovecraft_convert import shard
+from tests.conftest import SUBPROCESS_ENV
+from tests.readback import manifest
+
+pl = pytest.importorskip("polars")
+ROWS = 40_000
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> str:
+    rng = np.random.default_rng(11)
+    vocab = [f"doc {k} " + "x" * int(k % 40) for k in range(9_000)]
+    p = tmp_path_factory.mktemp("dedup_shard") / "docs.jsonl"
+    with open(p, "w") as f:
+        for i in range(ROWS):
+            f.write(
+                json.dumps({"id": i, "text": vocab[int(rng.integers(0, len(vocab)))], "g": int(rng.integers(0, 2))})
+                + "\n"
+            )
+    return str(p)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _files(out: str) -> dict[str, bytes]:
+    return {os.path.basename(p): _read(p) for p in sorted(glob.glob(os.path.join(out, "*.parquet")))}
+
+
+def _run(src: str, out: str, **kw):
+    args = dict(to="parquet", num_shards=4, dedup="exact", dedup_columns=["text"], part_bytes=256 << 10,
+                max_memory="16MiB")  # fmt: skip
+    args.update(kw)
+    return shard(src, out, **args)
+
+
+def test_equals_polars_and_same_bytes_for_any_workers(tmp_path, src):
+    reports = [str(tmp_path / f"r{w}.jsonl") for w in (1, 2)]
+    _run(src, str(tmp_path / "w1"), workers=1, dedup_report=reports[0])
+    _run(src, str(tmp_path / "w2"), workers=2, dedup_report=reports[1])
+    want = pl.read_ndjson(src).unique(subset=["text"], maintain_order=True, keep="first")
+    got = pl.read_parquet(os.path.join(tmp_path / "w1", "*.parquet"))
+    assert got["id"].to_list() == want["id"].to_list()
+    assert _files(str(tmp_path / "w1")) == _files(str(tmp_path / "w2"))
+    assert _read(reports[0]) == _read(reports[1])
+    m = manifest(str(tmp_path / "w1"))
+    assert m["rows"] == len(want)
+    assert m["removed"]["duplicate"]["rows"] == ROWS - len(want)
+    assert m["removed"]["duplicate"]["partitions"] > 1
+    # the report places each dropped row (several parts: rows of later parts counted after earlier ones)
+    texts = pl.read_ndjson(src)["text"].to_list()
+    first: dict[str, int] = {}
+    lines = []
+    for i, t in enumerate(texts):
+        if t in first:
+            lines.append({"row": i, "file": src, "file_row": i, "kept_row": first[t], "kept_file": src,
+                          "kept_file_row": first[t]})  # fmt: skip
+        else:
+            first[t] = i
+    assert [json.loads(x) for x in _read(reports[0]).decode().splitlines()] == lines
+
+
+def test_shuffled_keeps_the_same_rows(tmp_path, src):
+    _run(src, str(tmp_path / "s"), shuffle=True, seed=3, filter="g == 1")
+    want = pl.read_ndjson(src).filter(pl.col("g") == 1).unique(subset=["text"], maintain_order=True, keep="first")
+    got = pl.read_parquet(os.path.join(tmp_path / "s", "*.parquet"))
+    assert sorted(got["id"].to_list()) == sorted(want["id"].to_list())
+    assert got["id"].to_list() != want["id"].to_list()  # shuffled
+    removed = manifest(str(tmp_path / "s"))["removed"]
+    assert removed["filter"]["rows"] + removed["duplicate"]["rows"] == ROWS - len(want)
+
+
+def test_sigkill_then_resume_is_byte_identical(tmp_path, src):
+    ref = str(tmp_path / "ref")
+    _run(src, ref, workers=1)
+    out = str(tmp_path / "out")
+    script = (
+        "import sys; from lovecraft_convert import shard; "
+        f"shard({src!r}, {out!r}, to='parquet', num_shards=4, dedup='exact', dedup_columns=['text'], "
+        "part_bytes=256 << 10, max_memory='16MiB', workers=1, progress=False, resume=sys.argv[1] == 'resume')"
+    )
+    cmd = [sys.executable, "-c", script]
+    env = SUBPROCESS_ENV
+    journal = os.path.join(tmp_path, ".out.partial", "journal.jsonl")
+    p = subprocess.Popen([*cmd, "first"], env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    killed = False
+    while time.time() < deadline and p.poll() is None:
+        if os.path.exists(journal) and b'"phase": "decide"' in _read(journal):
+            os.killpg(p.pid, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.002)
+    p.wait()
+    if not killed:
+        pytest.skip("the run finished before it could be killed")
+    r = subprocess.run([*cmd, "resume"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert _files(out) == _files(ref)
