@@ -134,7 +134,7 @@ def dedup_of(reader: Reader, plan: OutputPlan, o: ConvertOptions):
     return Dedup.resolve(o.dedup, o.dedup_columns, reader.schema, plan.source.names)
 
 
-def _dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str, budget: int):
+def dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str, budget: int):
     """Read the input once to decide which rows are duplicates (transforms/dedup.py), in
     ``scratch``; returns the drop set and the manifest's description of the dedup."""
     import os
@@ -240,7 +240,7 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     fmt.check_schema(schema, source)
     check_memory(schema, fmt, budget, source)
     scratch = os.path.join(out.tmp, "_dedup")
-    drops, dedup = _dedup_pass(reader, plan, o, scratch, budget) if o.dedup else (None, None)
+    drops, dedup = dedup_pass(reader, plan, o, scratch, budget) if o.dedup else (None, None)
     try:
         got = _write(reader, fmt, out, o, budget, plan, drops)
     finally:

@@ -115,9 +115,9 @@ class OutputPlan:
         from .dedup import PART_SHIFT
 
         base = part << PART_SHIFT
+        read = 0  # rows of this part before the batch: the positions the drop set holds
         for b in batches:
             n = b.num_rows
-            read = self.rows_read
             self.rows_read += n
             mask = self.filter.mask(b) if self.filter is not None else np.ones(n, dtype=bool)
             if self.filter is not None:
@@ -126,6 +126,7 @@ class OutputPlan:
                 d = drops.between(base + read, base + read + n) - (base + read)
                 mask[d] = False
                 self.removed["duplicate"] = self.removed.get("duplicate", 0) + len(d)
+            read += n
             if mask.all():
                 yield b
             elif mask.any():
