@@ -1,4 +1,4 @@
-"""``--dedup`` in the jobs of units (``shard``): the scan and decide phases of
+"""``--dedup`` in the jobs of units (``shard``, ``bucket``): the scan and decide phases of
 :mod:`lovecraft_convert.transforms.dedup` as units on the executor, journalled like the shuffle's
 spill (``--resume`` keeps every scanned part and decided partition whose files are intact), before
 the split phase, whose units then drop the decided rows (:class:`~..transforms.dedup.DropSet`).
@@ -11,6 +11,7 @@ those of the rows kept.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..engine.dedup import decide_partition, scan_part, write_report
@@ -18,7 +19,7 @@ from ..engine.journal import SPILL, intact, save_plan
 from ..engine.units import unit, usable
 from ..errors import OptionsError
 from ..transforms.dedup import Dedup, partitions
-from .convert import dedup_of, estimate_bytes, output_plan
+from .convert import estimate_bytes, output_plan
 
 SCAN, DECIDE = "scan", "decide"  # the journal's phases of these units
 
@@ -26,11 +27,15 @@ SCAN, DECIDE = "scan", "decide"  # the journal's phases of these units
 @unit
 def scan_unit(ctx, part, specs: list | None = None) -> dict[str, Any]:
     """Digest the rows of one part the filter keeps and spill them by partition."""
-    reader = ctx.reader(specs=specs)
-    plan = output_plan(reader, ctx.o)
+    if hasattr(ctx, "source"):  # bucket: the reader of its sequences, its keep step
+        src = ctx.source()
+        reader, filt = src.reader, src.keep.filter
+    else:
+        reader = ctx.reader(specs=specs)
+        filt = output_plan(reader, ctx.o).filter
     d = ctx.dedup
     dedup = Dedup(d["mode"], tuple(d["columns"]))
-    keep = plan.filter.mask if plan.filter is not None else None
+    keep = filt.mask if filt is not None else None
     res = scan_part(
         reader.part_batches(part),
         keep,
@@ -49,24 +54,24 @@ def decide_unit(ctx, partition: int, scans: list[dict]) -> dict[str, Any]:
     return {"phase": DECIDE, **decide_partition(os.path.join(ctx.work, SPILL), partition, scans)}
 
 
-def run_dedup(ctx, parts: list, run, o, reader, unit_inputs) -> dict[str, Any]:
-    """Scan every part and decide every partition (units, journalled); set ``ctx.dedup`` for the
-    split units and write ``--dedup-report``. Returns the manifest's description of the dedup.
-    ``unit_inputs(reader, part)``: the part and the inputs its unit reads."""
+def run_dedup(ctx, parts: list, run, o, reader, dedup: Dedup, args_of: Callable) -> dict[str, Any]:
+    """Scan every part and decide every partition (units, journalled); set ``ctx.dedup`` (what the
+    split units need, and the manifest's description of the dedup, which this returns) and write
+    ``--dedup-report``. ``reader``: the input's reader (its size, its files); ``args_of(part)``:
+    the scan unit's arguments after the context."""
     if run.place is not None and run.place.get("isolated"):
         raise OptionsError(
             "--dedup with --engine ray writing to a store: the dedup spill stays on the driver's disk, which the units "
             "cannot see",
             hint="run it with --engine local, or write to a local directory",
         )
-    dedup = dedup_of(reader, output_plan(reader, o), o)
     if "dedup_partitions" not in run.plan:
         run.plan["dedup_partitions"] = partitions(estimate_bytes(reader), ctx.budget())
         save_plan(run.work, run.plan)
-    ctx.dedup = {"mode": dedup.mode, "columns": list(dedup.columns), "partitions": run.plan["dedup_partitions"]}
-    n = ctx.dedup["partitions"]
+    n = run.plan["dedup_partitions"]
+    ctx.dedup = {**dedup.describe(), "partitions": n}
     scanned = {e["part"]: e for e in usable(run, run.journal.phase(SCAN))}
-    calls = [(ctx, *unit_inputs(reader, p)) for p in parts if p.index not in scanned]
+    calls = [(ctx, *args_of(p)) for p in parts if p.index not in scanned]
     run.run_units(scan_unit, calls, "deduplicating", o.progress, scanned, "part", noun="part")
     scans = [scanned[p.index] for p in parts]
     decided = {e["partition"]: e for e in run.journal.phase(DECIDE) if intact(run.work, e)}
@@ -80,7 +85,7 @@ def run_dedup(ctx, parts: list, run, o, reader, unit_inputs) -> dict[str, Any]:
             one = p.stop_spec is None or p.stop_spec == p.spec + 1
             names.append({"file": reader.specs[p.spec].name if one else None})
         write_report(o.dedup_report, os.path.join(run.work, SPILL), n, scans, names)
-    return {**dedup.describe(), "partitions": n}
+    return dict(ctx.dedup)
 
 
 def summed(frags: list[dict]) -> tuple[dict[str, int], int]:

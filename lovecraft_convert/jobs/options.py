@@ -422,11 +422,6 @@ class BucketOptions(ShardOptions):
             raise OptionsError("--stack-columns does not apply to bucket")
         if self.column_types:
             raise OptionsError("--column-type does not apply to bucket")
-        if self.filter is not None or self.dedup is not None:
-            raise OptionsError(
-                f"{'--filter' if self.filter is not None else '--dedup'} is not offered by bucket yet",
-                hint="run `lovecraft shard` with it first, then bucket its output",
-            )
         if self.ragged and (self.na_values is not None or self.column_names is not None):
             raise OptionsError("--na-values and --column-names do not apply to --ragged (its rows are numbers)")
         if self.ragged and (self.eos is not None or self.bos is not None):

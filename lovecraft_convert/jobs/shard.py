@@ -20,6 +20,7 @@ are the same whatever the parallelism.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -43,7 +44,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import check_memory, estimate_bytes, output_plan, read_extra, write_unit_files
+from .convert import check_memory, dedup_of, estimate_bytes, output_plan, read_extra, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -379,7 +380,8 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             if o.dedup:
                 from .dedup import run_dedup
 
-                dedup = run_dedup(ctx, parts, run, o, reader, unit_inputs)
+                dd = dedup_of(reader, out_plan, o)
+                dedup = run_dedup(ctx, parts, run, o, reader, dd, functools.partial(unit_inputs, reader))
             split = _phase1(ctx, parts, run, o, reader.progress_total(), reader)
         except SchemaChanged as e:
             plan["widened"] = {**plan.get("widened", {}), **e.widened}

@@ -21,13 +21,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..errors import OptionsError
 from ..schema import Batch, Schema
 from ..stats import BatchStats
 from .downcast import Downcast
 from .filter import Filter
+from .keep import Keep
 from .stack import Stack
 from .tokenize import Tokenize
 
@@ -42,9 +41,7 @@ class OutputPlan:
     stack: Stack | None = None
     down: Downcast | None = None
     notes: list[str] = field(default_factory=list)  # what the manifest's notes say of these choices
-    filter: Filter | None = None  # --filter, checked against the reader's columns
-    removed: dict[str, int] = field(default_factory=dict)  # rows the keep step removed, per reason
-    rows_read: int = 0  # rows the keep step saw (every row read)
+    keep: Keep = field(default_factory=Keep)  # --filter (checked against the reader's columns), counts
 
     @classmethod
     def build(
@@ -93,7 +90,7 @@ class OutputPlan:
             down.source = where
             out = down.schema
         keep = Filter(filter).check(schema) if filter else None
-        return cls(out, source, tokenize, stack, down, [note] if note else [], keep)
+        return cls(out, source, tokenize, stack, down, [note] if note else [], Keep(keep))
 
     @classmethod
     def identity(cls, schema: Schema) -> OutputPlan:
@@ -103,47 +100,30 @@ class OutputPlan:
 
     # -- running it ---------------------------------------------------------------------------
 
-    def keep_rows(self, batches: Iterator[Batch], drops=None, part: int = 0) -> Iterator[Batch]:
-        """The reader's ``batches`` (of part ``part``, every row as read) without the rows the filter
-        removes and those ``drops`` (a :class:`~.dedup.DropSet`) holds; batches left empty are
-        skipped. Counts ``filter`` and ``duplicate`` in :attr:`removed`, the rows in :attr:`rows_read`."""
-        if self.filter is None and drops is None:
-            for b in batches:
-                self.rows_read += b.num_rows
-                yield b
-            return
-        from .dedup import PART_SHIFT
+    # -- the keep step (transforms/keep.py) ------------------------------------------------------
 
-        base = part << PART_SHIFT
-        read = 0  # rows of this part before the batch: the positions the drop set holds
-        for b in batches:
-            n = b.num_rows
-            self.rows_read += n
-            mask = self.filter.mask(b) if self.filter is not None else np.ones(n, dtype=bool)
-            if self.filter is not None:
-                self.removed["filter"] = self.removed.get("filter", 0) + int(n - np.count_nonzero(mask))
-            if drops is not None:
-                d = drops.between(base + read, base + read + n) - (base + read)
-                mask[d] = False
-                self.removed["duplicate"] = self.removed.get("duplicate", 0) + len(d)
-            read += n
-            if mask.all():
-                yield b
-            elif mask.any():
-                yield b.take(np.flatnonzero(mask))
+    @property
+    def filter(self) -> Filter | None:
+        return self.keep.filter
+
+    @property
+    def removed(self) -> dict[str, int]:
+        """Rows the keep step removed, per reason."""
+        return self.keep.removed
+
+    @property
+    def rows_read(self) -> int:
+        """Rows the keep step saw (every row read)."""
+        return self.keep.rows_read
+
+    def keep_rows(self, batches: Iterator[Batch], drops=None, part: int = 0) -> Iterator[Batch]:
+        """:class:`~.keep.Keep`: the rows of ``batches`` (part ``part``) the filter keeps and
+        ``drops`` does not hold."""
+        return self.keep(batches, drops, part)
 
     def removed_extra(self, removed: dict[str, int], read: int, dedup: dict | None = None) -> dict[str, Any]:
-        """The manifest's ``removed`` section: the rows ``read``, and per reason (``removed``: the
-        counts, summed over the units) the rows removed, with the filter's expression and what
-        ``--dedup`` compared; nothing when no rows could be removed."""
-        if self.filter is None and dedup is None:
-            return {}
-        out: dict[str, Any] = {"read": read}
-        if self.filter is not None:
-            out["filter"] = {"expression": self.filter.text, "rows": int(removed.get("filter", 0))}
-        if dedup is not None:
-            out["duplicate"] = {**dedup, "rows": int(removed.get("duplicate", 0))}
-        return {"removed": out}
+        """The manifest's ``removed`` section (:meth:`~.keep.Keep.extra`)."""
+        return self.keep.extra(removed, read, dedup)
 
     def __call__(self, batch: Batch, stats: BatchStats | None = None) -> Batch:
         """Every step on one batch; ``stats`` (the hook) is updated with the batch as written."""

@@ -51,6 +51,9 @@ READ_OPTIONS = (
     "layout",
     "seq_len",
     "pad_last",
+    "filter",  # the rows kept: the filter applied again, the duplicates decided again
+    "dedup",
+    "dedup_columns",
 )
 
 
@@ -149,18 +152,17 @@ class BucketComparer:
         o = self.o
         limit = o.limit()
         try:
-            for part in self.src.partitions(o.part_bytes):
-                for col, _first, _where in self.src.sequences(part):
-                    offsets = np.asarray(col.offsets, dtype=np.int64)
-                    lens = np.diff(offsets)
-                    keep = lens >= o.min_length
-                    if limit is not None:
-                        if o.truncate:
-                            lens = np.minimum(lens, limit)
-                        else:
-                            keep &= lens <= limit
-                    idx = np.flatnonzero(keep)
-                    self._add(_heads(np.asarray(col.values), offsets[:-1][idx], lens[idx]), dataset=False)
+            for col, _first, _where in self.src.each(o.part_bytes):
+                offsets = np.asarray(col.offsets, dtype=np.int64)
+                lens = np.diff(offsets)
+                keep = lens >= o.min_length
+                if limit is not None:
+                    if o.truncate:
+                        lens = np.minimum(lens, limit)
+                    else:
+                        keep &= lens <= limit
+                idx = np.flatnonzero(keep)
+                self._add(_heads(np.asarray(col.values), offsets[:-1][idx], lens[idx]), dataset=False)
         except LovecraftError as e:
             self.stopped = e.one_line()
             self._problem(self.stopped)

@@ -136,10 +136,9 @@ class PackedComparer:
             self._problem(self.stopped)
 
     def _documents(self):
-        for part in self.src.partitions(self.o.part_bytes):
-            for col, _first, _where in self.src.sequences(part):
-                offs = np.asarray(col.offsets, dtype=np.int64)
-                yield np.asarray(col.values)[offs[0] : offs[-1]].astype(self.dtype, copy=False), offs - offs[0]
+        for col, _first, _where in self.src.each(self.o.part_bytes):
+            offs = np.asarray(col.offsets, dtype=np.int64)
+            yield np.asarray(col.values)[offs[0] : offs[-1]].astype(self.dtype, copy=False), offs - offs[0]
 
     def _finish_rows(self) -> None:
         L = self.L
