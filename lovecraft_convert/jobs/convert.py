@@ -112,8 +112,8 @@ def output_plan(reader: Reader, o: ConvertOptions) -> OutputPlan:
 
 
 def estimate_bytes(reader) -> int:
-    """Roughly how many bytes the records take in memory (for the number of hash buckets or
-    partitions of a run)."""
+    """Roughly how many bytes the records take in memory (for the number of hash buckets of a
+    shuffle)."""
     known = reader.memory_bytes()
     if known is not None:
         return known
@@ -139,16 +139,14 @@ def dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str
     ``scratch``; returns the drop set and the manifest's description of the dedup."""
     import os
 
-    from ..engine.dedup import decide_partition, scan_part, write_report
-    from ..transforms.dedup import DropSet, partitions
+    from ..engine.dedup import decide_here, scan_part, write_report
+    from ..transforms.dedup import DropSet, group_entries, run_entries
 
     dedup = dedup_of(reader, plan, o)
     os.makedirs(scratch, exist_ok=True)
-    parts = partitions(estimate_bytes(reader), budget // 2)
     keep = plan.filter.mask if plan.filter is not None else None
-    scan = scan_part(reader.batches(), keep, reader.schema, dedup, 0, scratch, parts)
-    for p in range(parts):
-        decide_partition(scratch, p, [scan])
+    scan = scan_part(reader.batches(), keep, reader.schema, dedup, 0, scratch, run_entries(budget // 2))
+    parts = decide_here(scratch, [scan], group_entries(budget // 2))
     if o.dedup_report:
         one = reader.specs[0].name if len(reader.specs) == 1 else None
         write_report(o.dedup_report, scratch, parts, [scan], [{"file": one}])

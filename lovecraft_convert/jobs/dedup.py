@@ -14,12 +14,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..engine.dedup import decide_partition, scan_part, write_report
+from ..engine.dedup import decide_partition, plan_groups, scan_part, write_report
 from ..engine.journal import SPILL, intact, save_plan
 from ..engine.units import unit, usable
 from ..errors import OptionsError
-from ..transforms.dedup import Dedup, partitions
-from .convert import estimate_bytes, output_plan
+from ..transforms.dedup import Dedup, group_entries, run_entries
+from .convert import output_plan
 
 SCAN, DECIDE = "scan", "decide"  # the journal's phases of these units
 
@@ -43,15 +43,15 @@ def scan_unit(ctx, part, specs: list | None = None) -> dict[str, Any]:
         dedup,
         part.index,
         os.path.join(ctx.work, SPILL),
-        d["partitions"],
+        run_entries(ctx.budget()),
     )
     return {"phase": SCAN, **res}
 
 
 @unit
-def decide_unit(ctx, partition: int, scans: list[dict]) -> dict[str, Any]:
-    """Decide one partition: which of its rows are duplicates of an earlier one."""
-    return {"phase": DECIDE, **decide_partition(os.path.join(ctx.work, SPILL), partition, scans)}
+def decide_unit(ctx, group: int, lo: int, hi: int, scans: list[dict]) -> dict[str, Any]:
+    """Decide one group of fine partitions: which of its rows repeat an earlier one."""
+    return {"phase": DECIDE, **decide_partition(os.path.join(ctx.work, SPILL), group, lo, hi, scans)}
 
 
 def run_dedup(ctx, parts: list, run, o, reader, dedup: Dedup, args_of: Callable) -> dict[str, Any]:
@@ -65,19 +65,20 @@ def run_dedup(ctx, parts: list, run, o, reader, dedup: Dedup, args_of: Callable)
             "cannot see",
             hint="run it with --engine local, or write to a local directory",
         )
-    if "dedup_partitions" not in run.plan:
-        run.plan["dedup_partitions"] = partitions(estimate_bytes(reader), ctx.budget())
-        save_plan(run.work, run.plan)
-    n = run.plan["dedup_partitions"]
-    ctx.dedup = {**dedup.describe(), "partitions": n}
+    ctx.dedup = {**dedup.describe(), "partitions": None}
     scanned = {e["part"]: e for e in usable(run, run.journal.phase(SCAN))}
     calls = [(ctx, *args_of(p)) for p in parts if p.index not in scanned]
     run.run_units(scan_unit, calls, "deduplicating", o.progress, scanned, "part", noun="part")
     scans = [scanned[p.index] for p in parts]
+    if "dedup_groups" not in run.plan:  # from the counts the scans wrote: the same whatever the workers
+        run.plan["dedup_groups"] = plan_groups(os.path.join(run.work, SPILL), scans, group_entries(ctx.budget()))
+        save_plan(run.work, run.plan)
+    groups = run.plan["dedup_groups"]
+    n = ctx.dedup["partitions"] = len(groups)
     decided = {e["partition"]: e for e in run.journal.phase(DECIDE) if intact(run.work, e)}
-    if calls:  # a part scanned again: its partitions are decided again
+    if calls:  # a part scanned again: the groups are decided again
         decided = {}
-    calls = [(ctx, k, scans) for k in range(n) if k not in decided]
+    calls = [(ctx, k, lo, hi, scans) for k, (lo, hi) in enumerate(groups) if k not in decided]
     run.run_units(decide_unit, calls, "deciding", o.progress, decided, "partition", noun="partition")
     if o.dedup_report:
         names = []

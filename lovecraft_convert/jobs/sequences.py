@@ -322,21 +322,21 @@ class Sequences:
         import shutil
         import tempfile
 
-        from ..engine.dedup import decide_partition, scan_part
-        from ..transforms.dedup import DropSet, partitions
-        from .convert import estimate_bytes
+        from ..engine.dedup import decide_here, scan_part
+        from ..transforms.dedup import DropSet, group_entries, run_entries
 
         scratch = tempfile.mkdtemp(prefix="lovecraft-dedup-")
         try:
-            n = partitions(estimate_bytes(self.reader), self.o_budget())
+            budget = self.o_budget()
             mask = self.keep.filter.mask if self.keep.filter is not None else None
             dedup = self.dedup()
             scans = [
-                scan_part(self.reader.part_batches(p), mask, self.reader.schema, dedup, p.index, scratch, n)
+                scan_part(
+                    self.reader.part_batches(p), mask, self.reader.schema, dedup, p.index, scratch, run_entries(budget)
+                )
                 for p in parts
             ]
-            for k in range(n):
-                decide_partition(scratch, k, scans)
+            n = decide_here(scratch, scans, group_entries(budget))
             for p in parts:
                 yield from self.sequences(p, DropSet(scratch, p.index, n))
         finally:

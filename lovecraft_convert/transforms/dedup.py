@@ -3,21 +3,24 @@ bounded memory whatever the input's size.
 
 The decision is made before the rows are written, in three steps that each hold a bounded piece:
 
-1. *Scan* (:func:`~lovecraft_convert.engine.dedup.scan_part`, one per part of the input): every row the filter keeps gets a
-   128-bit digest of its chosen columns (BLAKE2b, 16 bytes, over each column's bytes preceded by
-   their length as 8 bytes, so ``('ab', 'c')`` and ``('a', 'bc')`` differ) and its position:
-   ``part << 40 | row`` (its row in the part, counting every row read). Rows repeating a digest
-   already seen in the same batch are decided at once (dropped, kept: the batch's first); the
-   batch's first occurrences go, as (digest, position) entries, to one of P spill files chosen
-   by the digest (hash partitioning: equal digests meet in one partition). A value repeated in
-   every row therefore costs one entry per batch, not one per row.
-2. *Decide* (:func:`~lovecraft_convert.engine.dedup.decide_partition`, one per partition): the partition's entries from every
-   part, sorted by (digest, position): the first of each digest is kept, the others dropped.
-   The dropped positions, sorted, with the position each duplicated, go to two ``.npy`` files.
+1. *Scan* (:func:`~lovecraft_convert.engine.dedup.scan_part`, one per part of the input): every
+   row the filter keeps gets a 128-bit digest of its chosen columns (BLAKE2b, 16 bytes, over each
+   column's bytes preceded by their length as 8 bytes, so ``('ab', 'c')`` and ``('a', 'bc')``
+   differ) and its position: ``part << 40 | row`` (its row in the part, counting every row read).
+   Rows repeating a digest already seen in the same batch are decided at once (dropped, kept: the
+   batch's first); the batch's first occurrences become (digest, position) entries, held up to a
+   bound and written as *runs* sorted by fine partition (the digest's top 12 bits: 4,096 fine
+   partitions), with an index of each fine partition's offset and CRC32C per run. A value repeated
+   in every row therefore costs one entry per batch, not one per row.
+2. *Decide* (:func:`~lovecraft_convert.engine.dedup.decide_partition`, one per group of
+   consecutive fine partitions, grouped from the counts the scans wrote so that each fits a unit's
+   budget whatever the input's size or skew): the group's entries from every part, sorted by
+   (digest, position): the first of each digest is kept, the others dropped. The dropped
+   positions, sorted, with the position each duplicated, go to two ``.npy`` files.
 3. *Drop* (:class:`DropSet`): the rows are read again, and each batch's dropped positions are
    looked up in the sorted files, memory-mapped (a binary search per batch, nothing loaded whole).
 
-Parts and partitions depend only on the input and the options, so the rows kept are the same for
+Parts and groups depend only on the input and the options, so the rows kept are the same for
 any number of workers. Digests are compared, not the rows: two different rows are taken for
 duplicates only if their 128-bit digests collide, which for n distinct rows happens with
 probability below n^2 / 2^129 (10^-19 for ten billion rows). The positions are ``--dedup-report``'s
@@ -41,6 +44,8 @@ MODES = ("exact",)  # near-duplicate modes (MinHash) are to come: another scan/d
 PART_SHIFT = 40  # a position is part << 40 | row: up to 2^40 rows per part, 2^23 parts
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("pos", "<i8")])
 DECIDE_BYTES = 96  # what deciding holds per entry at its peak (entries, sort order, sorted copies)
+FINE_BITS = 12
+FINE = 1 << FINE_BITS  # fine hash partitions (the digest's top bits), grouped into decisions by their counts
 
 
 @dataclass(frozen=True)
@@ -68,12 +73,14 @@ class Dedup:
         return {"mode": self.mode, "columns": list(self.columns), "digest": "blake2b-128"}
 
 
-def partitions(estimated_bytes: int, unit_budget: int) -> int:
-    """How many hash partitions the entries of an input of about ``estimated_bytes`` (records in
-    memory) are spread over, so that deciding one fits a unit's budget (a row is taken to be 32
-    bytes or more; entries of repeated values are fewer)."""
-    rows = max(1, estimated_bytes // 32)
-    return max(1, -(-rows * DECIDE_BYTES // max(1, unit_budget // 2)))
+def run_entries(unit_budget: int) -> int:
+    """Entries a scan holds before writing them as a run (an eighth of the unit's budget)."""
+    return max(1 << 12, unit_budget // 8 // ENTRY.itemsize)
+
+
+def group_entries(unit_budget: int) -> int:
+    """Entries one decision may hold (it holds about :data:`DECIDE_BYTES` per entry at its peak)."""
+    return max(1 << 12, unit_budget // DECIDE_BYTES)
 
 
 # -- digests ---------------------------------------------------------------------------------------

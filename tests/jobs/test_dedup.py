@@ -22,13 +22,13 @@ from tests.conftest import SUBPROCESS_ENV, lovecraft
 from tests.readback import manifest
 
 pl = pytest.importorskip("polars")
-ROWS = 40_000
+ROWS = 60_000
 
 
 @pytest.fixture(scope="module")
 def src(tmp_path_factory) -> str:
     rng = np.random.default_rng(11)
-    vocab = [f"doc {k} " + "x" * int(k % 40) for k in range(9_000)]
+    vocab = [f"doc {k} " + "x" * int(k % 40) for k in range(30_000)]
     p = tmp_path_factory.mktemp("dedup_shard") / "docs.jsonl"
     with open(p, "w") as f:
         for i in range(ROWS):

@@ -1,7 +1,7 @@
 """``--dedup exact``: the row digests (length-framed, so column boundaries count), and ``convert
 --dedup`` against polars' ``unique(subset=..., maintain_order=True, keep="first")`` on values
 parsed from the source (JSON Lines read by polars, NPY by np.load), including a hypothesis
-round trip; the drop set spans many hash partitions (a small --max-memory)."""
+round trip; entries enough for several runs and decisions (a small --max-memory)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lovecraft_convert import convert
 from lovecraft_convert.schema import Batch, Field, Schema, VarColumn
-from lovecraft_convert.transforms.dedup import first_in_batch, partitions, row_digests
+from lovecraft_convert.transforms.dedup import first_in_batch, row_digests
 from tests.conftest import lovecraft
 from tests.readback import manifest
 
@@ -58,11 +58,6 @@ def test_fixed_and_sequence_columns():
     assert first_in_batch(d).tolist() == [0, 0, 2]
 
 
-def test_partitions_grow_with_the_input_not_the_budget_alone():
-    assert partitions(1 << 20, 64 << 20) == 1
-    assert partitions(8 << 30, 32 << 20) > partitions(1 << 30, 32 << 20) > 1
-
-
 def _write_jsonl(path, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
@@ -97,7 +92,6 @@ def test_convert_equals_polars_unique(tmp_path, dup_jsonl, subset):
     m = manifest(out)
     dup = m["removed"]["duplicate"]
     assert dup["rows"] == 60_000 - len(want) and dup["columns"] == subset and dup["mode"] == "exact"
-    assert dup["partitions"] > 1  # the drop set spans several hash partitions
     # the report: every dropped row, in input order, with the first row of its key
     src = pl.read_ndjson(dup_jsonl)
     first: dict = {}
@@ -110,6 +104,18 @@ def test_convert_equals_polars_unique(tmp_path, dup_jsonl, subset):
             first[key] = i
     with open(report) as f:
         assert [json.loads(line) for line in f] == lines
+
+
+def test_many_runs_and_groups(tmp_path):
+    """Entries enough for several runs per scan and several decisions (groups of fine partitions)."""
+    rng = np.random.default_rng(9)
+    p = str(tmp_path / "many.jsonl")
+    _write_jsonl(p, [{"id": i, "k": f"key {int(k)}"} for i, k in enumerate(rng.integers(0, 100_000, size=150_000))])
+    out = str(tmp_path / "out")
+    convert(p, out, to="parquet", dedup="exact", dedup_columns=["k"], max_memory="16MiB")
+    want = _expected(p, ["k"])
+    assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want["id"].to_list()
+    assert manifest(out)["removed"]["duplicate"]["partitions"] > 1
 
 
 def test_default_columns_are_the_columns_written(tmp_path, dup_jsonl):
