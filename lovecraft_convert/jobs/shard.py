@@ -385,6 +385,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             split = _phase1(ctx, parts, run, o, reader.progress_total(), reader)
         except SchemaChanged as e:
             plan["widened"] = {**plan.get("widened", {}), **e.widened}
+            plan.pop("dedup_groups", None)  # from the scans of the narrower types: planned again
             save_plan(run.work, plan)
             journal.reset()
             drop_spill(run)

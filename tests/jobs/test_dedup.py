@@ -165,3 +165,20 @@ def test_bucket_refuses_ragged_rows(tmp_path):
         "Error: --dedup is not offered by bucket for --ragged rows yet; "
         "run `lovecraft shard` with it first, then bucket its output",
     )
+
+
+def test_a_type_widened_late_starts_the_scan_over(tmp_path):
+    """A JSON Lines key holding integers, then floats past the first records: the run starts over with
+    the wider type, the scan included, and keeps the first of each value."""
+    p = tmp_path / "late.jsonl"
+    with open(p, "w") as f:
+        for i in range(30_000):
+            f.write(json.dumps({"id": i, "x": i % 500}) + "\n")
+        for i in range(30_000, 31_000):
+            f.write(json.dumps({"id": i, "x": (i % 700) + 0.5}) + "\n")
+    out = str(tmp_path / "out")
+    shard(str(p), out, to="parquet", num_shards=2, dedup="exact", dedup_columns=["x"], part_bytes=128 << 10,
+          max_memory="16MiB", workers=1)  # fmt: skip
+    want = pl.read_ndjson(p, infer_schema_length=None).unique(subset=["x"], maintain_order=True, keep="first")
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    assert got["id"].to_list() == want["id"].to_list()
