@@ -304,7 +304,13 @@ class Sequences:
                 where = "line" if self.kind == "text" else "row"  # JSON Lines: records (blank lines are skipped)
                 yield (self.tokenizer.encode(col) if self.tokenizer else col), line, where
                 line += batch.num_rows
-        except SchemaChanged:  # an int sequence column holding nulls: not token ids
+        except SchemaChanged as e:  # an int sequence column holding nulls: not token ids
+            other = [c for c in (e.widened or {}) if c != self.source_column]
+            if other:  # a column --filter or --dedup-columns reads
+                raise InputError(
+                    f"{self.name}, column '{other[0]}': its type changes past the first records",
+                    hint="give it one type throughout, or filter and deduplicate with `lovecraft shard` first",
+                ) from None
             raise InputError(
                 f"{self.name}, column '{self.source_column}': its sequences hold nulls",
                 hint="fill them (or drop those rows) before bucketing",

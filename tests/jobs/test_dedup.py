@@ -182,3 +182,19 @@ def test_a_type_widened_late_starts_the_scan_over(tmp_path):
     want = pl.read_ndjson(p, infer_schema_length=None).unique(subset=["x"], maintain_order=True, keep="first")
     got = pl.read_parquet(os.path.join(out, "*.parquet"))
     assert got["id"].to_list() == want["id"].to_list()
+
+
+def test_bucket_a_filter_column_widened_late_is_one_line(tmp_path):
+    p = tmp_path / "w.jsonl"
+    with open(p, "w") as f:
+        for i in range(30_000):
+            f.write(json.dumps({"text": f"t{i % 100}", "n": i % 5}) + "\n")
+        f.write(json.dumps({"text": "t1", "n": 0.5}) + "\n")
+    r = lovecraft("bucket", str(p), "-o", str(tmp_path / "o"), "--to", "parquet", "--num-buckets", "2", "--filter",
+                  "n != 3", "--workers", "1")  # fmt: skip
+    assert (r.exit_code, r.stderr.strip()) == (
+        1,
+        f"Error: {p}, column 'n': its type changes past the first records; give it one type throughout, or filter "
+        "and deduplicate with `lovecraft shard` first",
+    )
+    assert not os.path.exists(tmp_path / "o")
