@@ -84,7 +84,10 @@ def run_dedup(ctx, parts: list, run, o, reader, dedup: Dedup, args_of: Callable)
         names = []
         for p in parts:
             one = p.stop_spec is None or p.stop_spec == p.spec + 1
-            names.append({"file": reader.specs[p.spec].name if one else None})
+            name = reader.specs[p.spec].name
+            if os.path.dirname(os.path.abspath(name)) == os.path.abspath(run.work):
+                name = "<stdin>"  # the copy of stdin the run spooled
+            names.append({"file": name if one else None})
         write_report(o.dedup_report, os.path.join(run.work, SPILL), n, scans, names)
     return dict(ctx.dedup)
 

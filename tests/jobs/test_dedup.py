@@ -198,3 +198,18 @@ def test_bucket_a_filter_column_widened_late_is_one_line(tmp_path):
         "and deduplicate with `lovecraft shard` first",
     )
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_shard_from_stdin_names_it_in_the_report(tmp_path):
+    data = b"".join(json.dumps({"t": f"v{i % 3}"}).encode() + b"\n" for i in range(7))
+    out, report = str(tmp_path / "o"), str(tmp_path / "r.jsonl")
+    r = lovecraft("shard", "-", "--input-format", "jsonl", "-o", out, "--to", "parquet", "--num-shards", "1",
+                  "--dedup", "exact", "--dedup-report", report, "-q", input=data)  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert pl.read_parquet(os.path.join(out, "*.parquet"))["t"].to_list() == ["v0", "v1", "v2"]
+    with open(report) as f:
+        lines = [json.loads(x) for x in f]
+    assert lines == [
+        {"row": i, "file": "<stdin>", "file_row": i, "kept_row": i % 3, "kept_file": "<stdin>", "kept_file_row": i % 3}
+        for i in range(3, 7)
+    ]
