@@ -138,12 +138,14 @@ def dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str
     """Read the input once to decide which rows are duplicates (transforms/dedup.py), in
     ``scratch``; returns the drop set and the manifest's description of the dedup."""
     import os
+    import shutil
 
     from ..engine.dedup import decide_here, scan_part, write_report
     from ..transforms.dedup import DropSet, group_entries, run_entries
 
     dedup = dedup_of(reader, plan, o)
-    os.makedirs(scratch, exist_ok=True)
+    shutil.rmtree(scratch, ignore_errors=True)  # what an attempt with narrower types left
+    os.makedirs(scratch)
     keep = plan.filter.mask if plan.filter is not None else None
     scan = scan_part(reader.batches(), keep, reader.schema, dedup, 0, scratch, run_entries(budget // 2))
     parts = decide_here(scratch, [scan], group_entries(budget // 2))

@@ -191,3 +191,17 @@ def test_in_memory_data_is_refused():
 
     with pytest.raises(OptionsError, match="data held in memory is read once"):
         convert({"a": np.arange(3)}, "/nonexistent/out", to="memmap", dedup="exact")
+
+
+def test_a_type_widened_late_decides_again(tmp_path):
+    """convert starts over when a JSON Lines key's type widens past the first records: the dedup
+    pass too, from a clean scratch directory."""
+    p = str(tmp_path / "late.jsonl")
+    rows = [{"id": i, "x": i % 300} for i in range(30_000)] + [
+        {"id": 30_000 + i, "x": i % 400 + 0.5} for i in range(900)
+    ]
+    _write_jsonl(p, rows)
+    out = str(tmp_path / "out")
+    convert(p, out, to="parquet", dedup="exact", dedup_columns=["x"], max_memory="16MiB")
+    want = pl.read_ndjson(p, infer_schema_length=None).unique(subset=["x"], maintain_order=True, keep="first")
+    assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want["id"].to_list()
