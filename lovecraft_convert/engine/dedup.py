@@ -229,7 +229,7 @@ def decide_here(spill_dir: str, scans: list[dict], cap_entries: int) -> int:
 
 # -- the report ------------------------------------------------------------------------------------
 
-REPORT_WINDOW = 1 << 20  # rows of a part looked at at once when writing the report
+REPORT_WINDOW = 1 << 14  # rows of a part looked at at once when writing the report (a line is a dict meanwhile)
 
 
 def write_report(path: str, spill_dir: str, parts: int, scans: list[dict], names: list[dict]) -> int:

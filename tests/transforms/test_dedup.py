@@ -176,6 +176,12 @@ def test_cli_errors(tmp_path, dup_jsonl):
     )
     r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup-columns", "text")
     assert (r.exit_code, r.stderr.strip()) == (2, "Error: --dedup-columns goes with --dedup; add --dedup exact")
+    bad = "/nonexistent/r.jsonl"
+    r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup", "exact", "--dedup-report", bad)
+    assert (r.exit_code, r.stderr.strip()) == (
+        2,
+        f"Error: --dedup-report {bad}: no directory /nonexistent; create it, or name another file",
+    )
     r = lovecraft(
         "convert", "-", "-o", o, "--to", "parquet", "--input-format", "jsonl", "--dedup", "exact", input=b'{"a": 1}\n'
     )
