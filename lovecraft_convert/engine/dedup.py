@@ -136,12 +136,16 @@ def plan_groups(spill_dir: str, scans: list[dict], cap_entries: int) -> list[lis
         if got is None:
             continue
         path, info = got
-        with open(path, "rb") as f:
-            buf = f.read()
-        if len(buf) != info["size"] or crc32c.crc32c(buf) != info["crc32c"]:
+        crc = size = 0
+        with open(path, "rb") as f:  # 64 runs at a time: a convert's one part may have thousands
+            while buf := f.read(64 * INDEX_ROW * 8):
+                crc, size = crc32c.crc32c(buf, crc), size + len(buf)
+                if len(buf) % (INDEX_ROW * 8):
+                    raise _damaged(path, "is cut short")
+                idx = np.frombuffer(buf, dtype="<i8").reshape(-1, INDEX_ROW)
+                totals += np.diff(idx[:, : FINE + 1], axis=1).sum(axis=0)
+        if size != info["size"] or crc != info["crc32c"]:
             raise _damaged(path, "is damaged (its size or CRC32C differs from the journal's)")
-        idx = np.frombuffer(buf, dtype="<i8").reshape(-1, INDEX_ROW)
-        totals += np.diff(idx[:, : FINE + 1], axis=1).sum(axis=0)
     groups: list[list[int]] = []
     lo, held = 0, 0
     for f in range(FINE):
