@@ -23,7 +23,7 @@ import numpy as np
 from .. import manifest as mf
 from ..errors import InputError, LovecraftError
 from ..schema import SEQUENCE, Batch, Field, Schema, VarColumn
-from .source import row_hashes
+from .source import removed_problem, row_hashes
 
 MANIFEST = mf.MANIFEST_NAME
 MASK = (1 << 64) - 1
@@ -179,6 +179,9 @@ class BucketComparer:
                 f"source {self.result['source_digest']}, dataset {self.result['dataset_digest']})"
             )
             self.differ = -1
+        problem = removed_problem(self.manifest, self.src.keep.removed)
+        if problem:
+            self._problem(problem, MANIFEST)
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -23,7 +23,7 @@ from .. import manifest as mf
 from ..errors import InputError, LovecraftError
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from .bucketsource import MASK, one_line, read_options
-from .source import row_hashes
+from .source import removed_problem, row_hashes
 
 MANIFEST = mf.MANIFEST_NAME
 TOKENS, DOC_STARTS = "tokens", "doc_starts"
@@ -38,6 +38,7 @@ class PackedComparer:
 
         self.v = verifier
         self.inputs = inputs
+        self.manifest = manifest
         self.stopped: str | None = None
         self.result: dict[str, Any] = {}
         self.d = [0, 0, 0]  # the dataset's rows: hash sums and count
@@ -134,6 +135,10 @@ class PackedComparer:
         except LovecraftError as e:
             self.stopped = e.one_line()
             self._problem(self.stopped)
+            return
+        problem = removed_problem(self.manifest, self.src.keep.removed)
+        if problem:
+            self._problem(problem, MANIFEST)
 
     def _documents(self):
         for col, _first, _where in self.src.each(self.o.part_bytes):

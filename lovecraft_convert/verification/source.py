@@ -527,22 +527,9 @@ class SourceComparer:
             self.scratch = None
 
     def _check_removed(self) -> None:
-        """The rows the manifest says ``--filter`` and ``--dedup`` removed, against the source's."""
-        recorded = self.manifest.get("removed") or {}
-        want = {k: v.get("rows") for k, v in recorded.items() if isinstance(v, dict)}
-        got = {
-            k: int(self.plan.removed.get(k, 0))
-            for k in ("filter", "duplicate")
-            if k in want or self.plan.removed.get(k)
-        }
-        if want != got:
-
-            def shown(d: dict) -> str:
-                return ", ".join(f"{v} by {'--filter' if k == 'filter' else '--dedup'}" for k, v in sorted(d.items()))
-
-            self.v.add(
-                MANIFEST, "source", f"records {shown(want) or 'none'} removed, the source gives {shown(got) or 'none'}"
-            )
+        problem = removed_problem(self.manifest, self.plan.removed)
+        if problem:
+            self.v.add(MANIFEST, "source", problem)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -639,3 +626,18 @@ def _schema_difference(a: Schema, b: Schema) -> str | None:
         if x.kind != y.kind or np.dtype(x.dtype) != np.dtype(y.dtype) or tuple(x.shape) != tuple(y.shape):
             return f"column '{x.name}' is {x.describe()}{list(x.shape) or ''} in the source, {y.describe()}{list(y.shape) or ''} in the dataset"
     return None
+
+
+def removed_problem(manifest: dict, removed: dict[str, int]) -> str | None:
+    """The rows the manifest says ``--filter`` and ``--dedup`` removed (its ``removed`` section),
+    against those the source gives (``removed``: per reason); None when they agree."""
+    recorded = manifest.get("removed") or {}
+    want = {k: v.get("rows") for k, v in recorded.items() if isinstance(v, dict)}
+    got = {k: int(removed.get(k, 0)) for k in ("filter", "duplicate") if k in want or removed.get(k)}
+    if want == got:
+        return None
+
+    def shown(d: dict) -> str:
+        return ", ".join(f"{v} by {'--filter' if k == 'filter' else '--dedup'}" for k, v in sorted(d.items()))
+
+    return f"records {shown(want) or 'none'} removed, the source gives {shown(got) or 'none'}"

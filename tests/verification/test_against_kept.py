@@ -76,3 +76,21 @@ def test_the_report_file_is_not_written_again(tmp_path):
     shutil.move(report, tmp_path / "kept.jsonl")
     assert lc.verify(out, against=[src]).lines() == []
     assert not report.exists()
+
+
+@pytest.mark.parametrize(
+    "layout", [["--layout", "ragged", "--num-buckets", "2"], ["--layout", "packed", "--seq-len", "8"]]
+)
+def test_a_bucketed_subset_verifies_and_its_counts_are_checked(tmp_path, layout):
+    src = _source(tmp_path / "src.jsonl")
+    out = str(tmp_path / "out")
+    r = lovecraft("bucket", src, "-o", out, "--to", "parquet", *layout, "--filter", "n != 3", "--dedup", "exact", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert lc.verify(out, against=[src]).lines() == []
+    more = _source(tmp_path / "more.jsonl", extra=[{"text": "t1", "n": 1}])  # one more duplicate: same rows
+    r = lovecraft("verify", out, more, "--against", "-q")
+    assert r.exit_code == 1
+    assert r.stdout.splitlines() == [
+        f"{out}/_manifest.json: records 1840 by --dedup, 600 by --filter removed, the source gives 1841 by --dedup, "
+        "600 by --filter"
+    ]
