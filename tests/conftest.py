@@ -91,10 +91,16 @@ def vectors() -> str:
     return VECTORS
 
 
-def interrupted_after_first_phase(run, out: str) -> str:
+def interrupted_after_first_phase(run, out: str, attempts: int = 5) -> str:
     """Run ``run()`` (a resumable job writing ``out`` in this process, with one worker) and interrupt
     it (SIGINT) as soon as its journal holds a unit of its first phase; returns the work directory
-    it keeps for ``--resume``."""
+    it keeps for ``--resume``.
+
+    A trial the run finishes anyway is made again, from scratch (at most ``attempts`` times): the
+    signal can land after the commit, where a complete run ignores it, or inside a generator's
+    finalizer, where Python reports the ``KeyboardInterrupt`` as ignored and goes on (about one
+    trial in four on a loaded machine; a lost Ctrl-C the library does not yet guard against)."""
+    import shutil
     import threading
     import time
 
@@ -103,25 +109,36 @@ def interrupted_after_first_phase(run, out: str) -> str:
     parent, name = os.path.split(os.path.abspath(out))
     work = os.path.join(parent, f".{name}.partial")
     journal = os.path.join(work, "journal.jsonl")
-    stop = threading.Event()
+    for _ in range(attempts):
+        stop = threading.Event()
 
-    def watch() -> None:
-        while not stop.is_set():
+        def watch(stop=stop) -> None:
+            while not stop.is_set():
+                try:
+                    with open(journal) as f:
+                        if any('"phase": 1' in line for line in f):
+                            os.kill(os.getpid(), signal.SIGINT)
+                            return
+                except FileNotFoundError:
+                    pass
+                time.sleep(0.001)
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        finished = False
+        try:
             try:
-                with open(journal) as f:
-                    if any('"phase": 1' in line for line in f):
-                        os.kill(os.getpid(), signal.SIGINT)
-                        return
-            except FileNotFoundError:
-                pass
-            time.sleep(0.001)
-
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    try:
-        with pytest.raises(Interrupted):
-            run()
-    finally:
-        stop.set()
-        t.join()
-    return work
+                run()
+                finished = True
+            except Interrupted:
+                return work
+            finally:
+                stop.set()
+                t.join()
+            time.sleep(0.05)  # a signal sent just as the run returned is met here, not later
+        except KeyboardInterrupt:
+            if not finished:
+                raise
+        shutil.rmtree(out, ignore_errors=True)  # finished: not the trial wanted; again
+        shutil.rmtree(work, ignore_errors=True)
+    pytest.fail(f"the run finished {attempts} times despite a SIGINT after its first journalled unit")

@@ -54,11 +54,16 @@ def test_prefetch_in_order_each_once_within_the_limit(s3, bucket, s3_log, tmp_pa
             assert h is not None and h.pread(size, 0) == d
             time.sleep(0.01)  # the reader's work: the prefetch runs ahead meanwhile
         assert pf.taken == 12
-    assert sampler.close() <= c.limit
+    # within the limit, plus one piece: when the reader overtakes the prefetch (a loaded machine
+    # leaves the fetchers behind), its own fetch goes over the limit rather than wait (cache.py)
+    assert sampler.close() <= c.limit + size
     got = [k for k, _ in s3_log.gets(bucket)]
     assert sorted(got) == [f"f{i:02d}" for i in range(12)]  # each once
-    # in the reader's order, give or take the two fetchers racing each other
-    assert all(abs(got.index(f"f{i:02d}") - i) <= 2 for i in range(12))
+    # in the reader's order, give or take the fetchers racing each other: piece j is fetched once the
+    # reader is at j - 3 (the prefetch keeps 3 pieces ahead), so every piece before j - 3 came
+    # first, and no more than the next 3 can; a fetcher a loaded machine stalls moves its piece
+    # within that window, no further
+    assert all(abs(got.index(f"f{i:02d}") - i) <= 3 for i in range(12)), got
 
 
 def test_prefetch_of_byte_ranges_and_pieces_not_planned(s3, bucket, s3_log, tmp_path):
