@@ -10,6 +10,7 @@ from .helptext import examples
 from .options import (
     SHARD_FLAGS,
     input_options,
+    keep_options,
     library_kwargs,
     marker_options,
     output_options,
@@ -61,6 +62,7 @@ each row's documents start), in shard files part-00000-of-00004.<ext>.
 )
 @input_options
 @output_options
+@keep_options
 @click.option(
     "--tokenizer",
     default="bytes",

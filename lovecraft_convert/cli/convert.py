@@ -12,6 +12,7 @@ from .options import (
     TOKEN_FLAGS,
     files_options,
     input_options,
+    keep_options,
     library_kwargs,
     output_options,
     print_summary,
@@ -41,6 +42,7 @@ turns a text column into token ids. Memory stays within --max-memory whatever th
 )
 @input_options
 @output_options
+@keep_options
 @token_options
 @files_options
 def convert(**params) -> None:

@@ -141,6 +141,17 @@ def files_options(f: Callable) -> Callable:
     return _stack(f, opts)
 
 
+def keep_options(f: Callable) -> Callable:
+    """--filter and --dedup (convert, shard, bucket): which rows are written."""
+    opts = [
+        click.option("--filter", "filter", metavar="EXPR", help="Keep only the rows where EXPR is true, e.g. 'len(text) >= 200 and lang == \"en\"', 'label in (1, 2)', 'not isnan(x)' (comparisons, in (...), and/or/not, len/isnan/isnull/lower/upper; docs/guide/dedup-and-filters.md). Rows removed are counted in the manifest and summary."),
+        click.option("--dedup", type=click.Choice(["exact"]), help="Drop rows whose --dedup-columns are byte-identical to an earlier row's (the first occurrence in input order is kept), in bounded memory; the input is read twice. Counted in the manifest and summary."),
+        click.option("--dedup-columns", "dedup_columns", metavar="A,B,...", help="With --dedup: the columns compared (default: every column written)."),
+        click.option("--dedup-report", "dedup_report", metavar="FILE", help="With --dedup: write each dropped row's position (input row, file and row in the file) and the row it duplicated to FILE, as JSON Lines."),
+    ]  # fmt: skip
+    return _stack(f, opts)
+
+
 FILES_FLAGS = ("decode", "image_size", "resize", "image_mode", "sample_rate", "metadata", "on_bad_file")
 
 
@@ -219,6 +230,10 @@ def library_kwargs(params: dict) -> dict:
         "hash": params["hash"],
         "overwrite": params["overwrite"],
         "progress": False if params["quiet"] else None,
+        "filter": params.get("filter"),
+        "dedup": params.get("dedup"),
+        "dedup_columns": parse_list(params.get("dedup_columns")),
+        "dedup_report": params.get("dedup_report"),
     }
 
 
@@ -249,6 +264,7 @@ def summary(manifest: Mapping, output: str) -> dict:
         "float16": manifest.get("float16") or {},
         "seconds": manifest.get("seconds"),
         "notes": notes_of(manifest),
+        "removed": manifest.get("removed") or {},
     }
 
 
@@ -281,6 +297,12 @@ def print_summary(manifest: Manifest, output: str, as_json: bool, quiet: bool) -
         f"{format_size(s['bytes'])}) in {s['seconds']:.1f}s",
         err=True,
     )
+    removed = s["removed"]
+    if removed:
+        why = [f"{removed['filter']['rows']} by --filter"] if "filter" in removed else []
+        why += [f"{removed['duplicate']['rows']} duplicates"] if "duplicate" in removed else []
+        gone = sum(r["rows"] for k, r in removed.items() if k != "read")
+        click.echo(f"  removed {counted(gone, 'row')} of {removed['read']} read: {', '.join(why)}", err=True)
     for name, r in s["float16"].items():
         click.echo(
             f"  {name} -> {r['target']}: {r['overflow']} overflowed ({r['clipped']} clipped), "

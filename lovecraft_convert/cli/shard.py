@@ -13,6 +13,7 @@ from .options import (
     TOKEN_FLAGS,
     files_options,
     input_options,
+    keep_options,
     library_kwargs,
     output_options,
     print_summary,
@@ -41,6 +42,7 @@ interrupted run leaves .<output>.partial; the same command with --resume finishe
 )
 @input_options
 @output_options
+@keep_options
 @token_options
 @shard_options
 @files_options

@@ -354,14 +354,16 @@ def file_crc(path: str, chunk: int = 8 << 20) -> int:
 
 
 class UnitSpill:
-    """One unit's spill files in ``spill_dir``: one per hash bucket (``buckets`` > 0) or one,
+    """One unit's spill files in ``spill_dir`` (named ``<prefix><unit>-b<bucket>.bin``): one per hash
+    bucket (``buckets`` > 0) or one,
     opened when first written, digested whole as they are written, closed (also on error), then
     published under their final names (so a file the journal names is always whole)."""
 
-    def __init__(self, spill_dir: str, unit: int, buckets: int) -> None:
+    def __init__(self, spill_dir: str, unit: int, buckets: int, prefix: str = "u") -> None:
         self.dir = spill_dir
         self.unit = unit
-        self.names = [f"u{unit:05d}-b{b:04d}.bin" for b in range(buckets)] if buckets else [f"u{unit:05d}.bin"]
+        p = prefix
+        self.names = [f"{p}{unit:05d}-b{b:04d}.bin" for b in range(buckets)] if buckets else [f"{p}{unit:05d}.bin"]
         self.handles: list = [None] * len(self.names)
 
     def __len__(self) -> int:

@@ -13,7 +13,7 @@ JOURNAL = "journal.jsonl"
 PLAN = "plan.json"
 SPILL = "spill"
 # may change between a run and its --resume (a run started locally can be finished on Ray)
-VOLATILE_OPTIONS = ("workers", "resume", "overwrite", "progress", "engine", "ray_address")
+VOLATILE_OPTIONS = ("workers", "resume", "overwrite", "progress", "engine", "ray_address", "dedup_report")
 
 
 class Journal:

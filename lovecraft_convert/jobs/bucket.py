@@ -48,7 +48,7 @@ from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
 from .convert import write_unit_files
 from .options import BucketOptions, takes_options
-from .sequences import SeqContext, Sequences, split_phase
+from .sequences import SeqContext, Sequences, drops_of, kept_counts, split_phase
 from .shard import shard_name
 
 LENGTH = "length"
@@ -95,7 +95,7 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     row0 = 0
     meter = UnitMeter(ctx.work, part.index, src.progress_done)  # input bytes read, for the driver's bar
     try:
-        for col, _first, _where in src.sequences(part):
+        for col, _first, _where in src.sequences(part, drops_of(ctx, part)):
             lens = np.diff(col.offsets)
             n = len(lens)
             c["rows_in"] += n
@@ -159,6 +159,7 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
         "max": None if vmax is None else vmax.item(),
         "dtypes": sorted(dtypes),
         "files": files,
+        **kept_counts(src, ctx),
     }
 
 
@@ -320,7 +321,7 @@ def _run(o: BucketOptions, run: Run, probe: Sequences) -> dict:
         noun="shard",
     )
     trace("phase 2 done")
-    return _manifest(o, probe, layout, [finished[u["id"]] for u in units], split)
+    return _manifest(o, probe, layout, [finished[u["id"]] for u in units], split, ctx.dedup)
 
 
 def _choose_dtype(o: BucketOptions, probe: Sequences, split: list[dict]) -> np.dtype:
@@ -473,7 +474,11 @@ def _unit_files(ctx: SeqContext, split: list[dict], lo: int, hi: int) -> dict:
     return {"groups": groups}
 
 
-def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict], split: list[dict]) -> dict:
+def _manifest(
+    o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict], split: list[dict], dedup: dict | None = None
+) -> dict:
+    from .dedup import summed
+
     fmt = get_format(o.to)
     dtype = layout["dtype"]
     column = probe.column
@@ -543,4 +548,5 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         float16={},
         sources=probe.describe_sources() + o.tokenizer_source(),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
+        **probe.keep.extra(*summed(split), dedup),
     )

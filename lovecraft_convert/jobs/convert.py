@@ -46,6 +46,13 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
         o, inputs = ConvertOptions.parse(paths, kwargs)
         budget = o.budget()
         reader = open_reader(inputs, budget=budget, **o.read_kwargs())
+    if o.dedup and (data is not None or any(s.is_stdin for s in reader.specs)):
+        raise OptionsError(
+            "--dedup reads the input twice (once to decide, once to write); "
+            + ("data held in memory" if data is not None else "stdin")
+            + " is read once",
+            hint="write it to a file first",
+        )
     fmt = get_format(o.to)
     protect = [s.path for s in reader.specs if not s.is_stdin and s.path]
     started = time.time()
@@ -53,7 +60,7 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
         try:
             while True:
                 try:
-                    files, plan, rows, stats, report, extra = _run_once(reader, fmt, out, o, budget)
+                    files, plan, rows, stats, report, extra, keep = _run_once(reader, fmt, out, o, budget)
                     schema = plan.schema
                     break
                 except SchemaChanged:
@@ -75,6 +82,7 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
             seconds=round(time.time() - started, 3),
             **plan.tokens_extra(),
             **read_extra(reader, plan),
+            **keep,
             **fmt.dataset_extra(schema, [extra]),
         )
         manifest.update(fmt.finish_dataset(out.tmp, manifest))  # files that list the whole dataset
@@ -99,7 +107,52 @@ def output_plan(reader: Reader, o: ConvertOptions) -> OutputPlan:
         dtype=o.dtype,
         column_types=o.column_types,
         on_overflow=o.on_overflow,
+        filter=o.filter,
     )
+
+
+def estimate_bytes(reader) -> int:
+    """Roughly how many bytes the records take in memory (for the number of hash buckets of a
+    shuffle)."""
+    known = reader.memory_bytes()
+    if known is not None:
+        return known
+    total = 0
+    for s in reader.specs:
+        size = s.size or (256 << 20)
+        total += size * (6 if s.compression else 1)
+    return total
+
+
+def dedup_of(reader: Reader, plan: OutputPlan, o: ConvertOptions):
+    """The :class:`~lovecraft_convert.transforms.dedup.Dedup` ``o`` asks of ``reader`` (None
+    without ``--dedup``): ``--dedup-columns``, else the columns written."""
+    if not o.dedup:
+        return None
+    from ..transforms.dedup import Dedup
+
+    return Dedup.resolve(o.dedup, o.dedup_columns, reader.schema, plan.source.names)
+
+
+def dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str, budget: int):
+    """Read the input once to decide which rows are duplicates (transforms/dedup.py), in
+    ``scratch``; returns the drop set and the manifest's description of the dedup."""
+    import os
+    import shutil
+
+    from ..engine.dedup import decide_here, scan_part, write_report
+    from ..transforms.dedup import DropSet, group_entries, run_entries
+
+    dedup = dedup_of(reader, plan, o)
+    shutil.rmtree(scratch, ignore_errors=True)  # what an attempt with narrower types left
+    os.makedirs(scratch)
+    keep = plan.filter.mask if plan.filter is not None else None
+    scan = scan_part(reader.batches(), keep, reader.schema, dedup, 0, scratch, run_entries(budget // 2))
+    parts = decide_here(scratch, [scan], group_entries(budget // 2))
+    if o.dedup_report:
+        one = reader.specs[0].name if len(reader.specs) == 1 else None
+        write_report(o.dedup_report, scratch, parts, [scan], [{"file": one}])
+    return DropSet(scratch, 0, parts), {**dedup.describe(), "partitions": parts}
 
 
 def read_extra(reader: Reader, plan: OutputPlan) -> dict[str, Any]:
@@ -178,11 +231,27 @@ def write_unit_files(
 
 
 def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int):
+    import os
+    import shutil
+
     plan = output_plan(reader, o)
     schema = plan.schema
     source = ", ".join(s.name for s in reader.specs)
     fmt.check_schema(schema, source)
     check_memory(schema, fmt, budget, source)
+    scratch = os.path.join(out.tmp, "_dedup")
+    drops, dedup = dedup_pass(reader, plan, o, scratch, budget) if o.dedup else (None, None)
+    try:
+        got = _write(reader, fmt, out, o, budget, plan, drops)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    keep = plan.removed_extra(plan.removed, plan.rows_read, dedup)
+    return (*got, keep)
+
+
+def _write(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int, plan: OutputPlan, drops):
+    schema = plan.schema
+    source = ", ".join(s.name for s in reader.specs)
     stats = BatchStats(schema)
     rows = 0
     # Reading (with the plan's first steps) starts before the writer is made (an HDF5 file of 2,000
@@ -190,8 +259,10 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     # table's) up to budget/12 (measured, 2,000 columns at 64 MiB: HDF5 56 -> 68 MB/s, memmap 53 ->
     # 76; budget/8 cost Parquet 12 MiB of peak for no speed, the allocator's share included). A
     # wide table's small batches are gathered before the plan's last steps (statistics, downcast).
-    with Prefetch(coalesce(map(plan.prepare, reader.batches()), budget // 16), 2, budget // 12) as batches:
-        writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, reader.rows))
+    kept = plan.keep_rows(reader.batches(), drops)
+    known = reader.rows if plan.filter is None and drops is None else None  # rows removed: not known up front
+    with Prefetch(coalesce(map(plan.prepare, kept), budget // 16), 2, budget // 12) as batches:
+        writer = fmt.writer_class()(out.tmp, fmt.stem, schema, write_options(o, budget, known))
         progress = Progress(reader, o.progress)
         try:
             for batch in batches:
@@ -205,6 +276,16 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
             raise
         finally:
             progress.close()
+    if rows == 0 and plan.rows_read:
+        raise InputError(
+            f"{source}: all {plan.rows_read} rows were removed ({_reasons(plan.removed)})",
+            hint="check --filter" if plan.removed.get("filter") else "check --dedup-columns",
+        )
     if rows == 0:
         raise InputError(f"{source}: empty input (no records)", hint="check the file")
     return files, plan, rows, stats.to_dict(), plan.report(), writer.manifest_extra()
+
+
+def _reasons(removed: dict[str, int]) -> str:
+    names = {"filter": "by --filter", "duplicate": "as duplicates"}
+    return ", ".join(f"{n} {names.get(k, k)}" for k, n in removed.items() if n)

@@ -67,6 +67,10 @@ class ConvertOptions:
     sample_rate: int | None = None  # decoded audio's rate in Hz (default: the first clip's)
     metadata: str | None = None  # a CSV or JSON Lines sidecar joined to the files by path or stem
     on_bad_file: str = "error"  # a file that does not read or decode: error | skip (counted)
+    filter: str | None = None  # an expression over columns: only the rows where it is true are kept
+    dedup: str | None = None  # exact: rows whose --dedup-columns are byte-identical to an earlier row's are dropped
+    dedup_columns: list[str] | None = None  # the columns compared (default: the columns written)
+    dedup_report: str | None = None  # a JSON Lines file listing each dropped row and the row it duplicated
     progress: bool | None = None  # None: on when stderr is a terminal
 
     @classmethod
@@ -123,6 +127,7 @@ class ConvertOptions:
             raise OptionsError(f"--errors {self.errors}: use strict or replace")
         self.validate_tokens()
         self.validate_inputs()
+        self.validate_keep()
         from ..inputs.filedecode import check_options
 
         files = check_options(
@@ -164,6 +169,45 @@ class ConvertOptions:
                     )
         elif not isinstance(self.tokenizer, str) or not self.tokenizer:
             raise OptionsError(f"--tokenizer {self.tokenizer!r}: give bytes, chars or the path of a tokenizer.json")
+
+    def validate_keep(self) -> None:
+        """--filter (parsed here: a syntax error is a usage error), --dedup and its companions."""
+        if self.filter is not None:
+            from ..transforms.filter import Filter
+
+            Filter(self.filter)
+        if isinstance(self.dedup_columns, str):
+            self.dedup_columns = [c for c in self.dedup_columns.split(",") if c]
+        if self.dedup is not None:
+            from ..transforms.dedup import MODES
+
+            if self.dedup not in MODES:
+                raise OptionsError(f"--dedup {self.dedup}: use {' or '.join(MODES)}")
+        else:
+            for opt, v in (("--dedup-columns", self.dedup_columns), ("--dedup-report", self.dedup_report)):
+                if v is not None:
+                    raise OptionsError(f"{opt} goes with --dedup", hint="add --dedup exact")
+        if self.dedup_report is not None:
+            import os
+
+            where = os.path.dirname(os.path.abspath(self.dedup_report))
+            if not isinstance(self.dedup_report, str) or not os.path.isdir(where):
+                raise OptionsError(
+                    f"--dedup-report {self.dedup_report}: no directory {where}", hint="create it, or name another file"
+                )
+        if self.dedup_columns is not None and (
+            not self.dedup_columns or not all(isinstance(c, str) and c for c in self.dedup_columns)
+        ):
+            raise OptionsError(f"--dedup-columns {self.dedup_columns!r}: give column names, e.g. text or a,b")
+
+    def keep_columns(self) -> list[str]:
+        """The columns the keep step reads besides those written: the filter's and --dedup-columns."""
+        out: list[str] = []
+        if self.filter is not None:
+            from ..transforms.filter import Filter
+
+            out += Filter(self.filter).columns
+        return out + list(self.dedup_columns or [])
 
     def tokenizer_source(self) -> list[dict]:
         """The tokenizer file as the manifest's sources list it (a changed file is a changed input for
@@ -245,6 +289,8 @@ class ConvertOptions:
             text = self.column or "text"
             kw["columns"] = list(dict.fromkeys([*self.columns, text]))
             kw["text_column"] = text
+        if kw["columns"] and self.keep_columns():
+            kw["columns"] = list(dict.fromkeys([*kw["columns"], *self.keep_columns()]))
         if self.columns and self.stack_columns:
             from ..transforms.stack import parse
 

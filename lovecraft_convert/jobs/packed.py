@@ -47,7 +47,7 @@ from ..transforms.shuffle import hash_bucket
 from ..util import parse_size
 from .convert import write_unit_files
 from .options import BucketOptions
-from .sequences import SeqContext, Sequences, split_phase
+from .sequences import SeqContext, Sequences, drops_of, kept_counts, split_phase
 from .shard import shard_name
 
 TOKENS = "tokens"
@@ -77,7 +77,7 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
     src = ctx.source()
     meter = UnitMeter(ctx.work, part.index, src.progress_done)  # input bytes read, for the driver's bar
     try:
-        for col, _first, _where in src.sequences(part):
+        for col, _first, _where in src.sequences(part, drops_of(ctx, part)):
             offs = np.asarray(col.offsets, dtype=np.int64)
             col = VarColumn(np.asarray(col.values)[offs[0] : offs[-1]], offs - offs[0])
             n = len(col)
@@ -119,6 +119,7 @@ def split_unit(ctx: SeqContext, part: Part) -> dict[str, Any]:
         "dtypes": sorted(dtypes),
         "files": files,
         "bytes": nbytes,
+        **kept_counts(src, ctx),
     }
 
 
@@ -273,7 +274,7 @@ def run_packed(o: BucketOptions, run: Run, probe: Sequences) -> dict:
     finished = {e["shard"]: e for e in journal.phase(2) if e.get("of") == len(units)}
     calls = [(ctx, u) for u in units if u["id"] not in finished]
     run.run_units(write_unit, calls, "writing", o.progress, finished, "shard", tag={"of": len(units)}, noun="shard")
-    return _manifest(o, probe, layout, [finished[u["id"]] for u in units], split)
+    return _manifest(o, probe, layout, [finished[u["id"]] for u in units], split, ctx.dedup)
 
 
 def _estimate(probe: Sequences) -> int:
@@ -362,7 +363,11 @@ def _shard_sizes(o: BucketOptions, rows: int, row_bytes: float) -> list[int]:
     return [per] * (rows // per) + ([rows % per] if rows % per else [])
 
 
-def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict], split: list[dict]) -> dict:
+def _manifest(
+    o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict], split: list[dict], dedup: dict | None = None
+) -> dict:
+    from .dedup import summed
+
     fmt = get_format(o.to)
     L = o.seq_len
     schema = packed_schema(L, layout["dtype"])
@@ -396,4 +401,5 @@ def _manifest(o: BucketOptions, probe: Sequences, layout: dict, frags: list[dict
         sources=probe.describe_sources() + o.tokenizer_source(),
         packing=packing,
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
+        **probe.keep.extra(*summed(split), dedup),
     )

@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 
 from .. import manifest as mf
-from ..errors import InputError, SchemaError
+from ..errors import InputError, OptionsError, SchemaError
 from ..inputs import Part, open_reader
 from ..inputs.base import SchemaChanged
 from ..schema import SEQUENCE, VarColumn
+from ..transforms.keep import Keep
 from ..util import parse_size
 from .options import PART_BYTES, BucketOptions
 
@@ -73,7 +74,14 @@ class Sequences:
 
         self.o = o
         self.tokenizer = None
+        self.keep = Keep()
         self.dataset = _dataset_dir(inputs)
+        kept = "--filter" if o.filter else "--dedup" if o.dedup else None
+        if kept and (self.dataset is not None or o.ragged):
+            raise OptionsError(
+                f"{kept} is not offered by bucket for {'--ragged rows' if o.ragged else 'a dataset input'} yet",
+                hint="run `lovecraft shard` with it first, then bucket its output",
+            )
         if self.dataset is not None:
             from ..loaders import open_dataset
 
@@ -158,6 +166,22 @@ class Sequences:
             self.source_column = "text"
         self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
         self.column = "tokens"
+        self._keep_step()
+
+    def _keep_step(self) -> None:
+        """--filter, checked against the columns read (the text column and those it names)."""
+        from ..transforms.filter import Filter
+
+        self.keep = Keep(Filter(self.o.filter).check(self.reader.schema) if self.o.filter else None)
+
+    def dedup(self):
+        """The :class:`~lovecraft_convert.transforms.dedup.Dedup` of ``--dedup`` (None without it):
+        ``--dedup-columns``, else the text column."""
+        if not self.o.dedup:
+            return None
+        from ..transforms.dedup import Dedup
+
+        return Dedup.resolve(self.o.dedup, self.o.dedup_columns, self.reader.schema, [self.source_column])
 
     def _jsonl(self, inputs: list[str], probe, kw: dict, budget: int, threads: bool) -> None:
         """A JSON Lines key holding text: read alone (the other keys are not built), as text
@@ -177,7 +201,11 @@ class Sequences:
                 f"{self.name}: column '{column}' is {probe.schema[column].describe()}, not text",
                 hint="give a key that holds text",
             )
-        kw = {**kw, "columns": [column], "column_types": {column: "string"}}
+        kw = {
+            **kw,
+            "columns": list(dict.fromkeys([column, *self.o.keep_columns()])),
+            "column_types": {column: "string"},
+        }
         self.reader = open_reader(inputs, budget=budget, threads=threads, **kw)
         self.kind = "jsonl"
         self.source_column = column
@@ -188,9 +216,11 @@ class Sequences:
         from ..transforms.tokenize import load_tokenizer
 
         fld = pick_column(self.name, probe.schema, o.column)
-        self.reader = open_reader(inputs, budget=budget, threads=threads, **{**kw, "columns": [fld.name]})
+        columns = list(dict.fromkeys([fld.name, *o.keep_columns()]))
+        self.reader = open_reader(inputs, budget=budget, threads=threads, **{**kw, "columns": columns})
         self.kind = "columnar"
         self.source_column = fld.name
+        self._keep_step()
         if fld.kind == "string":
             self.tokenizer = load_tokenizer(o.tokenizer)
             self.column = "tokens"
@@ -242,7 +272,10 @@ class Sequences:
             ]
         return [s.describe() for s in self.specs]
 
-    def sequences(self, part: Part) -> Iterator[tuple[VarColumn, int, str]]:
+    def sequences(self, part: Part, drops=None) -> Iterator[tuple[VarColumn, int, str]]:
+        """The sequences of ``part``: without the rows ``--filter`` removes and those ``drops`` (a
+        :class:`~lovecraft_convert.transforms.dedup.DropSet`) holds. Lines and rows in messages
+        count the rows kept."""
         if self.kind == "dataset":
             gi, pi = part.rows
             g = self.ds.groups[gi]
@@ -262,7 +295,7 @@ class Sequences:
         self._header_pending = first_part  # the first row kept may be a header (ragged)
         line = part.line0
         try:
-            for batch in self.reader.part_batches(part):
+            for batch in self.keep(self.reader.part_batches(part), drops, part.index):
                 col = batch.columns[self.source_column]
                 if self.kind == "ragged":
                     yield from self._ragged(col, line, part)
@@ -271,11 +304,49 @@ class Sequences:
                 where = "line" if self.kind == "text" else "row"  # JSON Lines: records (blank lines are skipped)
                 yield (self.tokenizer.encode(col) if self.tokenizer else col), line, where
                 line += batch.num_rows
-        except SchemaChanged:  # an int sequence column holding nulls: not token ids
+        except SchemaChanged as e:  # an int sequence column holding nulls: not token ids
+            other = [c for c in (e.widened or {}) if c != self.source_column]
+            if other:  # a column --filter or --dedup-columns reads
+                raise InputError(
+                    f"{self.name}, column '{other[0]}': its type changes past the first records",
+                    hint="give it one type throughout, or filter and deduplicate with `lovecraft shard` first",
+                ) from None
             raise InputError(
                 f"{self.name}, column '{self.source_column}': its sequences hold nulls",
                 hint="fill them (or drop those rows) before bucketing",
             ) from None
+
+    def each(self, part_bytes: int) -> Iterator[tuple[VarColumn, int, str]]:
+        """Every part's sequences in input order, as ``bucket`` keeps them (``verify --against``):
+        with ``--dedup``, the duplicates are decided first, in a temporary directory, in bounded
+        memory (:mod:`lovecraft_convert.engine.dedup`)."""
+        parts = self.partitions(part_bytes)
+        if not self.o.dedup:
+            for p in parts:
+                yield from self.sequences(p)
+            return
+        import shutil
+        import tempfile
+
+        from ..engine.dedup import decide_here, scan_part
+        from ..transforms.dedup import DropSet, group_entries, run_entries
+
+        scratch = tempfile.mkdtemp(prefix="lovecraft-dedup-")
+        try:
+            budget = self.o_budget()
+            mask = self.keep.filter.mask if self.keep.filter is not None else None
+            dedup = self.dedup()
+            scans = [
+                scan_part(
+                    self.reader.part_batches(p), mask, self.reader.schema, dedup, p.index, scratch, run_entries(budget)
+                )
+                for p in parts
+            ]
+            n = decide_here(scratch, scans, group_entries(budget))
+            for p in parts:
+                yield from self.sequences(p, DropSet(scratch, p.index, n))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def o_budget(self) -> int:
         return parse_size(self.o.max_memory) // 4
@@ -350,6 +421,7 @@ class SeqContext:
     work: str
     hash_buckets: int  # 0: not shuffled
     place: dict | None = None  # where the run's objects go (engine/units.py), None for a local output
+    dedup: dict | None = None  # --dedup: mode, columns, partitions (jobs/dedup.py), once decided
 
     @property
     def o(self) -> BucketOptions:
@@ -385,8 +457,28 @@ def split_phase(o: BucketOptions, run, probe: Sequences, unit, estimate) -> tupl
         save_plan(run.work, run.plan)
         ctx.hash_buckets = run.plan["hash_buckets"]
     trace(f"{len(parts)} parts")
+    if o.dedup:
+        from .dedup import run_dedup
+
+        run_dedup(ctx, parts, run, o, probe.reader, probe.dedup(), lambda p: (p,))
     done = {e["part"]: e for e in usable(run, run.journal.phase(1))}
     calls = [(ctx, p) for p in parts if p.index not in done]
     run.run_units(unit, calls, "reading", o.progress, done, "part", input_bytes=probe.progress_total())
     trace("phase 1 done")
     return ctx, [done[p.index] for p in parts]
+
+
+def drops_of(ctx: SeqContext, part: Part):
+    """The rows ``--dedup`` dropped in ``part`` (None without it)."""
+    if ctx.dedup is None:
+        return None
+    from ..transforms.dedup import DropSet
+
+    return DropSet(os.path.join(ctx.work, "spill"), part.index, ctx.dedup["partitions"])
+
+
+def kept_counts(src: Sequences, ctx: SeqContext) -> dict[str, Any]:
+    """What a split unit's fragment says of its keep step: rows removed per reason and rows read."""
+    if src.keep.filter is None and ctx.dedup is None:
+        return {}
+    return {"removed": dict(src.keep.removed), "read": src.keep.rows_read}

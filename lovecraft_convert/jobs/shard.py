@@ -21,6 +21,7 @@ are the same whatever the parallelism.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -45,7 +46,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import check_memory, output_plan, read_extra, write_unit_files
+from .convert import check_memory, dedup_of, estimate_bytes, output_plan, read_extra, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -64,6 +65,7 @@ class Context:
     buckets: int  # 0: not shuffled
     out_schema: list[dict] | None = None
     place: dict | None = None  # where the run's objects go (engine/units.py), None for a local output
+    dedup: dict | None = None  # --dedup: mode, columns, partitions (jobs/dedup.py), once decided
 
     @property
     def o(self) -> ShardOptions:
@@ -113,6 +115,11 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
     reader = ctx.reader(specs=specs)
     plan = output_plan(reader, ctx.o).at_row(part.rows[0] if part.rows else None)
     schema = plan.schema
+    drops = None
+    if ctx.dedup is not None:
+        from ..transforms.dedup import DropSet
+
+        drops = DropSet(os.path.join(ctx.work, SPILL), part.index, ctx.dedup["partitions"])
     rows = 0
     seed = ctx.o.seed or 0
     meter = UnitMeter(ctx.work, part.index, reader.progress_done)  # input bytes read, for the driver's bar
@@ -123,7 +130,7 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
     bucket_rows = [0] * ctx.buckets
     frames: list = []
     try:
-        for batch in _gathered(reader.part_batches(part), ctx.budget() // 16):
+        for batch in _gathered(plan.keep_rows(reader.part_batches(part), drops, part.index), ctx.budget() // 16):
             batch = plan(batch)
             if ctx.buckets:
                 b_of = hash_bucket(seed, part.index, np.arange(rows, rows + batch.num_rows), ctx.buckets)
@@ -161,6 +168,7 @@ def split_unit(ctx: Context, part: Part, specs: list | None = None) -> dict[str,
         "float16": plan.report(),
         **result,
         **({"report": report} if report else {}),
+        **({"removed": plan.removed, "read": plan.rows_read} if plan.filter is not None or drops is not None else {}),
     }
 
 
@@ -364,7 +372,8 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
 def _run(o: ShardOptions, run: Run, probe) -> dict:
     from ..inputs.base import SchemaChanged
 
-    direct = probe.random_rows and not o.shuffle
+    direct = probe.random_rows and not o.shuffle and not (o.filter or o.dedup)
+    dedup = None
     plan, journal, executor = run.plan, run.journal, run.executor
     fmt = get_format(o.to)
     while True:
@@ -386,13 +395,19 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
         parts = reader.partitions(o.part_bytes, mapper=executor.map_ordered)
         trace(f"{len(parts)} parts")
         if o.shuffle:
-            est = _estimate_bytes(reader)
+            est = estimate_bytes(reader)
             plan.setdefault("buckets", max(1, math.ceil(est / max(1, ctx.budget() // 4))))
             ctx.buckets = plan["buckets"]
         try:
+            if o.dedup:
+                from .dedup import run_dedup
+
+                dd = dedup_of(reader, out_plan, o)
+                dedup = run_dedup(ctx, parts, run, o, reader, dd, functools.partial(unit_inputs, reader))
             split = _phase1(ctx, parts, run, o, reader.progress_total(), reader)
         except SchemaChanged as e:
             plan["widened"] = {**plan.get("widened", {}), **e.widened}
+            plan.pop("dedup_groups", None)  # from the scans of the narrower types: planned again
             save_plan(run.work, plan)
             journal.reset()
             drop_spill(run)
@@ -401,6 +416,12 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
             continue
         total = sum(p["rows"] for p in split)
         break
+    if total == 0 and split and any(p.get("removed") for p in split):
+        from .dedup import summed
+
+        removed, read = summed(split)
+        why = ", ".join(f"{n} {'by --filter' if k == 'filter' else 'as duplicates'}" for k, n in removed.items() if n)
+        raise LovecraftError(f"{source}: all {read} rows were removed ({why})", hint="check --filter")
     if total == 0:
         raise LovecraftError(f"{source}: empty input (no records)", hint="check the file")
     trace(f"phase 1 done: {total} rows")
@@ -416,7 +437,7 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
     ]
     run.run_units(write_unit, calls, "writing", o.progress, done, "shard", tag={"of": n}, noun="shard")
     trace("phase 2 done")
-    return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total)
+    return _manifest(o, ctx, reader, out_plan, [done[k] for k in range(n)], split, total, dedup)
 
 
 def _phase1(ctx: Context, parts: list[Part], run: Run, o: ShardOptions, input_bytes: int | None, reader) -> list[dict]:
@@ -446,18 +467,6 @@ def _globalise(e: OverflowErrorF16, ctx: Context, parts: list[Part], done: dict)
             continue
         e = e.at_row(sum(done[q.index]["rows"] for q in parts[:p]) + e.local_row + 1)
     return e
-
-
-def _estimate_bytes(reader) -> int:
-    """Roughly how many bytes the records take in memory (for the number of shuffle buckets)."""
-    known = reader.memory_bytes()
-    if known is not None:
-        return known
-    total = 0
-    for s in reader.specs:
-        size = s.size or (256 << 20)
-        total += size * (6 if s.compression else 1)
-    return total
 
 
 def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run, reader) -> list[tuple[int, int]]:
@@ -528,8 +537,9 @@ def _row_bytes(reader, total: int, split) -> float | None:
     return known / total if known and total else None
 
 
-def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict], split, total: int) -> dict:
+def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict], split, total: int, dedup) -> dict:
     from ..transforms.downcast import Downcast
+    from .dedup import summed
 
     schema = out_plan.schema
     reports = [p["float16"] for p in (split or [])] + [fr["float16"] for fr in frags]
@@ -556,5 +566,6 @@ def _manifest(o: ShardOptions, ctx: Context, reader, out_plan, frags: list[dict]
         sources=[s.describe() for s in reader.specs] + o.tokenizer_source(),
         **out_plan.tokens_extra(),
         **read_extra(reader, out_plan),
+        **out_plan.removed_extra(*summed(split or []), dedup),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
     )

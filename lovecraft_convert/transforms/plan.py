@@ -1,12 +1,14 @@
 """The output plan: what is written from a reader's batches, in one place.
 
-select (``--columns``) -> tokenize (``--tokenizer`` over ``--column``) -> stack (``--stack-columns``)
+keep (``--filter``, and the rows ``--dedup`` dropped) -> select (``--columns``) -> tokenize (``--tokenizer`` over ``--column``) -> stack (``--stack-columns``)
 -> downcast (``--dtype``, a ``float16`` ``--column-type``), with a statistics hook before the
 downcast (statistics of a narrowed column are taken from its wide source, which is cheaper and
 the same). ``convert``, ``shard`` (reading parts and rows), ``bucket`` (the statistics of its units),
 ``verify --against`` (redoing what convert did to compare) and ``inspect`` (the columns kept, the
 sizes float16 would give) all build it with :meth:`OutputPlan.build` and run it with
-:meth:`OutputPlan.__call__`; the steps to come (filters, deduplication) go here.
+:meth:`OutputPlan.__call__`. The keep step comes first, on the reader's batches as read (the rows'
+positions in the input are counted there): :meth:`OutputPlan.keep_rows`, which counts the rows
+removed per reason (:attr:`OutputPlan.removed`, the manifest's ``removed``).
 
 A caller that gathers a wide table's small batches between the steps (``convert``, where reading
 and writing run in two threads) runs :meth:`~OutputPlan.prepare` before gathering and
@@ -15,6 +17,7 @@ and writing run in two threads) runs :meth:`~OutputPlan.prepare` before gatherin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +25,8 @@ from ..errors import OptionsError
 from ..schema import Batch, Schema
 from ..stats import BatchStats
 from .downcast import Downcast
+from .filter import Filter
+from .keep import Keep
 from .stack import Stack
 from .tokenize import Tokenize
 
@@ -36,6 +41,7 @@ class OutputPlan:
     stack: Stack | None = None
     down: Downcast | None = None
     notes: list[str] = field(default_factory=list)  # what the manifest's notes say of these choices
+    keep: Keep = field(default_factory=Keep)  # --filter (checked against the reader's columns), counts
 
     @classmethod
     def build(
@@ -53,6 +59,7 @@ class OutputPlan:
         dtype: str | None = None,
         column_types: dict[str, str] | None = None,
         on_overflow: str = "error",
+        filter: str | None = None,
     ) -> OutputPlan:
         """The plan of a reader's ``schema`` (``where``: its inputs, for messages) for the options
         of the same names (the CLI's flags); ``stacked``: the reader stacked the ``stack_columns``
@@ -82,7 +89,8 @@ class OutputPlan:
         if down is not None:
             down.source = where
             out = down.schema
-        return cls(out, source, tokenize, stack, down, [note] if note else [])
+        keep = Filter(filter).check(schema) if filter else None
+        return cls(out, source, tokenize, stack, down, [note] if note else [], Keep(keep))
 
     @classmethod
     def identity(cls, schema: Schema) -> OutputPlan:
@@ -91,6 +99,31 @@ class OutputPlan:
         return cls(schema, schema)
 
     # -- running it ---------------------------------------------------------------------------
+
+    # -- the keep step (transforms/keep.py) ------------------------------------------------------
+
+    @property
+    def filter(self) -> Filter | None:
+        return self.keep.filter
+
+    @property
+    def removed(self) -> dict[str, int]:
+        """Rows the keep step removed, per reason."""
+        return self.keep.removed
+
+    @property
+    def rows_read(self) -> int:
+        """Rows the keep step saw (every row read)."""
+        return self.keep.rows_read
+
+    def keep_rows(self, batches: Iterator[Batch], drops=None, part: int = 0) -> Iterator[Batch]:
+        """:class:`~.keep.Keep`: the rows of ``batches`` (part ``part``) the filter keeps and
+        ``drops`` does not hold."""
+        return self.keep(batches, drops, part)
+
+    def removed_extra(self, removed: dict[str, int], read: int, dedup: dict | None = None) -> dict[str, Any]:
+        """The manifest's ``removed`` section (:meth:`~.keep.Keep.extra`)."""
+        return self.keep.extra(removed, read, dedup)
 
     def __call__(self, batch: Batch, stats: BatchStats | None = None) -> Batch:
         """Every step on one batch; ``stats`` (the hook) is updated with the batch as written."""

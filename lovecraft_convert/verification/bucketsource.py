@@ -23,7 +23,7 @@ import numpy as np
 from .. import manifest as mf
 from ..errors import InputError, LovecraftError
 from ..schema import SEQUENCE, Batch, Field, Schema, VarColumn
-from .source import row_hashes
+from .source import removed_problem, row_hashes
 
 MANIFEST = mf.MANIFEST_NAME
 MASK = (1 << 64) - 1
@@ -51,6 +51,9 @@ READ_OPTIONS = (
     "layout",
     "seq_len",
     "pad_last",
+    "filter",  # the rows kept: the filter applied again, the duplicates decided again
+    "dedup",
+    "dedup_columns",
 )
 
 
@@ -149,18 +152,17 @@ class BucketComparer:
         o = self.o
         limit = o.limit()
         try:
-            for part in self.src.partitions(o.part_bytes):
-                for col, _first, _where in self.src.sequences(part):
-                    offsets = np.asarray(col.offsets, dtype=np.int64)
-                    lens = np.diff(offsets)
-                    keep = lens >= o.min_length
-                    if limit is not None:
-                        if o.truncate:
-                            lens = np.minimum(lens, limit)
-                        else:
-                            keep &= lens <= limit
-                    idx = np.flatnonzero(keep)
-                    self._add(_heads(np.asarray(col.values), offsets[:-1][idx], lens[idx]), dataset=False)
+            for col, _first, _where in self.src.each(o.part_bytes):
+                offsets = np.asarray(col.offsets, dtype=np.int64)
+                lens = np.diff(offsets)
+                keep = lens >= o.min_length
+                if limit is not None:
+                    if o.truncate:
+                        lens = np.minimum(lens, limit)
+                    else:
+                        keep &= lens <= limit
+                idx = np.flatnonzero(keep)
+                self._add(_heads(np.asarray(col.values), offsets[:-1][idx], lens[idx]), dataset=False)
         except LovecraftError as e:
             self.stopped = e.one_line()
             self._problem(self.stopped)
@@ -177,6 +179,9 @@ class BucketComparer:
                 f"source {self.result['source_digest']}, dataset {self.result['dataset_digest']})"
             )
             self.differ = -1
+        problem = removed_problem(self.manifest, self.src.keep.removed)
+        if problem:
+            self._problem(problem, MANIFEST)
 
     def summary(self) -> dict[str, Any]:
         return {

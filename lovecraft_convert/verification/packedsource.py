@@ -23,7 +23,7 @@ from .. import manifest as mf
 from ..errors import InputError, LovecraftError
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from .bucketsource import MASK, one_line, read_options
-from .source import row_hashes
+from .source import removed_problem, row_hashes
 
 MANIFEST = mf.MANIFEST_NAME
 TOKENS, DOC_STARTS = "tokens", "doc_starts"
@@ -38,6 +38,7 @@ class PackedComparer:
 
         self.v = verifier
         self.inputs = inputs
+        self.manifest = manifest
         self.stopped: str | None = None
         self.result: dict[str, Any] = {}
         self.d = [0, 0, 0]  # the dataset's rows: hash sums and count
@@ -134,12 +135,15 @@ class PackedComparer:
         except LovecraftError as e:
             self.stopped = e.one_line()
             self._problem(self.stopped)
+            return
+        problem = removed_problem(self.manifest, self.src.keep.removed)
+        if problem:
+            self._problem(problem, MANIFEST)
 
     def _documents(self):
-        for part in self.src.partitions(self.o.part_bytes):
-            for col, _first, _where in self.src.sequences(part):
-                offs = np.asarray(col.offsets, dtype=np.int64)
-                yield np.asarray(col.values)[offs[0] : offs[-1]].astype(self.dtype, copy=False), offs - offs[0]
+        for col, _first, _where in self.src.each(self.o.part_bytes):
+            offs = np.asarray(col.offsets, dtype=np.int64)
+            yield np.asarray(col.values)[offs[0] : offs[-1]].astype(self.dtype, copy=False), offs - offs[0]
 
     def _finish_rows(self) -> None:
         L = self.L

@@ -11,6 +11,11 @@ form the format stores (its descriptor's ``storage_dtype``):
   splitmix64 over every value and its position), and the sums of the hashes (mod 2**64 per lane)
   and the row counts must agree. The digest does not depend on the order of the rows.
 
+A filtered or deduplicated dataset (the manifest's ``removed``) is compared with the subset of the
+source its options leave: the recorded ``--filter`` is applied to the source, ``--dedup`` decides
+again (in a temporary directory, in bounded memory) which source rows repeat an earlier one, and the
+rows removed per reason must be those the manifest records.
+
 Since the same downcast runs on the source, float16 columns are compared exactly (bit for bit
 after NumPy's rounding); the float16 report is recomputed from the source and compared with the
 manifest's. Memory stays bounded: the source is read in batches of the memory budget.
@@ -29,7 +34,7 @@ from .. import manifest as mf
 from ..errors import InputError, LovecraftError
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
-from ..jobs.convert import output_plan
+from ..jobs.convert import dedup_pass, output_plan
 from ..jobs.options import ConvertOptions
 from ..runtime.readahead import prefetch
 from ..schema import FIXED, SEQUENCE, STRING_LIST, Batch, Field, Schema, VarColumn
@@ -248,6 +253,19 @@ class SourceComparer:
             self.usable = False
             return
         self.src_schema = src
+        self.drops = None
+        self.scratch: str | None = None
+        if self.o.dedup:  # the rows --dedup dropped, decided again from the source (bounded memory)
+            import tempfile
+
+            self.o.dedup_report = None
+            self.scratch = tempfile.mkdtemp(prefix="lovecraft-verify-dedup-")
+            try:
+                self.drops, _ = dedup_pass(self.reader, self.plan, self.o, self.scratch, verifier.budget)
+            except (LovecraftError, SchemaChanged) as e:
+                self._source_problem(f"cannot be deduplicated with the manifest's options ({_one_line(e)})")
+                self.usable = False
+                return
         mismatch = _schema_difference(src, schema)
         if mismatch:
             self._source_problem(f"its columns differ from the dataset's: {mismatch}")
@@ -316,7 +334,9 @@ class SourceComparer:
 
     def _source_batches(self):
         try:
-            for b in prefetch(map(self.plan.prepare, self.reader.batches()), depth=2):
+            # a filtered or deduplicated dataset is the subset of the source its keep step leaves
+            kept = self.plan.keep_rows(self.reader.batches(), self.drops)
+            for b in prefetch(map(self.plan.prepare, kept), depth=2):
                 yield canonical(self.plan.finish(b), self.schema, self.storage)
         except SchemaChanged as e:
             cols = ", ".join(f"'{k}'" for k in (e.widened or {})) or "a column"
@@ -413,6 +433,8 @@ class SourceComparer:
             self._finish_multiset()
         else:
             self._finish_rows()
+        if not self.stopped and (self.plan.filter is not None or self.drops is not None):
+            self._check_removed()
         self._close()
 
     def _finish_rows(self) -> None:
@@ -498,6 +520,16 @@ class SourceComparer:
         self._it = None
         if it is not None:
             it.close()
+        if getattr(self, "scratch", None):
+            import shutil
+
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+    def _check_removed(self) -> None:
+        problem = removed_problem(self.manifest, self.plan.removed)
+        if problem:
+            self.v.add(MANIFEST, "source", problem)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -547,6 +579,10 @@ _OPTION_TYPES = {
     "sample_rate": (int, type(None)),
     "metadata": (str, type(None)),
     "on_bad_file": (str,),
+    # the rows kept: the filter applied and the duplicates decided again
+    "filter": (str, type(None)),
+    "dedup": (str, type(None)),
+    "dedup_columns": (list, type(None)),
 }
 TOKEN_OPTIONS = ("tokenizer", "column", "eos", "bos")
 
@@ -590,3 +626,18 @@ def _schema_difference(a: Schema, b: Schema) -> str | None:
         if x.kind != y.kind or np.dtype(x.dtype) != np.dtype(y.dtype) or tuple(x.shape) != tuple(y.shape):
             return f"column '{x.name}' is {x.describe()}{list(x.shape) or ''} in the source, {y.describe()}{list(y.shape) or ''} in the dataset"
     return None
+
+
+def removed_problem(manifest: dict, removed: dict[str, int]) -> str | None:
+    """The rows the manifest says ``--filter`` and ``--dedup`` removed (its ``removed`` section),
+    against those the source gives (``removed``: per reason); None when they agree."""
+    recorded = manifest.get("removed") or {}
+    want = {k: v.get("rows") for k, v in recorded.items() if isinstance(v, dict)}
+    got = {k: int(removed.get(k, 0)) for k in ("filter", "duplicate") if k in want or removed.get(k)}
+    if want == got:
+        return None
+
+    def shown(d: dict) -> str:
+        return ", ".join(f"{v} by {'--filter' if k == 'filter' else '--dedup'}" for k, v in sorted(d.items()))
+
+    return f"records {shown(want) or 'none'} removed, the source gives {shown(got) or 'none'}"

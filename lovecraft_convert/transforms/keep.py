@@ -1,0 +1,66 @@
+"""The keep step: which of a reader's rows go on (``--filter``, and the rows ``--dedup`` dropped),
+counted per reason. The output plan's first step (:mod:`.plan`), and ``bucket``'s, whose sequences
+are read without a plan (:mod:`lovecraft_convert.jobs.sequences`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..schema import Batch
+from .filter import Filter
+
+
+@dataclass
+class Keep:
+    """The filter (None: none) and what the step counted: rows removed per reason (``filter``,
+    ``duplicate``) and the rows read."""
+
+    filter: Filter | None = None
+    removed: dict[str, int] = field(default_factory=dict)
+    rows_read: int = 0
+
+    def __call__(self, batches: Iterator[Batch], drops=None, part: int = 0) -> Iterator[Batch]:
+        """The reader's ``batches`` (of part ``part``, every row as read) without the rows the filter
+        removes and those ``drops`` (a :class:`~.dedup.DropSet`) holds; batches left empty are
+        skipped."""
+        if self.filter is None and drops is None:
+            for b in batches:
+                self.rows_read += b.num_rows
+                yield b
+            return
+        from .dedup import PART_SHIFT
+
+        base = part << PART_SHIFT
+        read = 0  # rows of this part before the batch: the positions the drop set holds
+        for b in batches:
+            n = b.num_rows
+            self.rows_read += n
+            mask = self.filter.mask(b) if self.filter is not None else np.ones(n, dtype=bool)
+            if self.filter is not None:
+                self.removed["filter"] = self.removed.get("filter", 0) + int(n - np.count_nonzero(mask))
+            if drops is not None:
+                d = drops.between(base + read, base + read + n) - (base + read)
+                mask[d] = False
+                self.removed["duplicate"] = self.removed.get("duplicate", 0) + len(d)
+            read += n
+            if mask.all():
+                yield b
+            elif mask.any():
+                yield b.take(np.flatnonzero(mask))
+
+    def extra(self, removed: dict[str, int], read: int, dedup: dict | None = None) -> dict[str, Any]:
+        """The manifest's ``removed`` section: the rows ``read``, and per reason (``removed``: the
+        counts, summed over the units) the rows removed, with the filter's expression and what
+        ``--dedup`` compared; nothing when no rows could be removed."""
+        if self.filter is None and dedup is None:
+            return {}
+        out: dict[str, Any] = {"read": read}
+        if self.filter is not None:
+            out["filter"] = {"expression": self.filter.text, "rows": int(removed.get("filter", 0))}
+        if dedup is not None:
+            out["duplicate"] = {**dedup, "rows": int(removed.get("duplicate", 0))}
+        return {"removed": out}

@@ -1,0 +1,213 @@
+"""``--dedup exact``: the row digests (length-framed, so column boundaries count), and ``convert
+--dedup`` against polars' ``unique(subset=..., maintain_order=True, keep="first")`` on values
+parsed from the source (JSON Lines read by polars, NPY by np.load), including a hypothesis
+round trip; entries enough for several runs and decisions (a small --max-memory)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lovecraft_convert import convert
+from lovecraft_convert.schema import Batch, Field, Schema, VarColumn
+from lovecraft_convert.transforms.dedup import first_in_batch, row_digests
+from tests.conftest import lovecraft
+from tests.readback import manifest
+
+pl = pytest.importorskip("polars")
+
+
+def _strings(*cols: list[str]) -> tuple[Batch, Schema]:
+    names = [f"c{i}" for i in range(len(cols))]
+    batch = Batch({n: VarColumn.from_pylist(list(c), np.uint8) for n, c in zip(names, cols, strict=True)})
+    return batch, Schema(tuple(Field(n, "string", "|u1") for n in names))
+
+
+def test_column_boundaries_are_framed():
+    batch, schema = _strings(["ab", "a", "ab"], ["c", "bc", "c"])
+    d = row_digests(batch, schema, ("c0", "c1"))
+    assert (d[0] != d[1]).any()  # ('ab', 'c') != ('a', 'bc')
+    assert (d[0] == d[2]).all()
+
+
+def test_digest_is_blake2b_of_framed_bytes():
+    import hashlib
+
+    batch, schema = _strings(["héllo", ""])
+    d = row_digests(batch, schema, ("c0",))
+    want = hashlib.blake2b(len("héllo".encode()).to_bytes(8, "little") + "héllo".encode(), digest_size=16).digest()
+    assert d[0].astype("<u8").tobytes() == want
+    assert d[1].astype("<u8").tobytes() == hashlib.blake2b(bytes(8), digest_size=16).digest()
+
+
+def test_fixed_and_sequence_columns():
+    batch = Batch(
+        {
+            "v": np.array([[1, 2], [1, 2], [2, 1]], dtype=np.int32),
+            "s": VarColumn(np.array([1, 2, 1, 2, 3], dtype=np.int64), np.array([0, 2, 4, 5])),
+        }
+    )
+    schema = Schema((Field("v", "fixed", "<i4", (2,)), Field("s", "sequence", "<i8")))
+    d = row_digests(batch, schema, ("v", "s"))
+    assert (d[0] == d[1]).all() and (d[0] != d[2]).any()
+    assert first_in_batch(d).tolist() == [0, 0, 2]
+
+
+def _write_jsonl(path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def _expected(path: str, subset: list[str]):
+    return pl.read_ndjson(path).unique(subset=subset, maintain_order=True, keep="first")
+
+
+@pytest.fixture(scope="module")
+def dup_jsonl(tmp_path_factory) -> str:
+    rng = np.random.default_rng(3)
+    words = ["a", "b", "ab", "ba", "é", ""]
+    rows = []
+    for i in range(60_000):
+        n = int(rng.integers(0, 4))
+        rows.append({"id": i, "text": "".join(rng.choice(words, size=n)), "label": int(rng.integers(0, 3))})
+    p = tmp_path_factory.mktemp("dedup") / "dups.jsonl"
+    _write_jsonl(p, rows)
+    return str(p)
+
+
+@pytest.mark.parametrize("subset", [["text"], ["text", "label"]])
+def test_convert_equals_polars_unique(tmp_path, dup_jsonl, subset):
+    out = str(tmp_path / "out")
+    report = str(tmp_path / "report.jsonl")
+    convert(dup_jsonl, out, to="parquet", dedup="exact", dedup_columns=subset, dedup_report=report, max_memory="16MiB")
+    want = _expected(dup_jsonl, subset)
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    assert got["id"].to_list() == want["id"].to_list()
+    m = manifest(out)
+    dup = m["removed"]["duplicate"]
+    assert dup["rows"] == 60_000 - len(want) and dup["columns"] == subset and dup["mode"] == "exact"
+    # the report: every dropped row, in input order, with the first row of its key
+    src = pl.read_ndjson(dup_jsonl)
+    first: dict = {}
+    lines = []
+    for i, key in enumerate(zip(*(src[c].to_list() for c in subset), strict=True)):
+        if key in first:
+            lines.append({"row": i, "file": dup_jsonl, "file_row": i, "kept_row": first[key], "kept_file": dup_jsonl,
+                          "kept_file_row": first[key]})  # fmt: skip
+        else:
+            first[key] = i
+    with open(report) as f:
+        assert [json.loads(line) for line in f] == lines
+
+
+def test_many_runs_and_groups(tmp_path):
+    """Entries enough for several runs per scan and several decisions (groups of fine partitions)."""
+    rng = np.random.default_rng(9)
+    p = str(tmp_path / "many.jsonl")
+    _write_jsonl(p, [{"id": i, "k": f"key {int(k)}"} for i, k in enumerate(rng.integers(0, 100_000, size=150_000))])
+    out = str(tmp_path / "out")
+    convert(p, out, to="parquet", dedup="exact", dedup_columns=["k"], max_memory="16MiB")
+    want = _expected(p, ["k"])
+    assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want["id"].to_list()
+    assert manifest(out)["removed"]["duplicate"]["partitions"] > 1
+
+
+def test_default_columns_are_the_columns_written(tmp_path, dup_jsonl):
+    out = str(tmp_path / "out")
+    convert(dup_jsonl, out, to="parquet", dedup="exact", columns=["text", "label"])
+    want = _expected(dup_jsonl, ["text", "label"])
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    assert got.to_dicts() == want.select("text", "label").to_dicts()
+
+
+def test_filter_then_dedup(tmp_path, dup_jsonl):
+    """Rows the filter removes are not first occurrences: a row kept is the first one the filter keeps."""
+    out = str(tmp_path / "out")
+    convert(dup_jsonl, out, to="parquet", dedup="exact", dedup_columns=["text"], filter="label != 0")
+    want = (
+        pl.read_ndjson(dup_jsonl)
+        .filter(pl.col("label") != 0)
+        .unique(subset=["text"], maintain_order=True, keep="first")
+    )
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    assert got["id"].to_list() == want["id"].to_list()
+
+
+def test_npy_rows(tmp_path):
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 3, size=(5_000, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = str(tmp_path / "out")
+    convert(str(tmp_path / "x.npy"), out, to="memmap", dedup="exact")
+    _u, first = np.unique(np.load(tmp_path / "x.npy"), axis=0, return_index=True)
+    want = x[np.sort(first)]
+    got = np.load(os.path.join(out, "x.npy"))
+    assert np.array_equal(got, want)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.tuples(st.text(alphabet='ab\u00e9\n"', max_size=4), st.integers(-2, 2)), min_size=1, max_size=300),
+    subset=st.sampled_from([["s"], ["n"], ["s", "n"]]),
+)
+def test_round_trip_equals_polars(tmp_path_factory, rows, subset):
+    d = tmp_path_factory.mktemp("hyp")
+    p = str(d / "in.jsonl")
+    _write_jsonl(p, [{"i": i, "s": s, "n": n} for i, (s, n) in enumerate(rows)])
+    out = str(d / "out")
+    convert(p, out, to="parquet", dedup="exact", dedup_columns=subset, max_memory="16MiB")
+    want = _expected(p, subset)
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    assert got["i"].to_list() == want["i"].to_list()
+
+
+def test_cli_errors(tmp_path, dup_jsonl):
+    o = str(tmp_path / "o")
+    r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup", "exact", "--dedup-columns", "txt")
+    assert (r.exit_code, r.stderr.strip()) == (
+        2,
+        "Error: --dedup-columns: no column 'txt'; columns are id, text, label",
+    )
+    r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup-columns", "text")
+    assert (r.exit_code, r.stderr.strip()) == (2, "Error: --dedup-columns goes with --dedup; add --dedup exact")
+    bad = "/nonexistent/r.jsonl"
+    r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup", "exact", "--dedup-report", bad)
+    assert (r.exit_code, r.stderr.strip()) == (
+        2,
+        f"Error: --dedup-report {bad}: no directory /nonexistent; create it, or name another file",
+    )
+    r = lovecraft(
+        "convert", "-", "-o", o, "--to", "parquet", "--input-format", "jsonl", "--dedup", "exact", input=b'{"a": 1}\n'
+    )
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "Error: --dedup reads the input twice (once to decide, once to write); stdin is read once; write it to a file first"
+    )
+    assert not os.path.exists(o)
+
+
+def test_in_memory_data_is_refused():
+    from lovecraft_convert.errors import OptionsError
+
+    with pytest.raises(OptionsError, match="data held in memory is read once"):
+        convert({"a": np.arange(3)}, "/nonexistent/out", to="memmap", dedup="exact")
+
+
+def test_a_type_widened_late_decides_again(tmp_path):
+    """convert starts over when a JSON Lines key's type widens past the first records: the dedup
+    pass too, from a clean scratch directory."""
+    p = str(tmp_path / "late.jsonl")
+    rows = [{"id": i, "x": i % 300} for i in range(30_000)] + [
+        {"id": 30_000 + i, "x": i % 400 + 0.5} for i in range(900)
+    ]
+    _write_jsonl(p, rows)
+    out = str(tmp_path / "out")
+    convert(p, out, to="parquet", dedup="exact", dedup_columns=["x"], max_memory="16MiB")
+    want = pl.read_ndjson(p, infer_schema_length=None).unique(subset=["x"], maintain_order=True, keep="first")
+    assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want["id"].to_list()

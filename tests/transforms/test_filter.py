@@ -1,0 +1,265 @@
+"""``--filter EXPR``: the expression language (our parser, never eval), its one-line errors with
+their exit codes, and the rows it keeps compared with the same predicate computed by polars on the
+source, through ``convert`` and ``shard`` (the output read back with pyarrow)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from lovecraft_convert import convert, shard
+from lovecraft_convert.errors import OptionsError, SchemaError
+from lovecraft_convert.schema import Batch, Field, Schema, VarColumn
+from lovecraft_convert.transforms.filter import Filter
+from tests.conftest import lovecraft
+from tests.readback import manifest
+
+pl = pytest.importorskip("polars")
+
+SCHEMA = Schema(
+    (
+        Field("text", "string", "|u1"),
+        Field("lang", "string", "|u1"),
+        Field("label", "fixed", "<i8"),
+        Field("x", "fixed", "<f8"),
+        Field("seq", "sequence", "<i4"),
+    )
+)
+
+
+def _batch() -> Batch:
+    return Batch(
+        {
+            "text": VarColumn.from_pylist(["hello", "hi", "ééé", ""], np.uint8),
+            "lang": VarColumn.from_pylist(["en", "fr", "en", "en"], np.uint8),
+            "label": np.array([1, 2, 3, 1]),
+            "x": np.array([1.0, np.nan, 3.0, -1.0]),
+            "seq": VarColumn(np.arange(6, dtype=np.int32), np.array([0, 1, 3, 3, 6])),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "expr, want",
+    [
+        ("len(text) >= 3", [True, False, True, False]),  # characters, not bytes: 'ééé' is 3
+        ('lang == "en"', [True, False, True, True]),
+        ("lang != 'en'", [False, True, False, False]),
+        ("label in (1, 2)", [True, True, False, True]),
+        ("label not in (1,)", [False, True, True, False]),
+        ("not isnan(x)", [True, False, True, True]),
+        ("x > -0.5", [True, False, True, False]),  # NaN compares false
+        ("not x > -0.5", [False, False, False, True]),  # ... and so does its negation
+        ("isnull(x) or label == 3", [False, True, True, False]),
+        ('lang == "en" and (label == 1 or len(seq) == 3)', [True, False, False, True]),
+        ("len(seq) == 0", [False, False, True, False]),
+        ('upper(lang) == "EN"', [True, False, True, True]),
+        ("`label` >= 2 and x < 10", [False, False, True, False]),
+        ("label == 1.0", [True, False, False, True]),
+        ("label in (1.5, 3)", [False, False, True, False]),
+    ],
+)
+def test_masks(expr, want):
+    assert Filter(expr).check(SCHEMA).mask(_batch()).tolist() == want
+
+
+def test_columns_read_in_order():
+    assert Filter('len(text) > 1 and lang in ("en") or not isnan(x) or lang == "x"').columns == ["text", "lang", "x"]
+
+
+@pytest.mark.parametrize(
+    "expr, cls, message",
+    [
+        ("len(text) >= ", OptionsError, "the expression ends where a value was expected at position 14; complete the condition"),
+        ('lang = "en"', OptionsError, "unexpected '=' at position 6; compare with =="),
+        ("label in 1", OptionsError, "expected '(', found '1' at position 10; list the values in parentheses, e.g. label in (1, 2)"),
+        ("foo(x) > 1", OptionsError, "unknown function 'foo' at position 1; the functions are len, isnan, isnull, lower, upper"),
+        ('"abc', OptionsError, 'a string not closed at position 1; end it with "'),
+        ('lang == "en" lang', OptionsError, "unexpected 'lang' at position 14; join conditions with and / or"),
+        ("x", OptionsError, "the expression is a number, not a condition at position 1; compare it, e.g. x > 0"),
+        ("__import__('os')", OptionsError, "unknown function '__import__' at position 1"),  # never evaluated
+        ("lng == 'en'", OptionsError, "no column 'lng' at position 1; columns are text, lang, label, x, seq (text is quoted: \"lng\")"),
+        ("text > 3", SchemaError, "cannot compare a string with a number (column 'text' is a string) at position 6; compare like with like (quote text)"),
+        ("isnan(text)", SchemaError, "isnan() of column 'text', a string at position 1; isnan() takes a number column"),
+        ("seq == 1", SchemaError, "cannot compare a list with a number (column 'seq' is a list) at position 5; compare len(COLUMN) for a list"),
+    ],
+)  # fmt: skip
+def test_errors(expr, cls, message):
+    with pytest.raises(cls) as e:
+        Filter(expr).check(SCHEMA)
+    assert type(e.value) is cls
+    assert message in str(e.value)
+    assert repr(expr) in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def jsonl(tmp_path_factory) -> str:
+    rng = np.random.default_rng(7)
+    p = tmp_path_factory.mktemp("filter") / "docs.jsonl"
+    words = ["alpha", "beta", "gamma", "delta", "épsilon"]
+    with open(p, "w", encoding="utf-8") as f:
+        for i in range(20_000):
+            text = " ".join(rng.choice(words, size=int(rng.integers(0, 60))))
+            x = None if i % 11 == 0 else float(rng.normal())
+            row = {
+                "id": i,
+                "text": text,
+                "lang": str(rng.choice(["en", "fr", "de"])),
+                "label": int(rng.integers(0, 5)),
+                "x": x,
+            }
+            f.write(json.dumps(row) + "\n")
+    return str(p)
+
+
+CASES = [
+    ('len(text) >= 200 and lang == "en"', lambda: (pl.col("text").str.len_chars() >= 200) & (pl.col("lang") == "en")),
+    ("label in (1, 2)", lambda: pl.col("label").is_in([1, 2])),
+    ("not isnull(x) and x > 0.5 or label == 4", lambda: (pl.col("x").is_not_null() & (pl.col("x") > 0.5)) | (pl.col("label") == 4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, pred", CASES, ids=["len-lang", "in", "null-or"])
+def test_convert_keeps_what_polars_keeps(tmp_path, jsonl, expr, pred):
+    out = str(tmp_path / "out")
+    convert(jsonl, out, to="parquet", filter=expr, max_memory="32MiB")
+    src = pl.read_ndjson(jsonl)
+    want = src.filter(pred())
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    assert got["id"].to_list() == want["id"].to_list()
+    assert got["text"].to_list() == want["text"].to_list()
+    removed = manifest(out)["removed"]
+    assert removed == {"read": len(src), "filter": {"expression": expr, "rows": len(src) - len(want)}}
+
+
+def test_shard_keeps_what_polars_keeps_for_any_workers(tmp_path, jsonl):
+    expr, pred = CASES[0]
+    outs = []
+    for w in (1, 2):
+        out = str(tmp_path / f"w{w}")
+        shard(jsonl, out, to="parquet", num_shards=3, workers=w, filter=expr, part_bytes=256 << 10)
+        outs.append(out)
+    want = pl.read_ndjson(jsonl).filter(pred())
+    got = pl.read_parquet(os.path.join(outs[0], "*.parquet"))
+    assert got["id"].to_list() == want["id"].to_list()
+    for name in sorted(os.listdir(outs[0])):
+        if name.endswith(".parquet"):
+            with open(os.path.join(outs[0], name), "rb") as a, open(os.path.join(outs[1], name), "rb") as b:
+                assert a.read() == b.read()
+    assert manifest(outs[0])["removed"]["filter"]["rows"] == 20_000 - len(want)
+
+
+def test_filter_column_not_kept_by_columns(tmp_path, jsonl):
+    """A column the filter reads need not be written: --columns id keeps only ids."""
+    out = str(tmp_path / "out")
+    convert(jsonl, out, to="parquet", filter='lang == "de"', columns=["id"])
+    want = pl.read_ndjson(jsonl).filter(pl.col("lang") == "de")["id"].to_list()
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    assert got.columns == ["id"] and got["id"].to_list() == want
+
+
+def test_cli_syntax_error_is_a_usage_error(tmp_path, jsonl):
+    r = lovecraft("convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "lang = 'en'")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "Error: --filter \"lang = 'en'\": unexpected '=' at position 6; compare with =="
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_cli_unknown_column_lists_the_columns(tmp_path, jsonl):
+    r = lovecraft(
+        "shard", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--num-shards", "2", "--filter", "lng == 'en'"
+    )
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        "Error: --filter \"lng == 'en'\": no column 'lng' at position 1; columns are id, text, lang, label, x "
+        '(text is quoted: "lng")'
+    )
+
+
+def test_cli_type_error_is_a_data_error(tmp_path, jsonl):
+    r = lovecraft("convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "text > 3")
+    assert r.exit_code == 1
+    assert r.stderr.strip().startswith("Error: --filter 'text > 3': cannot compare a string with a number")
+
+
+def test_cli_everything_removed(tmp_path, jsonl):
+    r = lovecraft("convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "label > 100")
+    assert r.exit_code == 1
+    assert r.stderr.strip() == f"Error: {jsonl}: all 20000 rows were removed (20000 by --filter); check --filter"
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_summary_counts_removed_rows(tmp_path, jsonl):
+    r = lovecraft("convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "label in (0)")
+    assert r.exit_code == 0, r.stderr
+    kept = pl.read_ndjson(jsonl).filter(pl.col("label") == 0).height
+    assert f"removed {20_000 - kept:,} rows of 20000 read: {20_000 - kept} by --filter" in r.stderr
+
+
+def _leaf():
+    from hypothesis import strategies as st
+
+    num = st.sampled_from(["label", "x"])
+    ops = st.sampled_from(["==", "!=", "<", "<=", ">", ">="])
+    value = st.integers(-1, 5) | st.sampled_from([0.5, -0.25, 2.0])
+    return st.one_of(
+        st.tuples(num, ops, value).map(lambda t: (f"{t[0]} {t[1]} {t[2]}", _pl_cmp(t[0], t[1], t[2]))),
+        st.tuples(st.sampled_from(["==", "!="]), st.sampled_from(["en", "fr", "xx"])).map(
+            lambda t: (f'lang {t[0]} "{t[1]}"', _pl_cmp("lang", t[0], t[1]))
+        ),
+        st.lists(st.integers(0, 5), min_size=1, max_size=3).map(
+            lambda v: (f"label in ({', '.join(map(str, v))})", lambda: pl.col("label").is_in(v))
+        ),
+        st.just(("isnull(x)", lambda: pl.col("x").is_null())),
+        st.integers(0, 250).map(lambda n: (f"len(text) >= {n}", lambda: pl.col("text").str.len_chars() >= n)),
+    )
+
+
+def _pl_cmp(col, op, v):
+    import operator
+
+    fn = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+          ">=": operator.ge}[op]  # fmt: skip
+    return lambda: fn(pl.col(col), v)
+
+
+def _tree():
+    from hypothesis import strategies as st
+
+    return st.recursive(
+        _leaf(),
+        lambda kids: st.one_of(
+            st.tuples(kids, st.sampled_from(["and", "or"]), kids).map(
+                lambda t: (
+                    f"({t[0][0]}) {t[1]} ({t[2][0]})",
+                    (lambda a=t[0][1], b=t[2][1], op=t[1]: (a() & b()) if op == "and" else (a() | b())),
+                )
+            ),
+            kids.map(lambda k: (f"not ({k[0]})", lambda a=k[1]: ~a())),
+        ),
+        max_leaves=5,
+    )
+
+
+def test_random_expressions_keep_what_polars_keeps(tmp_path_factory, jsonl):
+    """Random trees of comparisons, in, isnull, len, and/or/not against polars' filter of the source
+    (SQL's three-valued logic on both sides: a missing x is neither > 0 nor not > 0)."""
+    from hypothesis import HealthCheck, given, settings
+
+    src = pl.read_ndjson(jsonl)
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(tree=_tree())
+    def check(tree):
+        expr, pred = tree
+        out = str(tmp_path_factory.mktemp("hyp") / "out")
+        want = src.filter(pred())["id"].to_list()
+        if not want:
+            return  # every row removed: an error, tested apart
+        convert(jsonl, out, to="parquet", filter=expr, columns=["id"])
+        assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want, expr
+
+    check()
