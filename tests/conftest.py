@@ -27,6 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SHARED = os.path.abspath(os.path.join(ROOT, "..", "shared"))
 VECTORS = os.path.join(SHARED, "vectors")
+MEMCAP = os.path.join(SHARED, "tools", "memcap")
 # For subprocesses that run the ``lovecraft`` console script: this tree's package first on the path.
 # The script imports whatever the environment installed (another checkout, when several share a
 # virtualenv), so without this a subprocess could test other code than the tests' own.
@@ -77,6 +78,17 @@ def memcapped(memcap: str, mib: int, cmd: list[str], **kw) -> tuple[subprocess.C
             break
     m = re.search(r"memcap: limit \d+ MiB, peak (\d+) MiB, rc (\d+)", r.stderr)
     return r, int(m.group(1)) if m else None
+
+
+def require_memcap() -> str:
+    """The path of ``memcap``, or the test skipped with the reason: not found beside the checkout
+    (../shared/tools), or unable to make a memory cgroup here."""
+    if not os.access(MEMCAP, os.X_OK):
+        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
+    r, _ = memcapped(MEMCAP, 64, ["true"])
+    if r.returncode != 0:
+        pytest.skip(f"memcap does not work here (rc {r.returncode}): {r.stderr.strip()}")
+    return MEMCAP
 
 
 def leftovers(directory) -> list[str]:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped, require_memcap
 
 pytestmark = pytest.mark.slow
 
@@ -44,14 +44,7 @@ def _capped(*cmd: str, timeout: float = 3600) -> tuple[subprocess.CompletedProce
 
 @pytest.fixture(scope="module")
 def memcap() -> str:
-    if not os.access(MEMCAP, os.X_OK):
-        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
-    r = subprocess.run([MEMCAP, "64", "true"], capture_output=True, text=True)
-    if r.returncode == 3:
-        pytest.skip(f"memcap cannot make a memory cgroup here: {r.stderr.strip()}")
-    if r.returncode != 0:
-        pytest.skip(f"memcap does not work here (rc {r.returncode}): {r.stderr.strip()}")
-    return MEMCAP
+    return require_memcap()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped, require_memcap
 
 pytestmark = pytest.mark.slow
 
@@ -100,11 +99,7 @@ def _text(k: int) -> str:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Iterator[tuple[str, np.ndarray]]:
     """(the JSON Lines file, the text index of every row)."""
-    if not os.access(MEMCAP, os.X_OK):
-        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
-    r = subprocess.run([MEMCAP, "64", "true"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"memcap does not work here (rc {r.returncode}): {r.stderr.strip()}")
+    require_memcap()
     d = tmp_path_factory.mktemp("memcap_dedup")
     if shutil.disk_usage(d).free < FREE_BYTES:
         pytest.skip(f"less than {FREE_BYTES / 1e9:.0f} GB free at {d}")

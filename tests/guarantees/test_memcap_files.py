@@ -10,13 +10,12 @@ test-slow``); the peaks are printed."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped, require_memcap
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +26,7 @@ GROWTH_MIB = 24  # what 60,000 more files may add to the peak at most (noise of 
 
 @pytest.fixture(scope="module")
 def memcap() -> str:
-    if not os.access(MEMCAP, os.X_OK):
-        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
-    r = subprocess.run([MEMCAP, "64", "true"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"memcap does not work here (rc {r.returncode}): {r.stderr.strip()}")
-    return MEMCAP
+    return require_memcap()
 
 
 def _tree(root: str, n: int, flat: bool) -> None:

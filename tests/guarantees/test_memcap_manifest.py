@@ -19,7 +19,7 @@ import pytest
 
 import lovecraft_convert as lc
 from lovecraft_convert.manifest import MAX_MANIFEST_BYTES
-from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped, require_memcap
 
 pytestmark = pytest.mark.slow
 
@@ -30,13 +30,8 @@ EDITED = "the manifest was edited or damaged; re-create the dataset"
 
 
 @pytest.fixture(scope="module")
-def memcap():
-    if not os.access(MEMCAP, os.X_OK):
-        pytest.skip(f"{MEMCAP} not found")
-    r, _ = memcapped(MEMCAP, 64, ["true"])
-    if r.returncode == 3:
-        pytest.skip(f"memcap cannot make a cgroup here: {r.stderr.strip()}")
-    return MEMCAP
+def memcap() -> str:
+    return require_memcap()
 
 
 @pytest.fixture(scope="module")

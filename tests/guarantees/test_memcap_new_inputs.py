@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 
@@ -18,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped, require_memcap
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +30,7 @@ COLS = 32  # float32 features per row (NPZ, HDF5)
 
 @pytest.fixture(scope="module")
 def memcap() -> str:
-    if not os.access(MEMCAP, os.X_OK):
-        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
-    r = subprocess.run([MEMCAP, "64", "true"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"memcap does not work here (rc {r.returncode}): {r.stderr.strip()}")
-    return MEMCAP
+    return require_memcap()
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped
+from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped, require_memcap
 
 pytestmark = pytest.mark.slow
 
@@ -66,11 +66,7 @@ class Stream:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Iterator[tuple[str, str, Stream]]:
     """(the 1 GiB text file, the tokenizer.json, the expected stream)."""
-    if not os.access(MEMCAP, os.X_OK):
-        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
-    r = subprocess.run([MEMCAP, "64", "true"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"memcap does not work here (rc {r.returncode}): {r.stderr.strip()}")
+    require_memcap()
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, pre_tokenizers, trainers
 

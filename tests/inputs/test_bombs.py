@@ -10,13 +10,12 @@ import bz2
 import gzip
 import lzma
 import os
-import subprocess
 import sys
 
 import pytest
 import zstandard
 
-from tests.conftest import SHARED, memcapped
+from tests.conftest import SHARED, memcapped, require_memcap
 
 MEMCAP = os.path.join(SHARED, "tools", "memcap")
 LOVECRAFT = os.path.join(os.path.dirname(sys.executable), "lovecraft")
@@ -46,12 +45,7 @@ RATIO = {"zst": 1000, "xz": 1000, "bz2": 1000, "gz": 200}  # gzip compresses the
 
 @pytest.fixture(scope="module")
 def memcap() -> str:
-    if not os.access(MEMCAP, os.X_OK):
-        pytest.skip(f"{MEMCAP} not found (../shared/tools/memcap)")
-    r = subprocess.run([MEMCAP, "64", "true"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"memcap cannot make a memory cgroup here (rc {r.returncode}): {r.stderr.strip()}")
-    return MEMCAP
+    return require_memcap()
 
 
 @pytest.fixture(scope="module")
