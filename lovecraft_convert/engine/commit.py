@@ -25,7 +25,7 @@ import shutil
 
 from .. import manifest as manifest_file
 from ..errors import Interrupted, OutputError
-from ..runtime.interrupts import committed, held
+from ..runtime.interrupts import committed, held, raise_lost
 from ..storage import locks
 from ..storage.overlap import check_local
 from ..util import format_size, fsync_path, remove_entries, trim_heap
@@ -166,6 +166,12 @@ class OutputDir:
         output is in place, and once it is the run is complete (:func:`~.interrupts.committed`), so
         an overwrite never loses the old output and a resumable run keeps its journal until its
         output is complete."""
+        try:
+            raise_lost()  # a Ctrl-C that Python swallowed ends the run here, before anything moves
+        except KeyboardInterrupt:
+            if self.resumable:
+                raise  # the run's driver says what was kept for --resume
+            raise Interrupted(f"interrupted; nothing was written to {self.path}") from None
         with held():
             if not self.overwrite and os.path.lexists(self.path):  # made by something else than a run of ours
                 raise OutputError(

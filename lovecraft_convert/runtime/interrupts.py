@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-_state = {"holding": 0, "pending": False, "installed": 0, "committed": False, "after_commit": False}
+_state = {"holding": 0, "pending": False, "installed": 0, "committed": False, "after_commit": False, "raised": False}
 
 
 def _handler(signum, frame) -> None:
@@ -51,6 +51,7 @@ def _handler(signum, frame) -> None:
     if _state["holding"]:
         _state["pending"] = True
         return
+    _state["raised"] = True  # remembered for raise_lost(): Python may swallow what is raised here
     raise KeyboardInterrupt
 
 
@@ -72,6 +73,7 @@ class Signals:
         if self.old:
             if not _state["installed"]:
                 _state["committed"] = False  # a new run
+                _state["raised"] = False
             _state["installed"] += 1
         return self
 
@@ -94,6 +96,7 @@ def committed() -> None:
         return
     _state["committed"] = True
     _state["pending"] = False
+    _state["raised"] = False
 
 
 def ignore_after_commit() -> None:
@@ -128,6 +131,18 @@ def raise_pending() -> None:
     in the main thread only, where signals arrive)."""
     if _state["pending"] and not _state["holding"] and threading.current_thread() is threading.main_thread():
         _state["pending"] = False
+        raise KeyboardInterrupt
+
+
+def raise_lost() -> None:
+    """Raise ``KeyboardInterrupt`` again for an interrupt raised during this run that did not end
+    it. Python cannot let an exception out of a generator's finalizer or a ``__del__``: one raised
+    there (the signal landed while an abandoned reader's generator was being closed) is printed as
+    ignored, and the run would go on to commit a complete output as if no Ctrl-C had come. A commit
+    calls this first, so an interrupt always ends the run before its output is in place. (An
+    interrupt that propagated never reaches a commit; one held is raised by :func:`raise_pending`.)"""
+    if _state["raised"] and not _state["committed"] and threading.current_thread() is threading.main_thread():
+        _state["raised"] = False
         raise KeyboardInterrupt
 
 

@@ -51,7 +51,7 @@ import shutil
 from .. import manifest as mf
 from ..errors import OutputError
 from ..runtime.clock import timed
-from ..runtime.interrupts import committed, held
+from ..runtime.interrupts import committed, held, raise_lost
 from . import locks
 from .base import PreconditionFailed, part_cap, part_size
 from .overlap import check_remote
@@ -276,6 +276,7 @@ class RemoteOutputDir:
         mkey = self.key(mf.MANIFEST_NAME)
         # the put is the commit: an interrupt during it (the request may have reached the store)
         # waits for its answer, and once it is in, the run is complete
+        raise_lost()  # a Ctrl-C that Python swallowed ends the run here
         with held():
             if self.overwrite and self.old_run is not None:
                 self.store.put(mkey, body)

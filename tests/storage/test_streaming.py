@@ -477,3 +477,34 @@ def test_an_unreachable_store_mid_epoch_is_named(local, remote, tmp_path, monkey
         drop_stores()
     assert e.value.one_line().startswith(f"{remote['parquet']}/")
     assert ": cannot connect to http://127.0.0.1:9; " in e.value.one_line()
+
+
+ABANDON = """
+import sys
+import lovecraft_convert as lc
+it = iter(lc.open_dataset(sys.argv[1], cache_limit=sys.argv[2]).batches(batch_size=256, shuffle=sys.argv[3] == "1"))
+next(it)
+print("one batch")
+"""
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "parquet", "memmap"])
+def test_a_script_that_leaves_an_epoch_unfinished_exits_cleanly(remote, tmp_path, fmt):
+    """A training script that stops after a few batches and exits, its iterator still open: the
+    process ends with its own exit code. An HDF5 file read through h5py's file-object driver was
+    closed by the C library's exit handler after the interpreter was gone, and the process died of
+    SIGSEGV (exit -11) every time."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+        "LOVECRAFT_CACHE": str(tmp_path / "cache"),
+    }
+    for shuffle in ("0", "1"):
+        p = subprocess.run(
+            [sys.executable, "-c", ABANDON, remote[fmt], str(4 * LIMIT), shuffle],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert (p.returncode, p.stdout, p.stderr) == (0, "one batch\n", ""), (fmt, shuffle)

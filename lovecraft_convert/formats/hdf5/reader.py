@@ -21,6 +21,13 @@ _OPEN_H5: weakref.WeakSet = weakref.WeakSet()
 _H5_LOCK = threading.Lock()
 
 
+def _close_quietly(f) -> None:
+    try:
+        f.close()
+    except Exception:  # noqa: BLE001 - closing is best effort (closed already, or at exit)
+        pass
+
+
 def _close_before_fork() -> None:
     for r in list(_OPEN_H5):
         r.close()
@@ -88,10 +95,17 @@ class Hdf5Reader(PartReader):
             from .links import pointing_elsewhere
 
             with _H5_LOCK:
+                source = self._source()
                 try:
-                    f = h5py.File(self._source(), "r", rdcc_nbytes=4 << 20)
+                    f = h5py.File(source, "r", rdcc_nbytes=4 << 20)
                 except OSError as e:
                     raise DatasetError(f"{self.path}: cannot open ({e})", hint="the dataset is damaged") from None
+                if not isinstance(source, str):
+                    # h5py's fileobj driver calls back into Python when HDF5 closes the file: left
+                    # open until the C library's own exit handler (a reader still held by an
+                    # abandoned iterator), it did so after the interpreter was gone and the
+                    # process died of SIGSEGV. Closed at Python's exit instead, while it still runs.
+                    weakref.finalize(self, _close_quietly, f)
                 why = pointing_elsewhere(f, set(self.schema.names))
                 if why is not None:
                     f.close()
