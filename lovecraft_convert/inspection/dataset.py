@@ -56,6 +56,7 @@ def inspect_dataset(path: str, manifest: dict | None = None) -> dict[str, Any]:
         "shards": shards,
         "buckets": m.get("buckets"),
         "shuffle": m.get("shuffle"),
+        "removed": m.get("removed"),
         "bytes": total,
         "files": [
             {k: f.get(k) for k in ("path", "rows", "bytes", *mf.HASHES, "column", "role") if k in f} for f in files

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import numpy as np
@@ -120,9 +121,21 @@ def _input_type(c: dict[str, Any]) -> str:
     return text
 
 
+def _removed(rm: dict[str, Any]) -> str:
+    """``removed: 3,301 of 5,000 rows read: 12 by --filter 'lang == "en"', 3,289 duplicates (exact on text)``."""
+    why = []
+    if isinstance(rm.get("filter"), dict):
+        why.append(f"{number(rm['filter'].get('rows'))} by --filter {rm['filter'].get('expression')!r}")
+    d = rm.get("duplicate")
+    if isinstance(d, dict):
+        why.append(f"{number(d.get('rows'))} duplicates ({d.get('mode')} on {', '.join(d.get('columns') or [])})")
+    gone = sum(v.get("rows") or 0 for v in rm.values() if isinstance(v, dict))
+    return f"removed: {number(gone)} of {number(rm.get('read'))} rows read: {'; '.join(why)}"
+
+
 def _format_dataset(r: dict[str, Any]) -> str:
     out = [f"{r['path']}: lovecraft dataset, {r['format']}, {number(r['rows'])} rows, {format_size(r['bytes'])}"]
-    out.append(f"made by: lovecraft {' '.join(r['argv']) if r.get('argv') else r.get('command')}")
+    out.append(f"made by: lovecraft {shlex.join(r['argv']) if r.get('argv') else r.get('command')}")
     if r.get("created_at") or r.get("created_by"):
         out.append(f"  {r.get('created_by') or ''} {r.get('created_at') or ''}".rstrip())
     opts = r.get("options") or {}
@@ -131,6 +144,8 @@ def _format_dataset(r: dict[str, Any]) -> str:
         out.append("options: " + ", ".join(f"{k}={_option(k, v)}" for k, v in shown.items()))
     if r.get("shuffle"):
         out.append(f"shuffled: {r['shuffle']}")
+    if r.get("removed"):
+        out.append(_removed(r["removed"]))
     out.append("schema:")
     stats = r.get("stats") or {}
     for f in r.get("schema") or []:

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import lovecraft_convert as lc
 from lovecraft_convert import convert
 from lovecraft_convert.schema import Batch, Field, Schema, VarColumn
 from lovecraft_convert.transforms.dedup import first_in_batch, row_digests
-from tests.conftest import lovecraft
+from tests.conftest import SUBPROCESS_ENV, lovecraft
 from tests.readback import manifest
 
 pl = pytest.importorskip("polars")
@@ -137,6 +140,30 @@ def test_filter_then_dedup(tmp_path, dup_jsonl):
     )
     got = pl.read_parquet(os.path.join(out, "*.parquet"))
     assert got["id"].to_list() == want["id"].to_list()
+
+
+def test_inspect_says_what_was_removed_and_the_command_as_typed(tmp_path, dup_jsonl):
+    """The dataset's inspect gives the removed counts per reason, and the command that made it quoted
+    as a shell reads it (the filter's spaces and quotes kept)."""
+    out = str(tmp_path / "out")
+    args = ["convert", dup_jsonl, "-o", out, "--to", "parquet", "--filter", 'label != 0 or text == "a b"']
+    args += ["--dedup", "exact", "--dedup-columns", "text", "-q"]
+    r = subprocess.run(
+        [sys.executable, "-m", "lovecraft_convert", *args], env=SUBPROCESS_ENV, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    removed = lc.open_dataset(out).manifest["removed"]
+    lines = lovecraft("inspect", out).stdout.splitlines()
+    assert lines[1] == (
+        f"made by: lovecraft convert {dup_jsonl} -o {out} --to parquet --filter 'label != 0 or text == \"a b\"' "
+        "--dedup exact --dedup-columns text -q"
+    )
+    f, d = removed["filter"]["rows"], removed["duplicate"]["rows"]
+    assert f > 0 and d > 0
+    assert (
+        f"removed: {f + d:,} of {removed['read']:,} rows read: {f:,} by --filter 'label != 0 or text == \"a b\"'; "
+        f"{d:,} duplicates (exact on text)"
+    ) in lines
 
 
 def test_npy_rows(tmp_path):

@@ -196,7 +196,7 @@ def test_summary_counts_removed_rows(tmp_path, jsonl):
     r = lovecraft("convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "label in (0)")
     assert r.exit_code == 0, r.stderr
     kept = pl.read_ndjson(jsonl).filter(pl.col("label") == 0).height
-    assert f"removed {20_000 - kept:,} rows of 20000 read: {20_000 - kept} by --filter" in r.stderr
+    assert f"removed {20_000 - kept:,} rows of 20,000 read: {20_000 - kept:,} by --filter" in r.stderr
 
 
 def _leaf():
