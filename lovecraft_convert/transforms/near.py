@@ -187,10 +187,43 @@ class Hasher:
             b = int(np.searchsorted(offs, offs[a] + self.chunk, side="right")) - 1
             b = min(n, max(b, a + 1))
             lo, hi = int(offs[a]), int(offs[b])
-            toks, counts = self.tokens(v[lo:hi], offs[a : b + 1] - lo)
-            out[a:b] = self._minhash(toks, counts)
+            if hi - lo > self.chunk:  # one row longer than the chunk: a piece at a time
+                out[a] = self._long_row(v[lo:hi])
+            else:
+                toks, counts = self.tokens(v[lo:hi], offs[a : b + 1] - lo)
+                out[a:b] = self._minhash(toks, counts)
             a = b
         return out
+
+    def _long_row(self, v: np.ndarray) -> np.ndarray:
+        """The signature of one row longer than the chunk, hashed a piece of about ``chunk`` bytes at
+        a time (cut where a token ends: at whitespace for words, at a character's first byte), the
+        last ``ngram - 1`` tokens of each piece carried to the next so that every shingle is met once.
+        A word longer than the chunk, which has no whitespace to be cut at, is cut anyway."""
+        k = self.p.ngram
+        sig = np.full(self.p.hashes, np.iinfo(np.uint32).max, dtype=np.uint32)
+        carry = np.zeros(0, dtype=np.uint64)
+        seen = 0
+        at = 0
+        while at < len(v):
+            end = min(len(v), at + self.chunk)
+            if end < len(v):
+                look = v[end : end + min(self.chunk, len(v) - end)]
+                ok = WS[look] if self.p.unit == "word" else (look & 0xC0) != 0x80
+                hit = np.flatnonzero(ok)
+                end += int(hit[0]) if len(hit) else 0
+            toks, _ = self.tokens(v[at:end], np.array([0, end - at], dtype=np.int64))
+            at = end
+            seq = np.concatenate([carry, toks])
+            seen += len(toks)
+            if len(seq) >= k:
+                sig = np.minimum(sig, self._minhash(seq, np.array([len(seq)], dtype=np.int64))[0])
+                carry = seq[len(seq) - (k - 1) :] if k > 1 else carry[:0]
+            else:
+                carry = seq
+        if seen < k:  # fewer tokens than a shingle: one shingle of them all
+            return self._minhash(carry, np.array([len(carry)], dtype=np.int64))[0]
+        return sig
 
     def shingles(self, toks: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The 32-bit hashes of the rows' shingles (as uint64), in row order, and each row's number."""

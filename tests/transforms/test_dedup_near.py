@@ -254,3 +254,21 @@ def manifest_of(tmp_path, src: str, command: list[str]) -> dict:
     r = lovecraft(*command, src, "-o", out, "--to", "parquet", "--dedup", "near", "--dedup-columns", "text", "-q")
     assert r.exit_code == 0, r.stderr
     return manifest(out)
+
+
+@pytest.mark.parametrize("unit", ["word", "char"])
+def test_a_row_longer_than_the_chunk_is_hashed_in_pieces_to_the_same_signature(unit):
+    """A row of 40 KB hashed 4 KiB at a time (pieces cut where a token ends, the last n-1 tokens
+    carried over) has the signature it has hashed whole, short rows beside it too."""
+    rng = random.Random(2)
+    words = [f"wörd{k}" for k in range(500)]
+    texts = [" ".join(rng.choice(words) for _ in range(n)) for n in (6_000, 3, 0, 40, 2_500)]
+    texts.append("x" * 9_000 + " " + "tail words here and more")  # a word longer than a piece: cut
+    col = VarColumn.from_pylist(texts, np.uint8)
+    v = np.asarray(col.values).view(np.uint8)
+    p = NearParams(unit=unit)
+    whole = Hasher(p, chunk=1 << 20).signatures(v, col.offsets)
+    pieces = Hasher(p, chunk=1 << 12).signatures(v, col.offsets)
+    same = (whole == pieces).all(axis=1).tolist()
+    assert same[:5] == [True] * 5
+    assert same[5] == (unit == "char")  # words: the 9,000-byte word, with no whitespace to cut at, was cut
