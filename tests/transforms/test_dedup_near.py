@@ -11,7 +11,8 @@ import random
 import numpy as np
 import pytest
 
-from lovecraft_convert import convert
+from lovecraft_convert import convert, shard
+from lovecraft_convert import errors as lc_errors
 from lovecraft_convert.schema import VarColumn
 from lovecraft_convert.transforms.near import Hasher, NearParams, candidate_probability
 from tests.conftest import lovecraft
@@ -244,9 +245,15 @@ def test_near_flags_need_dedup_near(tmp_path, small):
     assert (r.exit_code, r.stderr.strip()) == (2, "Error: --threshold goes with --dedup near; add --dedup near")
 
 
-def test_shard_seeds_the_hashes_with_seed(tmp_path, small):
+def test_shard_seeds_the_hashes_with_seed_and_convert_with_dedup_seed(tmp_path, small):
     m = manifest_of(tmp_path, small, ["shard", "--num-shards", "1", "--seed", "9", "--workers", "1"])
     assert m["removed"]["duplicate"]["minhash"]["seed"] == 9
+    m = manifest_of(tmp_path / "c", small, ["convert", "--dedup-seed", "4"])
+    assert m["removed"]["duplicate"]["minhash"]["seed"] == 4
+    with pytest.raises(lc_errors.OptionsError) as e:
+        shard(small, str(tmp_path / "x"), to="parquet", num_shards=1, dedup="near", dedup_columns=["text"], seed=1,
+              dedup_seed=2)  # fmt: skip
+    assert e.value.one_line() == "dedup_seed 2 differs from seed 1: give one"  # spelled as Python called it
 
 
 def manifest_of(tmp_path, src: str, command: list[str]) -> dict:
