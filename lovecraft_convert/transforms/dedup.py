@@ -1,5 +1,7 @@
 """``--dedup exact``: drop rows whose chosen columns are byte-identical to an earlier row's, in
-bounded memory whatever the input's size.
+bounded memory whatever the input's size. (``--dedup near`` is another mode of the same structure:
+its hashing in :mod:`.near`, its spill, decision and components in
+:mod:`lovecraft_convert.engine.near`; :class:`Dedup` and :class:`DropSet` serve both.)
 
 The decision is made before the rows are written, in three steps that each hold a bounded piece:
 
