@@ -10,6 +10,7 @@ from .helptext import examples, inputs_block, outputs_block
 from .options import (
     FILES_FLAGS,
     TOKEN_FLAGS,
+    dedup_seed_option,
     files_options,
     input_options,
     keep_options,
@@ -43,6 +44,7 @@ turns a text column into token ids. Memory stays within --max-memory whatever th
 @input_options
 @output_options
 @keep_options
+@dedup_seed_option
 @token_options
 @files_options
 def convert(**params) -> None:

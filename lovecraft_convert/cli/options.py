@@ -145,11 +145,27 @@ def keep_options(f: Callable) -> Callable:
     """--filter and --dedup (convert, shard, bucket): which rows are written."""
     opts = [
         click.option("--filter", "filter", metavar="EXPR", help="Keep only the rows where EXPR is true, e.g. 'len(text) >= 200 and lang == \"en\"', 'label in (1, 2)', 'not isnan(x)' (comparisons, in (...), and/or/not, len/isnan/isnull/lower/upper; docs/guide/dedup-and-filters.md). Rows removed are counted in the manifest and summary."),
-        click.option("--dedup", type=click.Choice(["exact"]), help="Drop rows whose --dedup-columns are byte-identical to an earlier row's (the first occurrence in input order is kept), in bounded memory; the input is read twice. Counted in the manifest and summary."),
-        click.option("--dedup-columns", "dedup_columns", metavar="A,B,...", help="With --dedup: the columns compared (default: every column written)."),
+        click.option("--dedup", type=click.Choice(["exact", "near"]), help="exact: drop rows whose --dedup-columns are byte-identical to an earlier row's; near: drop texts whose estimated Jaccard similarity (MinHash over n-grams) to an earlier one reaches --threshold. The first row (in input order) of each group is kept, in bounded memory; the input is read twice. Counted in the manifest and summary."),
+        click.option("--dedup-columns", "dedup_columns", metavar="A,B,...", help="With --dedup: the columns compared (exact's default: every column written; near: one text column, by default the text column tokenized)."),
+        click.option("--threshold", type=float, metavar="FLOAT", help="With --dedup near: the Jaccard similarity, in (0, 1], from which two texts are duplicates (default 0.8)."),
+        click.option("--ngram", type=int, metavar="N", help="With --dedup near: tokens per shingle (default 5)."),
+        click.option("--ngram-unit", "ngram_unit", type=click.Choice(["word", "char"]), help="With --dedup near: shingles of whitespace-split words (default) or of characters."),
+        click.option("--bands", type=int, metavar="B", help="With --dedup near: LSH bands (default 14); more bands find pairs of lower similarity."),
+        click.option("--band-rows", "band_rows", type=int, metavar="R", help="With --dedup near: MinHash values per band (default 8); --bands x --band-rows hashes per text."),
         click.option("--dedup-report", "dedup_report", metavar="FILE", help="With --dedup: write each dropped row's position (input row, file and row in the file) and the row it duplicated to FILE, as JSON Lines."),
     ]  # fmt: skip
     return _stack(f, opts)
+
+
+def dedup_seed_option(f: Callable) -> Callable:
+    """--dedup-seed (convert; shard and bucket seed --dedup near with --seed)."""
+    return click.option(
+        "--dedup-seed",
+        "dedup_seed",
+        type=click.IntRange(min=0),
+        metavar="N",
+        help="With --dedup near: the seed of the MinHash functions (default 0): the same seed gives the same rows.",
+    )(f)
 
 
 FILES_FLAGS = ("decode", "image_size", "resize", "image_mode", "sample_rate", "metadata", "on_bad_file")
@@ -162,7 +178,7 @@ def shard_options(f: Callable) -> Callable:
         click.option("--rows-per-shard", type=click.IntRange(min=1), help="Records per shard."),
         click.option("--num-shards", type=click.IntRange(min=1), help="Number of shards (rows split evenly)."),
         click.option("--shuffle", is_flag=True, help="Global shuffle at write time (external, bounded memory); needs --seed."),
-        click.option("--seed", type=int, help="Seed of --shuffle: the same seed gives byte-identical files."),
+        click.option("--seed", type=int, help="Seed of --shuffle (and of --dedup near's MinHash functions, default 0): the same seed gives byte-identical files."),
         click.option("--workers", type=click.IntRange(min=1), help="Parallel worker processes (default: the number of cores)."),
         click.option("--resume", is_flag=True, help="Finish an interrupted run, keeping what it committed."),
         click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Run the units in local processes or as Ray tasks on a cluster."),
@@ -234,6 +250,7 @@ def library_kwargs(params: dict) -> dict:
         "dedup": params.get("dedup"),
         "dedup_columns": parse_list(params.get("dedup_columns")),
         "dedup_report": params.get("dedup_report"),
+        **{k: params.get(k) for k in ("threshold", "ngram", "ngram_unit", "bands", "band_rows", "dedup_seed")},
     }
 
 

@@ -37,34 +37,10 @@ def scan_part(
     partition (:data:`~lovecraft_convert.transforms.dedup.FINE` of them, by the digest's top bits);
     the index row of a run holds the cumulative entry offsets of its fine partitions (FINE + 1) and
     the CRC32C of each one's bytes (FINE), so a decision reads and checks just its partitions."""
-    spill = UnitSpill(spill_dir, part, 2, prefix="h")
+    runs = RunWriter(spill_dir, part, run_entries)
     local = UnitSpill(spill_dir, part, 2, prefix="l")
     base = part << PART_SHIFT
     read = kept = dups = 0
-    held: list[np.ndarray] = []
-    state = {"held": 0, "written": 0, "runs": 0}
-
-    def flush() -> None:
-        if not held:
-            return
-        e = np.concatenate(held)
-        held.clear()
-        state["held"] = 0
-        fine = fine_of(e["hi"])
-        order = np.argsort(fine, kind="stable")
-        e = e[order]
-        counts = np.bincount(fine, minlength=FINE)
-        ends = np.cumsum(counts)
-        raw = memoryview(e.tobytes())
-        crcs = np.zeros(FINE, dtype=np.int64)
-        size = ENTRY.itemsize
-        for f in np.flatnonzero(counts).tolist():
-            crcs[f] = crc32c.crc32c(raw[int(ends[f] - counts[f]) * size : int(ends[f]) * size])
-        spill.file(0).write(raw)
-        offsets = state["written"] + np.concatenate([[0], ends]).astype(np.int64)
-        spill.file(1).write(np.concatenate([offsets, crcs]).astype("<i8").tobytes())
-        state["written"] += len(e)
-        state["runs"] += 1
 
     try:
         for batch in batches:
@@ -89,17 +65,67 @@ def scan_part(
             uniq = ~dup
             e = np.empty(int(uniq.sum()), dtype=ENTRY)
             e["hi"], e["lo"], e["pos"] = d[uniq, 0], d[uniq, 1], pos[uniq]
-            held.append(e)
-            state["held"] += len(e)
-            if state["held"] >= run_entries:
-                flush()
-        flush()
+            runs.add(e)
+        runs.flush()
     finally:
-        spill.close()
+        runs.close()
         local.close()
-    files = {name: {"size": size, "crc32c": crc} for _b, name, size, crc in spill.publish()}
+    files = runs.publish()
     files.update({name: {"size": size, "crc32c": crc} for _b, name, size, crc in local.publish()})
-    return {"part": part, "read": read, "kept": kept, "local": dups, "runs": state["runs"], "files": files}
+    return {"part": part, "read": read, "kept": kept, "local": dups, "runs": runs.runs, "files": files}
+
+
+class RunWriter:
+    """A part's (key, position) entries (:data:`~lovecraft_convert.transforms.dedup.ENTRY`), held up
+    to ``run_entries`` at a time, then written as one *run* sorted by fine partition
+    (:data:`~lovecraft_convert.transforms.dedup.FINE` of them, by the key's top bits) to
+    ``h<part>-b0000.bin``; the index row of a run (``-b0001.bin``) holds the cumulative entry offsets
+    of its fine partitions (FINE + 1) and the CRC32C of each one's bytes (FINE), so a decision reads
+    and checks just its partitions (:func:`entries`). Shared by the exact and near modes."""
+
+    def __init__(self, spill_dir: str, part: int, run_entries: int) -> None:
+        self.spill = UnitSpill(spill_dir, part, 2, prefix="h")
+        self.limit = run_entries
+        self.held: list[np.ndarray] = []
+        self.count = 0
+        self.written = 0
+        self.runs = 0
+
+    def add(self, e: np.ndarray) -> None:
+        """Hold entries ``e``; write a run once the entries held reach the limit."""
+        self.held.append(e)
+        self.count += len(e)
+        if self.count >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the entries held as one run (nothing when none are held)."""
+        if not self.held:
+            return
+        e = np.concatenate(self.held)
+        self.held.clear()
+        self.count = 0
+        fine = fine_of(e["hi"])
+        e = e[np.argsort(fine, kind="stable")]
+        counts = np.bincount(fine, minlength=FINE)
+        ends = np.cumsum(counts)
+        raw = memoryview(e.tobytes())
+        crcs = np.zeros(FINE, dtype=np.int64)
+        size = ENTRY.itemsize
+        for f in np.flatnonzero(counts).tolist():
+            crcs[f] = crc32c.crc32c(raw[int(ends[f] - counts[f]) * size : int(ends[f]) * size])
+        self.spill.file(0).write(raw)
+        offsets = self.written + np.concatenate([[0], ends]).astype(np.int64)
+        self.spill.file(1).write(np.concatenate([offsets, crcs]).astype("<i8").tobytes())
+        self.written += len(e)
+        self.runs += 1
+
+    def close(self) -> None:
+        self.spill.close()
+
+    def publish(self) -> dict[str, dict]:
+        """The files written (renamed to their final names): name -> size and CRC32C."""
+        return {name: {"size": size, "crc32c": crc} for _b, name, size, crc in self.spill.publish()}
 
 
 def fine_of(hi: np.ndarray) -> np.ndarray:
@@ -158,7 +184,7 @@ def plan_groups(spill_dir: str, scans: list[dict], cap_entries: int) -> list[lis
     return groups
 
 
-def _entries(spill_dir: str, scan: dict, lo: int, hi: int) -> Iterator[np.ndarray]:
+def entries(spill_dir: str, scan: dict, lo: int, hi: int) -> Iterator[np.ndarray]:
     """The entries of fine partitions [lo, hi) in each run of one part's scan, checked."""
     got = _index_file(spill_dir, scan)
     if got is None:
@@ -197,7 +223,7 @@ def decide_partition(spill_dir: str, group: int, lo: int, hi: int, scans: list[d
     ``-kept.npy``."""
     pieces = []
     for s in sorted(scans, key=lambda s: s["part"]):
-        pieces.extend(_entries(spill_dir, s, lo, hi))
+        pieces.extend(entries(spill_dir, s, lo, hi))
     e = np.concatenate(pieces) if pieces else np.zeros(0, dtype=ENTRY)
     del pieces
     order = np.lexsort((e["pos"], e["lo"], e["hi"]))

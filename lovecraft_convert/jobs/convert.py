@@ -131,7 +131,9 @@ def dedup_of(reader: Reader, plan: OutputPlan, o: ConvertOptions):
         return None
     from ..transforms.dedup import Dedup
 
-    return Dedup.resolve(o.dedup, o.dedup_columns, reader.schema, plan.source.names)
+    text = (o.column or "text") if o.tokenizer else None  # near's default column: the one tokenized
+    near = o.near_params() if o.dedup == "near" else None
+    return Dedup.resolve(o.dedup, o.dedup_columns, reader.schema, plan.source.names, near, text)
 
 
 def dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str, budget: int):
@@ -140,15 +142,16 @@ def dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str
     import os
     import shutil
 
-    from ..engine.dedup import decide_here, scan_part, write_report
-    from ..transforms.dedup import DropSet, group_entries, run_entries
+    from ..engine.dedup import write_report
+    from ..engine.near import decide_for, scan_for
+    from ..transforms.dedup import DropSet
 
     dedup = dedup_of(reader, plan, o)
     shutil.rmtree(scratch, ignore_errors=True)  # what an attempt with narrower types left
     os.makedirs(scratch)
     keep = plan.filter.mask if plan.filter is not None else None
-    scan = scan_part(reader.batches(), keep, reader.schema, dedup, 0, scratch, run_entries(budget // 2))
-    parts = decide_here(scratch, [scan], group_entries(budget // 2))
+    scan = scan_for(dedup, reader.batches(), keep, reader.schema, 0, scratch, budget // 2)
+    parts = decide_for(dedup, scratch, [scan], budget // 2)
     if o.dedup_report:
         one = reader.specs[0].name if len(reader.specs) == 1 else None
         write_report(o.dedup_report, scratch, parts, [scan], [{"file": one}])

@@ -14,14 +14,15 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..engine.dedup import decide_partition, plan_groups, scan_part, write_report
+from ..engine.dedup import decide_partition, plan_groups, write_report
 from ..engine.journal import SPILL, intact, save_plan
+from ..engine.near import components, decide_near_group, group_cap, scan_for
 from ..engine.units import unit, usable
 from ..errors import OptionsError
-from ..transforms.dedup import Dedup, group_entries, run_entries
+from ..transforms.dedup import Dedup
 from .convert import output_plan
 
-SCAN, DECIDE = "scan", "decide"  # the journal's phases of these units
+SCAN, DECIDE, COMPONENTS = "scan", "decide", "components"  # the journal's phases of these units
 
 
 @unit
@@ -33,25 +34,28 @@ def scan_unit(ctx, part, specs: list | None = None) -> dict[str, Any]:
     else:
         reader = ctx.reader(specs=specs)
         filt = output_plan(reader, ctx.o).filter
-    d = ctx.dedup
-    dedup = Dedup(d["mode"], tuple(d["columns"]))
+    dedup = Dedup.from_dict(ctx.dedup)
     keep = filt.mask if filt is not None else None
-    res = scan_part(
-        reader.part_batches(part),
-        keep,
-        reader.schema,
-        dedup,
-        part.index,
-        os.path.join(ctx.work, SPILL),
-        run_entries(ctx.budget()),
-    )
+    spill = os.path.join(ctx.work, SPILL)
+    res = scan_for(dedup, reader.part_batches(part), keep, reader.schema, part.index, spill, ctx.budget())
     return {"phase": SCAN, **res}
 
 
 @unit
 def decide_unit(ctx, group: int, lo: int, hi: int, scans: list[dict]) -> dict[str, Any]:
-    """Decide one group of fine partitions: which of its rows repeat an earlier one."""
-    return {"phase": DECIDE, **decide_partition(os.path.join(ctx.work, SPILL), group, lo, hi, scans)}
+    """Decide one group of fine partitions: which of its rows repeat an earlier one (exact), or which
+    of its candidate pairs are near duplicates (near)."""
+    spill = os.path.join(ctx.work, SPILL)
+    near = Dedup.from_dict(ctx.dedup).near
+    if near is not None:
+        return {"phase": DECIDE, **decide_near_group(spill, group, lo, hi, scans, near)}
+    return {"phase": DECIDE, **decide_partition(spill, group, lo, hi, scans)}
+
+
+@unit
+def components_unit(ctx, scans: list[dict], groups: int) -> dict[str, Any]:
+    """``--dedup near``: join the decided edges into components, the rows dropped written."""
+    return {"phase": COMPONENTS, "partition": 0, **components(os.path.join(ctx.work, SPILL), scans, groups)}
 
 
 def run_dedup(ctx, parts: list, run, o, reader, dedup: Dedup, args_of: Callable) -> dict[str, Any]:
@@ -66,12 +70,13 @@ def run_dedup(ctx, parts: list, run, o, reader, dedup: Dedup, args_of: Callable)
             hint="run it with --engine local, or write to a local directory",
         )
     ctx.dedup = {**dedup.describe(), "partitions": None}
+    near = dedup.near is not None
     scanned = {e["part"]: e for e in usable(run, run.journal.phase(SCAN))}
     calls = [(ctx, *args_of(p)) for p in parts if p.index not in scanned]
     run.run_units(scan_unit, calls, "deduplicating", o.progress, scanned, "part", noun="part")
     scans = [scanned[p.index] for p in parts]
     if "dedup_groups" not in run.plan:  # from the counts the scans wrote: the same whatever the workers
-        run.plan["dedup_groups"] = plan_groups(os.path.join(run.work, SPILL), scans, group_entries(ctx.budget()))
+        run.plan["dedup_groups"] = plan_groups(os.path.join(run.work, SPILL), scans, group_cap(dedup, ctx.budget()))
         save_plan(run.work, run.plan)
     groups = run.plan["dedup_groups"]
     n = ctx.dedup["partitions"] = len(groups)
@@ -79,7 +84,16 @@ def run_dedup(ctx, parts: list, run, o, reader, dedup: Dedup, args_of: Callable)
     if calls:  # a part scanned again: the groups are decided again
         decided = {}
     calls = [(ctx, k, lo, hi, scans) for k, (lo, hi) in enumerate(groups) if k not in decided]
+    redo = bool(calls)
     run.run_units(decide_unit, calls, "deciding", o.progress, decided, "partition", noun="partition")
+    if near:  # the edges of every group joined into components: one drop set
+        joined = {e["partition"]: e for e in run.journal.phase(COMPONENTS) if intact(run.work, e)}
+        if redo:
+            joined = {}
+        calls = [] if joined else [(ctx, scans, n)]
+        run.run_units(components_unit, calls, "joining", o.progress, joined, "partition", noun="step")
+        ctx.dedup["groups"] = n
+        n = ctx.dedup["partitions"] = 1
     if o.dedup_report:
         names = []
         for p in parts:

@@ -18,6 +18,7 @@ from ..manifest import DEFAULT_HASH, HASHES
 from ..util import parse_size
 
 FLOAT_TARGETS = ("float16", "float32")
+NEAR_KEYS = ("threshold", "ngram", "ngram_unit", "bands", "band_rows", "dedup_seed")  # --dedup near's parameters
 MIN_MEMORY = 16 << 20
 PART_BYTES = 64 << 20
 LAYOUTS = ("padded", "ragged", "packed")
@@ -71,6 +72,12 @@ class ConvertOptions:
     dedup: str | None = None  # exact: rows whose --dedup-columns are byte-identical to an earlier row's are dropped
     dedup_columns: list[str] | None = None  # the columns compared (default: the columns written)
     dedup_report: str | None = None  # a JSON Lines file listing each dropped row and the row it duplicated
+    threshold: float | None = None  # near: the Jaccard similarity from which rows are duplicates (default 0.8)
+    ngram: int | None = None  # near: tokens per shingle (default 5)
+    ngram_unit: str | None = None  # near: word (whitespace-split, the default) or char
+    bands: int | None = None  # near: LSH bands (default 14)
+    band_rows: int | None = None  # near: MinHash values per band (default 8)
+    dedup_seed: int | None = None  # near: the seed of the MinHash functions (default 0; shard and bucket: --seed)
     progress: bool | None = None  # None: on when stderr is a terminal
 
     @classmethod
@@ -183,7 +190,13 @@ class ConvertOptions:
 
             if self.dedup not in MODES:
                 raise OptionsError(f"--dedup {self.dedup}: use {' or '.join(MODES)}")
+        if self.dedup == "near":
+            self.near_params()  # checked
         else:
+            for name in NEAR_KEYS:
+                if getattr(self, name) is not None:
+                    raise OptionsError(f"--{name.replace('_', '-')} goes with --dedup near", hint="add --dedup near")
+        if self.dedup is None:
             for opt, v in (("--dedup-columns", self.dedup_columns), ("--dedup-report", self.dedup_report)):
                 if v is not None:
                     raise OptionsError(f"{opt} goes with --dedup", hint="add --dedup exact")
@@ -199,6 +212,21 @@ class ConvertOptions:
             not self.dedup_columns or not all(isinstance(c, str) and c for c in self.dedup_columns)
         ):
             raise OptionsError(f"--dedup-columns {self.dedup_columns!r}: give column names, e.g. text or a,b")
+
+    def near_params(self):
+        """The :class:`~lovecraft_convert.transforms.near.NearParams` of ``--dedup near`` (defaults
+        where not given), checked."""
+        from ..transforms.near import NearParams
+
+        d = NearParams()
+        return NearParams(
+            d.threshold if self.threshold is None else self.threshold,
+            d.ngram if self.ngram is None else self.ngram,
+            d.unit if self.ngram_unit is None else self.ngram_unit,
+            d.bands if self.bands is None else self.bands,
+            d.band_rows if self.band_rows is None else self.band_rows,
+            d.seed if self.dedup_seed is None else self.dedup_seed,
+        ).check()
 
     def keep_columns(self) -> list[str]:
         """The columns the keep step reads besides those written: the filter's and --dedup-columns."""
@@ -328,6 +356,10 @@ class ShardOptions(ConvertOptions):
             raise OptionsError("give at most one of --shard-size, --rows-per-shard, --num-shards")
         if self.shuffle and self.seed is None:
             raise OptionsError("--shuffle needs --seed N", hint="the seed makes the shuffle reproducible")
+        if self.dedup == "near" and self.seed is not None:  # --seed seeds the MinHash functions too
+            if self.dedup_seed is not None and self.dedup_seed != self.seed:
+                raise OptionsError(f"--dedup-seed {self.dedup_seed} differs from --seed {self.seed}: give one")
+            self.dedup_seed = self.seed
         if (self.rows_per_shard is not None and self.rows_per_shard < 1) or (
             self.num_shards is not None and self.num_shards < 1
         ):

@@ -181,7 +181,10 @@ class Sequences:
             return None
         from ..transforms.dedup import Dedup
 
-        return Dedup.resolve(self.o.dedup, self.o.dedup_columns, self.reader.schema, [self.source_column])
+        near = self.o.near_params() if self.o.dedup == "near" else None
+        return Dedup.resolve(
+            self.o.dedup, self.o.dedup_columns, self.reader.schema, [self.source_column], near, self.source_column
+        )
 
     def _jsonl(self, inputs: list[str], probe, kw: dict, budget: int, threads: bool) -> None:
         """A JSON Lines key holding text: read alone (the other keys are not built), as text
@@ -328,8 +331,8 @@ class Sequences:
         import shutil
         import tempfile
 
-        from ..engine.dedup import decide_here, scan_part
-        from ..transforms.dedup import DropSet, group_entries, run_entries
+        from ..engine.near import decide_for, scan_for
+        from ..transforms.dedup import DropSet
 
         scratch = tempfile.mkdtemp(prefix="lovecraft-dedup-")
         try:
@@ -337,12 +340,10 @@ class Sequences:
             mask = self.keep.filter.mask if self.keep.filter is not None else None
             dedup = self.dedup()
             scans = [
-                scan_part(
-                    self.reader.part_batches(p), mask, self.reader.schema, dedup, p.index, scratch, run_entries(budget)
-                )
+                scan_for(dedup, self.reader.part_batches(p), mask, self.reader.schema, p.index, scratch, budget)
                 for p in parts
             ]
-            n = decide_here(scratch, scans, group_entries(budget))
+            n = decide_for(dedup, scratch, scans, budget)
             for p in parts:
                 yield from self.sequences(p, DropSet(scratch, p.index, n))
         finally:

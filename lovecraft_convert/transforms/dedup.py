@@ -1,5 +1,7 @@
 """``--dedup exact``: drop rows whose chosen columns are byte-identical to an earlier row's, in
-bounded memory whatever the input's size.
+bounded memory whatever the input's size. (``--dedup near`` is another mode of the same structure:
+its hashing in :mod:`.near`, its spill, decision and components in
+:mod:`lovecraft_convert.engine.near`; :class:`Dedup` and :class:`DropSet` serve both.)
 
 The decision is made before the rows are written, in three steps that each hold a bounded piece:
 
@@ -38,9 +40,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionsError
-from ..schema import STRING_LIST, Batch, Schema, VarColumn
+from ..schema import STRING, STRING_LIST, Batch, Schema, VarColumn
+from .near import NearParams
 
-MODES = ("exact",)  # near-duplicate modes (MinHash) are to come: another scan/decide pair
+MODES = ("exact", "near")  # near: MinHash over text (transforms/near.py, engine/near.py)
 PART_SHIFT = 40  # a position is part << 40 | row: up to 2^40 rows per part, 2^23 parts
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("pos", "<i8")])
 DECIDE_BYTES = 96  # what deciding holds per entry at its peak (entries, sort order, sorted copies)
@@ -50,27 +53,63 @@ FINE = 1 << FINE_BITS  # fine hash partitions (the digest's top bits), grouped i
 
 @dataclass(frozen=True)
 class Dedup:
-    """What ``--dedup`` asks: the ``mode`` and the ``columns`` compared (resolved against the
-    reader's schema by :meth:`resolve`)."""
+    """What ``--dedup`` asks: the ``mode``, the ``columns`` compared (resolved against the reader's
+    schema by :meth:`resolve`) and, for ``near``, its parameters."""
 
     mode: str
     columns: tuple[str, ...]
+    near: NearParams | None = None
 
     @classmethod
-    def resolve(cls, mode: str, columns: list[str] | None, schema: Schema, default: list[str]) -> Dedup:
-        """``columns`` (None: ``default``, the columns written) checked against ``schema``."""
+    def resolve(
+        cls,
+        mode: str,
+        columns: list[str] | None,
+        schema: Schema,
+        default: list[str],
+        near: NearParams | None = None,
+        text: str | None = None,
+    ) -> Dedup:
+        """``columns`` (None: ``default``, the columns written) checked against ``schema``. For
+        ``near``: one text column, by default ``text`` (the command's text column; None: none, the
+        user is asked to name one)."""
         if mode not in MODES:
             raise OptionsError(f"--dedup {mode}: use one of {', '.join(MODES)}")
-        cols = list(columns) if columns else list(default)
+        if mode == "near":
+            cols = list(columns) if columns else ([text] if text else [])
+            if len(cols) != 1:
+                raise OptionsError(
+                    "--dedup near compares one text column: "
+                    + (f"--dedup-columns names {len(cols)}" if cols else "name it with --dedup-columns"),
+                    hint="e.g. --dedup-columns text",
+                )
+        else:
+            cols = list(columns) if columns else list(default)
         missing = [c for c in cols if c not in schema.names]
         if missing:
             raise OptionsError(
                 f"--dedup-columns: no column '{missing[0]}'", hint=f"columns are {', '.join(schema.names)}"
             )
+        if mode == "near":
+            f = schema[cols[0]]
+            if f.kind != STRING:
+                raise OptionsError(
+                    f"--dedup near: column '{f.name}' is {f.describe()}, not text",
+                    hint="name a text column with --dedup-columns, or use --dedup exact",
+                )
+            return cls(mode, tuple(cols), (near or NearParams()).check())
         return cls(mode, tuple(cols))
 
     def describe(self) -> dict[str, Any]:
+        if self.near is not None:
+            return {"mode": self.mode, "columns": list(self.columns), "minhash": self.near.to_dict()}
         return {"mode": self.mode, "columns": list(self.columns), "digest": "blake2b-128"}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Dedup:
+        """The inverse of :meth:`describe` (what a unit is given)."""
+        near = NearParams.from_dict(d["minhash"]) if d.get("minhash") else None
+        return cls(d["mode"], tuple(d["columns"]), near)
 
 
 def run_entries(unit_budget: int) -> int:

@@ -54,6 +54,12 @@ READ_OPTIONS = (
     "filter",  # the rows kept: the filter applied again, the duplicates decided again
     "dedup",
     "dedup_columns",
+    "threshold",
+    "ngram",
+    "ngram_unit",
+    "bands",
+    "band_rows",
+    "dedup_seed",
 )
 
 

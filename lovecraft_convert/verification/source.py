@@ -583,6 +583,12 @@ _OPTION_TYPES = {
     "filter": (str, type(None)),
     "dedup": (str, type(None)),
     "dedup_columns": (list, type(None)),
+    "threshold": (int, float, type(None)),
+    "ngram": (int, type(None)),
+    "ngram_unit": (str, type(None)),
+    "bands": (int, type(None)),
+    "band_rows": (int, type(None)),
+    "dedup_seed": (int, type(None)),
 }
 TOKEN_OPTIONS = ("tokenizer", "column", "eos", "bos")
 
