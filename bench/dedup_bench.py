@@ -5,9 +5,13 @@ against datatrove's MinHash pipeline, on generated JSON Lines with planted dupli
         [--near-runs N] [--only exact,near] [--near-tree DIR] [--workdir DIR]
 
 Sizes: ``--exact-mb`` (default 2000, or ``$LOVECRAFT_BENCH_DEDUP_EXACT_MB``) and ``--near-mb``
-(default 1000, or ``$LOVECRAFT_BENCH_DEDUP_NEAR_MB``); ``--quick`` takes 1/16 of both and one
-round (what ``make bench``'s quick run passes). ``--exact-mb 150 --near-mb 60 --runs 1`` is a run
-of a few minutes on this 2-core machine (the inputs' first generation included). The inputs
+(default 1000, or ``$LOVECRAFT_BENCH_DEDUP_NEAR_MB``); ``--quick`` (what ``make bench``'s quick
+run passes) takes 1/16 of the exact size, 1/64 of the near one (datatrove's signature stage runs at
+~0.1-0.3 MB/s on 2 cores: spaCy's tokenizer, which datatrove runs inside a memory zone, adds every
+word of every document to its vocabulary afresh) and one round: ~3 minutes on this 2-core machine
+under load. ``--exact-mb 100 --near-mb 10 --runs 1`` takes 1-2 minutes (the inputs, once made,
+are cached; making them adds ~10 s per 100 MB). The full sizes take one to two hours, nearly all
+of it datatrove's signatures (~0.14 MB/s at a load of 6 on the 2 cores). The inputs
 (bench/dedup_inputs.py says what they hold) are generated once with fixed seeds and cached in
 ``--workdir`` (default ``$BENCH_WORKDIR/dedup`` or /tmp/lovecraft-bench/dedup).
 
@@ -370,6 +374,19 @@ def bench_near(a: argparse.Namespace, mb: float) -> list[str]:
                 else "datatrove did not run."
             )  # fmt: skip
         )
+    bins = [(0.0, 0.75), (0.75, 0.8), (0.8, 0.85), (0.85, 0.9), (0.9, 1.0), (1.0, 2.0)]
+    sets = ([("lovecraft", set(ours_removed))] if available and ours_t else []) + (
+        [("datatrove", dt_removed)] if dt_t else []
+    )
+    if sets:
+        lines += [
+            "",
+            "Planted pairs found, by their word 5-gram Jaccard (computed exactly by the generator):",
+            "",
+            "| tool | " + " | ".join(f"[{lo:g}, {hi:g})" if hi <= 1 else "1 (exact copies)" for lo, hi in bins) + " |",
+            "|---|" + "---:|" * len(bins),
+        ]
+        lines += [f"| {name} | " + " | ".join(found(planted, s, lo, hi) for lo, hi in bins) + " |" for name, s in sets]
     lines += [
         "",
         "A pair is found when the tool removed either of its documents. datatrove keeps no candidate "
@@ -382,7 +399,7 @@ def bench_near(a: argparse.Namespace, mb: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1/16 of the sizes, one round")
+    ap.add_argument("--quick", action="store_true", help="1/16 of the exact size, 1/64 of the near one, one round")
     ap.add_argument("--exact-mb", type=float, default=float(os.environ.get("LOVECRAFT_BENCH_DEDUP_EXACT_MB", 2000)))
     ap.add_argument("--near-mb", type=float, default=float(os.environ.get("LOVECRAFT_BENCH_DEDUP_NEAR_MB", 1000)))
     ap.add_argument("--runs", type=int, default=None, help="exact: timed rounds (default 3; 1 with --quick)")
@@ -393,16 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     a.runs = a.runs or (1 if a.quick else 3)
     a.near_tree = os.path.abspath(a.near_tree)
-    scale = 16 if a.quick else 1
     os.makedirs(a.workdir, exist_ok=True)
     compile_package()
     t0 = time.time()
     only = a.only.split(",")
     lines = []
     if "exact" in only:
-        lines += bench_exact(a, a.exact_mb / scale)
+        lines += bench_exact(a, a.exact_mb / (16 if a.quick else 1))
     if "near" in only:
-        lines += bench_near(a, a.near_mb / scale)
+        lines += bench_near(a, a.near_mb / (64 if a.quick else 1))
     print(
         f"\nMeasured {datetime.date.today()}; {(time.time() - t0) / 60:.1f} min in all (inputs' generation included).\n"
     )
