@@ -39,6 +39,7 @@ SCRIPTS = [
     "ray_bench.py",
     "writers_bench.py",
     "files_bench.py",
+    "dedup_bench.py",
 ]
 START = "<!-- bench:headline"
 END = "<!-- bench:end -->"
