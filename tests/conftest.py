@@ -109,9 +109,10 @@ def interrupted_after_first_phase(run, out: str, attempts: int = 5) -> str:
     it keeps for ``--resume``.
 
     A trial the run finishes anyway is made again, from scratch (at most ``attempts`` times): the
-    signal can land after the commit, where a complete run ignores it, or inside a generator's
-    finalizer, where Python reports the ``KeyboardInterrupt`` as ignored and goes on (about one
-    trial in four on a loaded machine; a lost Ctrl-C the library does not yet guard against)."""
+    signal can land after the commit, where a complete run ignores it, or after the run has put
+    Python's own handler back, where it raises ``KeyboardInterrupt`` here with the output complete.
+    (One that lands inside a generator's finalizer, where Python reports the ``KeyboardInterrupt``
+    as ignored and goes on, ends the run at its commit: ``runtime.interrupts.raise_lost``.)"""
     import shutil
     import threading
     import time
@@ -149,7 +150,7 @@ def interrupted_after_first_phase(run, out: str, attempts: int = 5) -> str:
                 t.join()
             time.sleep(0.05)  # a signal sent just as the run returned is met here, not later
         except KeyboardInterrupt:
-            if not finished:
+            if not finished and not os.path.exists(os.path.join(out, "_manifest.json")):
                 raise
         shutil.rmtree(out, ignore_errors=True)  # finished: not the trial wanted; again
         shutil.rmtree(work, ignore_errors=True)
