@@ -1,7 +1,7 @@
 """``--dedup exact`` under a hard memory limit: a JSON Lines input of ~400 MB whose texts repeat
 (a vocabulary of 600,000 texts drawn 3,600,000 times, some of them in every batch) is deduplicated
 by ``convert`` and by ``shard --workers 2`` under ``memcap 256`` with ``--max-memory 128MiB``, the
-peak reported. The ids kept are compared with the first occurrence of each text, computed here from
+peak reported (the sizes, the cap and the budget can be raised by hand, see SCALE below). The ids kept are compared with the first occurrence of each text, computed here from
 the generator (np.unique's first indices), read back with pyarrow; ``--dedup-report`` is checked
 to have a line per dropped row.
 
@@ -26,12 +26,15 @@ from tests.conftest import SHARED, SUBPROCESS_ENV, memcapped, require_memcap
 pytestmark = pytest.mark.slow
 
 MEMCAP = os.path.join(SHARED, "tools", "memcap")
-CAP_MIB = 256
-BUDGET = "128MiB"
-ROWS = 3_600_000
-VOCAB = 600_000
+# LOVECRAFT_MEMCAP_DEDUP_SCALE=10 makes the input ~4 GB (36,000,000 rows); run by hand, with the
+# cap and budget the issue names: LOVECRAFT_MEMCAP_DEDUP_CAP=512 LOVECRAFT_MEMCAP_DEDUP_BUDGET=256MiB
+SCALE = float(os.environ.get("LOVECRAFT_MEMCAP_DEDUP_SCALE", "1"))
+CAP_MIB = int(os.environ.get("LOVECRAFT_MEMCAP_DEDUP_CAP", "256"))
+BUDGET = os.environ.get("LOVECRAFT_MEMCAP_DEDUP_BUDGET", "128MiB")
+ROWS = int(3_600_000 * SCALE)
+VOCAB = int(600_000 * SCALE)
 HOT = 50  # texts drawn in every block of rows: many duplicates within each batch
-FREE_BYTES = 3 * 10**9
+FREE_BYTES = int(3 * 10**9 * max(1.0, SCALE * 1.2))
 LOVECRAFT = os.path.join(os.path.dirname(sys.executable), "lovecraft")
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit " * 3
 
