@@ -34,7 +34,7 @@ BUDGET = os.environ.get("LOVECRAFT_MEMCAP_DEDUP_BUDGET", "128MiB")
 ROWS = int(3_600_000 * SCALE)
 VOCAB = int(600_000 * SCALE)
 HOT = 50  # texts drawn in every block of rows: many duplicates within each batch
-FREE_BYTES = int(3 * 10**9 * max(1.0, SCALE * 1.2))
+FREE_BYTES = int(3 * 10**9 * max(1.0, SCALE / 2))  # the input, and per command its output and report
 LOVECRAFT = os.path.join(os.path.dirname(sys.executable), "lovecraft")
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit " * 3
 
