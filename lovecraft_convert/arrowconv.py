@@ -356,3 +356,17 @@ def _regular_rows(arr: pa.Array, f: Field) -> np.ndarray:
 
 def batch_from_arrow(rb: pa.RecordBatch, schema: Schema) -> Batch:
     return Batch({f.name: column_from_arrow(rb.column(f.name), f) for f in schema}, rb.num_rows)
+
+
+def arrow_owned(data) -> pa.Buffer:
+    """``data`` (bytes-like) copied into memory Arrow allocated, for a parse on Arrow's threads
+    (``pyarrow.csv.read_csv`` with ``use_threads``). Given a Python object instead
+    (``pa.py_buffer``), the worker thread that finishes last can hold the final reference to it
+    after the call has returned, and releasing it takes the GIL: when the interpreter is already
+    exiting, that thread is ended inside Arrow's C++ and the process aborts (``terminate called
+    without an active exception``, seen after a run stopped on a full disk). The copy costs about
+    a millisecond per 4 MiB piece, a few percent of parsing it."""
+    buf = pa.allocate_buffer(len(data))
+    if len(data):
+        np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+    return buf

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..arrowconv import read_type
+from ..arrowconv import arrow_owned, read_type
 from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
 from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema, typed_field
 from ..selection import ColumnTypes
@@ -248,7 +248,8 @@ class CsvReader(MatrixParsing, Reader):
         if b'"' not in piece:  # no quotes, so no newline inside a value: pyarrow's faster chunking
             po.newlines_in_values = False
         try:
-            return pc.read_csv(pa.py_buffer(piece), read_options=ro, parse_options=po, convert_options=co)
+            source = arrow_owned(piece) if ro.use_threads else pa.py_buffer(piece)
+            return pc.read_csv(source, read_options=ro, parse_options=po, convert_options=co)
         except pa.ArrowInvalid as e:
             self._raise(spec, e, 0)
             raise

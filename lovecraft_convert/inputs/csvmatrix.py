@@ -65,7 +65,10 @@ class MatrixParsing:
             return None
         # the delimiters made newlines: less their code's distance to a newline's
         # (numpy's two passes take a sixth of bytes.replace's time, with a delimiter every few bytes)
-        one = seps.view(np.uint8) * np.uint8((ord(delim) - 10) % 256)  # wraps, as uint8 does
+        # in memory Arrow owns: its parsing threads may release the buffer last (see arrow_owned)
+        buf = pa.allocate_buffer(len(raw))
+        one = np.frombuffer(buf, dtype=np.uint8)
+        np.multiply(seps.view(np.uint8), np.uint8((ord(delim) - 10) % 256), out=one)  # wraps, as uint8 does
         np.subtract(raw, one, out=one)
         ro, po, co = self._arrow_options(spec)
         ro.column_names, ro.autogenerate_column_names = ["v"], False
@@ -73,7 +76,7 @@ class MatrixParsing:
         po.delimiter, po.newlines_in_values, po.ignore_empty_lines = delim, False, False
         co.column_types = {"v": t} if t is not None else {}
         try:
-            values = pc.read_csv(pa.py_buffer(one), ro, po, co).column(0)
+            values = pc.read_csv(buf, ro, po, co).column(0)
         except pa.ArrowInvalid:
             return None
         return (values, lines) if len(values) == lines * ncols else None
