@@ -91,6 +91,29 @@ def require_memcap() -> str:
     return MEMCAP
 
 
+def sigkilled_at(cmd: list[str], journal: str, marker: bytes, timeout: float = 120.0) -> bool:
+    """Start ``cmd`` (a resumable run, in a session of its own) and SIGKILL its process group as
+    soon as its ``journal`` holds ``marker`` (e.g. ``b'"phase": "decide"'``); False when the run
+    finished first (the caller skips)."""
+    import time
+
+    p = subprocess.Popen(cmd, env=SUBPROCESS_ENV, start_new_session=True, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline and p.poll() is None:
+            try:
+                with open(journal, "rb") as f:
+                    if marker in f.read():
+                        os.killpg(p.pid, signal.SIGKILL)
+                        return True
+            except FileNotFoundError:
+                pass
+            time.sleep(0.002)
+        return False
+    finally:
+        p.wait()
+
+
 def leftovers(directory) -> list[str]:
     """Anything a failed run may have left beside its output (temporaries, locks)."""
     return sorted(n for n in os.listdir(directory) if n.startswith("."))

@@ -8,17 +8,15 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 import lovecraft_convert as lc
 from lovecraft_convert import bucket, shard
-from tests.conftest import SUBPROCESS_ENV, lovecraft
+from tests.conftest import SUBPROCESS_ENV, lovecraft, sigkilled_at
 from tests.readback import manifest
 
 pl = pytest.importorskip("polars")
@@ -101,21 +99,10 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, src):
         "part_bytes=256 << 10, max_memory='16MiB', workers=1, progress=False, resume=sys.argv[1] == 'resume')"
     )
     cmd = [sys.executable, "-c", script]
-    env = SUBPROCESS_ENV
     journal = os.path.join(tmp_path, ".out.partial", "journal.jsonl")
-    p = subprocess.Popen([*cmd, "first"], env=env, start_new_session=True, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    killed = False
-    while time.time() < deadline and p.poll() is None:
-        if os.path.exists(journal) and b'"phase": "decide"' in _read(journal):
-            os.killpg(p.pid, signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.002)
-    p.wait()
-    if not killed:
+    if not sigkilled_at([*cmd, "first"], journal, b'"phase": "decide"'):
         pytest.skip("the run finished before it could be killed")
-    r = subprocess.run([*cmd, "resume"], env=env, capture_output=True, text=True)
+    r = subprocess.run([*cmd, "resume"], env=SUBPROCESS_ENV, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert _files(out) == _files(ref)
 

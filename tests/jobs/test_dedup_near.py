@@ -9,16 +9,14 @@ import glob
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import lovecraft_convert as lc
 from lovecraft_convert import bucket, convert, shard
-from tests.conftest import SUBPROCESS_ENV, lovecraft
+from tests.conftest import SUBPROCESS_ENV, lovecraft, sigkilled_at
 from tests.readback import manifest
 
 pl = pytest.importorskip("polars")
@@ -98,17 +96,7 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path, src):
     )
     cmd = [sys.executable, "-c", script]
     journal = os.path.join(tmp_path, ".out.partial", "journal.jsonl")
-    p = subprocess.Popen([*cmd, "first"], env=SUBPROCESS_ENV, start_new_session=True, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    killed = False
-    while time.time() < deadline and p.poll() is None:
-        if os.path.exists(journal) and b'"phase": "decide"' in _read(journal):
-            os.killpg(p.pid, signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.002)
-    p.wait()
-    if not killed:
+    if not sigkilled_at([*cmd, "first"], journal, b'"phase": "decide"'):
         pytest.skip("the run finished before it could be killed")
     assert b'"phase": "components"' not in _read(journal)
     r = subprocess.run([*cmd, "resume"], env=SUBPROCESS_ENV, capture_output=True, text=True)
