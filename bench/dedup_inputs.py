@@ -26,6 +26,7 @@ import json
 import os
 
 import numpy as np
+from jsonl_inputs import word_corpus
 
 EXACT_DUP_SHARE = 0.25
 NULL_SHARE = 1 / 2000
@@ -58,12 +59,7 @@ def make_exact(path: str, target: int) -> dict:
     if facts and os.path.exists(path) and os.path.getsize(path) == facts["bytes"]:
         return facts
     rng = np.random.default_rng(20261128)
-    letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
-    vocab = ["".join(rng.choice(letters, size=int(n))) for n in rng.integers(2, 10, 5000)]
-    vocab += ["café", "naïve", "Zürich", "東京", "данные", "emoji😀", '"quoted"', "tab\there", "back\\slash", "end.\n"]
-    weights = 1 / np.arange(1, len(vocab) + 1)
-    weights /= weights.sum()
-    corpus = " ".join(vocab[w] for w in rng.choice(len(vocab), size=8_000_000, p=weights))
+    corpus = word_corpus(rng)
     langs = ["en", "de", "fr", "es", "ja", "ru"]
     starts: list[int] = []
     lens: list[int] = []

@@ -29,17 +29,23 @@ PEERS = {
 }
 
 
-def make_jsonl(path: str, target: int) -> str:
-    """~target bytes of C4-like JSON Lines (see the module's docstring)."""
-    if os.path.exists(path) and os.path.getsize(path) >= target * 0.95:
-        return path
-    rng = np.random.default_rng(20261124)
+def word_corpus(rng: np.random.Generator) -> str:
+    """8,000,000 Zipf-weighted words of a 5,000-word vocabulary (with accents, CJK, emoji, quotes,
+    tabs and newlines), joined by spaces: the text the generated documents are slices of."""
     letters = np.array(list("etaoinshrdlucmfwypvbgkjqxz"))
     vocab = ["".join(rng.choice(letters, size=int(n))) for n in rng.integers(2, 10, 5000)]
     vocab += ["café", "naïve", "Zürich", "東京", "данные", "emoji😀", '"quoted"', "tab\there", "back\\slash", "end.\n"]
     weights = 1 / np.arange(1, len(vocab) + 1)
     weights /= weights.sum()
-    corpus = " ".join(vocab[w] for w in rng.choice(len(vocab), size=8_000_000, p=weights))
+    return " ".join(vocab[w] for w in rng.choice(len(vocab), size=8_000_000, p=weights))
+
+
+def make_jsonl(path: str, target: int) -> str:
+    """~target bytes of C4-like JSON Lines (see the module's docstring)."""
+    if os.path.exists(path) and os.path.getsize(path) >= target * 0.95:
+        return path
+    rng = np.random.default_rng(20261124)
+    corpus = word_corpus(rng)
     langs = ["en", "de", "fr", "es", "ja", "ru"]
     written = i = 0
     with open(path + ".tmp", "w", encoding="utf-8") as f:
