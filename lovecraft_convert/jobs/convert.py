@@ -150,7 +150,10 @@ def dedup_pass(reader: Reader, plan: OutputPlan, o: ConvertOptions, scratch: str
     shutil.rmtree(scratch, ignore_errors=True)  # what an attempt with narrower types left
     os.makedirs(scratch)
     keep = plan.filter.mask if plan.filter is not None else None
-    scan = scan_for(dedup, reader.batches(), keep, reader.schema, 0, scratch, budget // 2)
+    # read ahead in a thread: the input is parsed (pyarrow, the GIL released) while this thread
+    # hashes the batch before (hashlib releases it too), as the writing pass overlaps them
+    with Prefetch(reader.batches(), 2, budget // 12) as batches:
+        scan = scan_for(dedup, iter(batches), keep, reader.schema, 0, scratch, budget // 2)
     parts = decide_for(dedup, scratch, [scan], budget // 2)
     if o.dedup_report:
         one = reader.specs[0].name if len(reader.specs) == 1 else None
