@@ -128,7 +128,9 @@ def _removed(rm: dict[str, Any]) -> str:
         why.append(f"{number(rm['filter'].get('rows'))} by --filter {rm['filter'].get('expression')!r}")
     d = rm.get("duplicate")
     if isinstance(d, dict):
-        why.append(f"{number(d.get('rows'))} duplicates ({d.get('mode')} on {', '.join(d.get('columns') or [])})")
+        cols = list(d.get("columns") or [])
+        on = ", ".join(cols[:8]) + (f", ... ({len(cols)} columns)" if len(cols) > 8 else "")
+        why.append(f"{number(d.get('rows'))} duplicates ({d.get('mode')} on {on})")
     gone = sum(v.get("rows") or 0 for v in rm.values() if isinstance(v, dict))
     return f"removed: {number(gone)} of {number(rm.get('read'))} rows read: {'; '.join(why)}"
 
