@@ -192,6 +192,12 @@ class RemoteOutputDir:
         removed after the commit as strays); anything else is the user's, which the commit would
         delete: refused, as a local directory that exists is."""
         for k, _ in self.store.list(self.prefix):
+            if k == self.key(mf.MANIFEST_NAME):  # another run committed since _enter looked
+                raise OutputError(
+                    f"{self.path}: output already exists", hint="pass --overwrite to replace it or choose another path"
+                )
+            if k == self.key(PARTIAL):  # another run started since: the commit decides which one wins
+                continue
             if not k[len(self.prefix) :].startswith("run-"):
                 raise OutputError(
                     f"{self.path}: output already exists (it holds {self.store.uri(k)}, which is not of a "

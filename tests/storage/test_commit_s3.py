@@ -105,6 +105,24 @@ def test_two_processes_racing(s3, bucket, tmp_path):
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
+def test_a_commit_between_the_manifest_check_and_the_listing_is_an_existing_output(s3, bucket, tmp_path, monkeypatch):
+    """The other run commits after this one found no manifest but before it listed the prefix for
+    foreign objects: the manifest it then lists is a dataset, refused as one (CI hit this window)."""
+    from lovecraft_convert.storage.output import RemoteOutputDir
+
+    src = _csv(tmp_path / "in.csv", 100)
+    fmt = builtin_names()[0]
+    assert lovecraft("convert", src, "-o", f"s3://{bucket}/out", "--to", fmt, "-q").exit_code == 0
+    before = sorted(objects(s3, bucket, "out/"))
+    monkeypatch.setattr(RemoteOutputDir, "_manifest", lambda self: None)  # as seen just before the commit
+    r = lovecraft("convert", src, "-o", f"s3://{bucket}/out", "--to", fmt, "-q")
+    assert r.exit_code == 1
+    assert r.stderr == (
+        f"Error: s3://{bucket}/out: output already exists; pass --overwrite to replace it or choose another path\n"
+    )
+    assert sorted(objects(s3, bucket, "out/")) == before
+
+
 def test_failed_run_leaves_nothing(s3, bucket, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n3,4\n5\n")
