@@ -111,6 +111,10 @@ def run_job(
     fingerprint = {"options": o.fingerprint(), "sources": sources, "version": mf.VERSION}
     if command != "shard":
         fingerprint["command"] = command
+    if getattr(o, "dedup", None) == "exact":  # its spilled digests are of this hash: another's cannot be mixed in
+        from ..transforms.dedup import DIGEST
+
+        fingerprint["digest"] = DIGEST
     stdin_spec = next((s for s in specs if s.is_stdin), None)
     overwrite, resume = o.overwrite, o.resume
     if resume and not overwrite:

@@ -85,6 +85,8 @@ def difference(old: dict, new: dict) -> tuple[str, str] | None:
         if a != b:
             what = [k for k in ("size", "mtime", "manifest_sha256", "compression", "format") if a.get(k) != b.get(k)]
             return "input", f"{b.get('name')} changed since it was made ({', '.join(what) or 'its description'} differ)"
+    if old.get("digest") != new.get("digest"):
+        return "version", f"its --dedup digests are {_shown(old.get('digest'))}, this version makes {new.get('digest')}"
     return "version", "it was made by another version of the manifest"
 
 

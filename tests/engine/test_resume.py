@@ -109,3 +109,26 @@ def test_unfinished_run_with_other_options_names_the_option(src, tmp_path):
         "run it with the same command and resume=True, or pass overwrite=True to start over"
     )  # a Python caller reads keyword names (the CLI's flags: tests/engine's CLI cases)
     assert e.value.exit_code == 2
+
+
+def test_an_unfinished_dedup_run_of_another_digest_is_not_resumed(src, tmp_path):
+    """A --dedup exact run begun by a version that hashed rows with BLAKE2b: its spilled digests
+    cannot be mixed with this version's, so the resume is refused, saying why."""
+    import lovecraft_convert as lc
+    from lovecraft_convert.inputs import resolve_inputs
+
+    out = str(tmp_path / "out")
+    work = tmp_path / ".out.partial"
+    work.mkdir()
+    o = lc.ShardOptions(to="parquet", num_shards=3, dedup="exact")
+    o.validate()
+    sources = [s.describe() for s in resolve_inputs([src])]
+    made = {"options": o.fingerprint(), "sources": sources, "version": 1, "digest": "blake2b-128"}
+    (work / "plan.json").write_text(json.dumps({"fingerprint": made, "widened": {}}))
+    with pytest.raises(lc.OutputError) as e:
+        lc.shard(src, out, to="parquet", num_shards=3, dedup="exact", resume=True)
+    assert e.value.one_line() == (
+        f"{out}: the unfinished run in {work} cannot be resumed: its dedup digests are blake2b-128, this "
+        "version makes blake3-128; run it with the same command and resume=True, or pass overwrite=True to start over"
+    )
+    assert lc.shard(src, out, to="parquet", num_shards=3, dedup="exact", overwrite=True).rows > 0
