@@ -240,6 +240,8 @@ class VarColumn:
         np.cumsum(lens, out=offs[1:])
         if len(idx) == 0:
             return VarColumn(_cut(self.values, 0, 0), offs)
+        if isinstance(self.values, np.ndarray) and self.values.ndim == 1 and self.values.dtype != object:
+            return VarColumn(_take_spans(self.values, self.offsets, idx, int(offs[-1])), offs)
         # Gather every element: position j of row k comes from starts[k] + j.
         rel = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], lens)
         where = np.repeat(starts, lens) + rel
@@ -296,6 +298,27 @@ class VarColumn:
             else:
                 out.append(v.tolist())
         return out
+
+
+def _take_spans(values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, total: int) -> np.ndarray:
+    """The values of rows ``idx`` back to back: Arrow's take of a binary array over the column's
+    bytes (one copy per row in C++; gathering element by element through index arrays cost eight
+    bytes of index per byte of text and several times the time). Returns a writable array that
+    owns its memory (Arrow's)."""
+    import pyarrow as pa
+
+    size = values.dtype.itemsize
+    raw = np.ascontiguousarray(values[int(offsets[0]) : int(offsets[-1])]).view(np.uint8)
+    byte_offsets = np.ascontiguousarray((offsets - offsets[0]) * size, dtype=np.int64)
+    col = pa.Array.from_buffers(
+        pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(byte_offsets), pa.py_buffer(raw)]
+    )
+    out = col.take(pa.array(idx, type=pa.int64()))
+    del col
+    data = out.buffers()[2]
+    start = int(np.frombuffer(out.buffers()[1], dtype=np.int64, count=1, offset=out.offset * 8)[0])
+    got = np.frombuffer(data, dtype=np.uint8, count=total * size, offset=start) if total else np.zeros(0, np.uint8)
+    return got.view(values.dtype)
 
 
 def _cut(values: np.ndarray | VarColumn, start: int, stop: int) -> np.ndarray | VarColumn:
