@@ -217,7 +217,8 @@ class ImageDecoder:
 
         im = _decoded(data, self.limit)
         try:
-            im = im.convert(self.mode)
+            if im.mode != self.mode:  # Pillow's convert to the same mode is a copy of the whole image
+                im = im.convert(self.mode)
         except Exception as e:
             raise BadFile(f"cannot convert the image from {im.mode} to {self.mode} ({_reason(e)})") from None
         if im.size != self.size:

@@ -238,6 +238,43 @@ def test_a_file_larger_than_its_share_of_the_budget(tmp_path):
     assert not os.path.exists(out)
 
 
+def test_a_file_that_grew_after_the_listing_is_read_whole_or_refused(tmp_path, monkeypatch):
+    """Sizes come from the listing; a file written to after it is read to its end (never cut at the
+    listed size), and one that grew past its share of the budget is refused as a large one is."""
+    from lovecraft_convert.errors import InputError
+    from lovecraft_convert.inputs import open_reader
+    from lovecraft_convert.inputs.files import FilesReader
+
+    root = tmp_path / "grow"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"a" * 10)
+    (root / "b.bin").write_bytes(b"b" * 10)
+    listed = FilesReader._entries
+    growth: dict[str, bytes] = {}
+
+    def entries_then_growth(self, *args, **kwargs):
+        got = list(listed(self, *args, **kwargs))  # the sizes as listed
+        for name, more in growth.items():
+            with open(root / name, "ab") as f:
+                f.write(more)
+        growth.clear()
+        yield from got
+
+    monkeypatch.setattr(FilesReader, "_entries", entries_then_growth)
+    growth["a.bin"] = b"A" * 5000  # still under the 1 MiB one file may take
+    reader = open_reader([str(root)], budget=16 << 20)
+    got = [bytes(x) for b in reader.batches() for x in b.columns["bytes"].to_pylist("binary")]
+    assert got == [b"a" * 10 + b"A" * 5000, b"b" * 10]
+    growth["b.bin"] = b"B" * ((2 << 20) - 10)
+    reader = open_reader([str(root)], budget=16 << 20)
+    with pytest.raises(InputError) as e:
+        list(reader.batches())
+    assert e.value.one_line() == (
+        f"{root}/b.bin: 2.0 MiB, more than the 1.0 MiB one file may take under max_memory 16.0 MiB (1/16 of it); "
+        "raise max_memory to 32.0 MiB or more"
+    )
+
+
 def test_links_to_files_are_read_and_dangling_ones_left_out(tmp_path, tree):
     root, files, _, _ = tree
     os.unlink(os.path.join(root, "dog", "001.jpg"))
