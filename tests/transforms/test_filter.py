@@ -263,3 +263,31 @@ def test_random_expressions_keep_what_polars_keeps(tmp_path_factory, jsonl):
         assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want, expr
 
     check()
+
+
+BOOLS = Schema((Field("flag", "fixed", "|b1"), Field("label", "fixed", "<i8"), Field("x", "fixed", "<f8")))
+
+
+@pytest.mark.parametrize(
+    "expr, want",
+    [
+        ("label == true", [True, False, False, True]),
+        ("true == label", [True, False, False, True]),
+        ("x != false", [True, False, True, False]),  # NaN compares false either way
+        ("flag == 1", [True, False, True, False]),
+        ("flag != 0.0", [True, False, True, False]),
+        ("isnull(x) == 1", [False, True, False, False]),
+        ("flag == true", [True, False, True, False]),
+    ],
+)
+def test_numbers_compare_with_booleans(expr, want):
+    """The language promises numbers compare with booleans (true is 1): Arrow has no such kernel, so
+    a `label == true` on an int column failed with pyarrow's 'no kernel matching input types'."""
+    batch = Batch(
+        {
+            "flag": np.array([True, False, True, False]),
+            "label": np.array([1, 2, 3, 1]),
+            "x": np.array([1.0, np.nan, 3.0, 0.0]),
+        }
+    )
+    assert Filter(expr).check(BOOLS).mask(batch).tolist() == want
