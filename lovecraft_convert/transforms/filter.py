@@ -355,6 +355,8 @@ class Filter:
             values = [it.args[0] for it in items]
             if isinstance(a, pa.Scalar):
                 a = pa.array([a.as_py()] * batch.num_rows)
+            if pa.types.is_boolean(a.type) and not all(isinstance(v, bool) for v in values):
+                a = pc.cast(a, pa.int64())  # true is 1: `flag in (2)` keeps nothing
             if all(isinstance(v, (int, float)) for v in values) and not pa.types.is_floating(a.type):
                 if all(isinstance(v, int) or float(v).is_integer() for v in values):
                     values = [int(v) for v in values]

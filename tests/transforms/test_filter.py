@@ -278,6 +278,10 @@ BOOLS = Schema((Field("flag", "fixed", "|b1"), Field("label", "fixed", "<i8"), F
         ("flag != 0.0", [True, False, True, False]),
         ("isnull(x) == 1", [False, True, False, False]),
         ("flag == true", [True, False, True, False]),
+        ("flag in (2)", [False, False, False, False]),  # was every true row: 2 cast to a bool
+        ("flag in (0, 0.5)", [False, True, False, True]),
+        ("flag in (true)", [True, False, True, False]),
+        ("label in (true, 3)", [True, False, True, True]),
     ],
 )
 def test_numbers_compare_with_booleans(expr, want):
