@@ -164,6 +164,10 @@ class FilesReader(Reader):
         self.decoder = self._decoder()
         self.payload = {None: "bytes", "image": "image", "audio": "audio"}[self.fo.decode]
         self._all = self._fields()
+        if options.column_types:
+            from .filemeta import check_column_types
+
+            check_column_types(options.column_types, [f.name for f in self._all], self.sidecar, "files", names)
         want = options.columns
         if want:
             have = [f.name for f in self._all] + (self.sidecar.schema.names if self.sidecar is not None else [])

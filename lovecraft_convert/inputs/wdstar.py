@@ -95,6 +95,11 @@ class WebDatasetReader(Reader):
                     f"joins in memory (1/16 of --max-memory)",
                     hint="raise --max-memory",
                 )
+        if options.column_types:
+            from .filemeta import check_column_types
+
+            names = ", ".join(s.name for s in specs)
+            check_column_types(options.column_types, [KEY, *exts], self.sidecar, "webdataset", names)
         self.wanted = want
         self._reset()
 

@@ -143,3 +143,24 @@ def test_a_truncated_shard(tmp_path):
     assert r.stderr.startswith(f"Error: {path}: not a readable tar after member s0/")
     assert r.stderr.endswith("; re-create the shard\n") and r.stderr.count("\n") == 1
     assert not os.path.exists(str(tmp_path / "o"))
+
+
+def test_column_type_on_a_members_column_is_one_line(tmp_path):
+    """The members' columns are their bytes: `--column-type cls=int64` was silently ignored (the
+    output still binary); it is one line, exit 1, nothing written. float16 still narrows a decoded
+    image column."""
+    make_shards(str(tmp_path), shards=1, per=3)
+    src = str(tmp_path / "shard-000.tar")
+    r = lovecraft("convert", src, "-o", str(tmp_path / "bad"), "--to", "parquet", "--column-type", "cls=int64", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: --column-type cls=int64: 'cls' is a column of the webdataset input {src} itself, whose type is "
+        "fixed; only float16 narrows it; --column-type types the columns of a --metadata sidecar\n",
+    )
+    assert not os.path.exists(tmp_path / "bad")
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", src, "-o", out, "--to", "hdf5", "--columns", "__key__,jpg", "--decode", "image",
+                  "--image-size", "8x8", "--column-type", "jpg=float16", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    got = read_back(out, "hdf5")["jpg"]
+    assert got.dtype == np.float16 and got.shape == (3, 8, 8, 3)
