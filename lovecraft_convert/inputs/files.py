@@ -164,6 +164,7 @@ class FilesReader(Reader):
         self.decoder = self._decoder()
         self.payload = {None: "bytes", "image": "image", "audio": "audio"}[self.fo.decode]
         self._all = self._fields()
+        self.widens = self.sidecar is not None  # the sidecar's CSV or JSON Lines types
         if options.column_types:
             from .filemeta import check_column_types
 

@@ -100,6 +100,7 @@ class WebDatasetReader(Reader):
 
             names = ", ".join(s.name for s in specs)
             check_column_types(options.column_types, [KEY, *exts], self.sidecar, "webdataset", names)
+        self.widens = self.sidecar is not None  # the sidecar's CSV or JSON Lines types
         self.wanted = want
         self._reset()
 
