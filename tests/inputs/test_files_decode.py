@@ -283,7 +283,8 @@ def test_the_shape_comes_from_the_first_image_that_decodes_when_skipping(tmp_pat
     r = lovecraft("convert", root, "-o", str(tmp_path / "o"), "--to", "hdf5", "--decode", "image", "-q")
     assert (r.exit_code, r.stderr) == (
         1,
-        f"Error: {first}: not an image (no format Pillow reads); the first image gives the shape: fix it\n",
+        f"Error: {first}: not an image (no format Pillow reads); the first image gives the shape: fix or remove it, "
+        "or pass --on-bad-file skip to leave such files out (counted)\n",
     )
     lc.convert(root, str(tmp_path / "o"), to="hdf5", decode="image", on_bad_file="skip", image_size="16x16",
                progress=False)  # fmt: skip
