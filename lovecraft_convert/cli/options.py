@@ -317,7 +317,7 @@ def print_summary(manifest: Manifest, output: str, as_json: bool, quiet: bool) -
     removed = s["removed"]
     if removed:
         why = [f"{removed['filter']['rows']:,} by --filter"] if "filter" in removed else []
-        why += [f"{removed['duplicate']['rows']:,} duplicates"] if "duplicate" in removed else []
+        why += [counted(removed["duplicate"]["rows"], "duplicate")] if "duplicate" in removed else []
         gone = sum(r["rows"] for k, r in removed.items() if k != "read")
         click.echo(f"  removed {counted(gone, 'row')} of {removed['read']:,} read: {', '.join(why)}", err=True)
     for name, r in s["float16"].items():

@@ -211,7 +211,10 @@ def _read_options(
         header=header,
         delimiter=delimiter,
         # float16 columns are read as float32 and downcast with the float16 report
-        column_types={k: ("float32" if v == "float16" else v) for k, v in column_types.items()},
+        # (a files input keeps float16: its own columns are narrowed by the plan, its sidecar's read as float32)
+        column_types={
+            k: ("float32" if v == "float16" and not cls.takes_file_options else v) for k, v in column_types.items()
+        },
         skip_rows=skip_rows,
         comment=comment,
         na_values=DEFAULT_NA_VALUES if na_values is None else tuple(na_values),

@@ -30,7 +30,19 @@ import pyarrow.compute as pc
 
 from ..arrowconv import arrow_to_numpy, column_from_arrow, logical_of, logical_type
 from ..errors import UTF8_HINT, InputError, SchemaError, invalid_utf8
-from ..schema import BINARY, CATEGORY, FIXED, SEQUENCE, STRING, Batch, Field, Logical, VarColumn, typed_field
+from ..schema import (
+    BINARY,
+    CATEGORY,
+    FIXED,
+    SEQUENCE,
+    STRING,
+    STRING_LIST,
+    Batch,
+    Field,
+    Logical,
+    VarColumn,
+    typed_field,
+)
 
 NAT = np.iinfo(np.int64).min  # a null timestamp, as NumPy's NaT
 EXACT = 2**53  # integers beyond this are not exact in float64
@@ -185,10 +197,13 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
             c.how, c.value, c.to_float = "sequence", v, to_float
             c.field = Field(c.name, SEQUENCE, dt.str)
             return c
-        if _stringy(v) or _binary(v):
+        if _stringy(v):  # as JSON Lines reads lists of strings: a missing list or string is empty
+            c.how, c.field = "string_list", Field(c.name, STRING_LIST, "|u1")
+            return c
+        if _binary(v):
             return _refuse(
                 c,
-                f"holds {type_name(c.atype)} (lists of strings), which the output formats cannot hold yet",
+                f"holds {type_name(c.atype)} (lists of binary values), which the output formats cannot hold yet",
                 _leave_out(),
             )
         what = "lists of lists" if (_listlike(v) or pa.types.is_fixed_size_list(v)) else f"lists of {type_name(v, 40)}"
@@ -336,6 +351,8 @@ class Converter:
             return self._fixed(arr, c, source, row0)
         if c.how == "sequence":
             return self._sequence(arr, c)
+        if c.how == "string_list":
+            return self._string_list(arr, c, source, row0)
         if c.how in ("string", "binary"):
             return self._bytes(arr, c, source, row0)
         if c.how == "temporal":
@@ -443,6 +460,40 @@ class Converter:
         else:
             v = arrow_to_numpy(values)
         return VarColumn(v if v.dtype == dt else v.astype(dt), offs)
+
+    def _string_list(self, arr: pa.Array, c: Column, source: str, row0: int) -> VarColumn:
+        """Lists of strings (kind string_list: a VarColumn of strings per row). A missing list is
+        an empty one and a missing string an empty string, as the JSON Lines reader holds them."""
+        if pa.types.is_list_view(arr.type) or pa.types.is_large_list_view(arr.type):
+            arr = arr.cast(pa.large_list(arr.type.value_type))
+        offs = np.zeros(len(arr) + 1, dtype=np.int64)
+        if arr.null_count:
+            self.nulls[c.name] += arr.null_count
+        np.cumsum(arrow_to_numpy(pc.list_value_length(arr).fill_null(0)), out=offs[1:])
+        values = arr.flatten()  # the slice's elements, none behind a missing list
+        if pa.types.is_dictionary(values.type):
+            values = values.dictionary_decode()
+        if pa.types.is_string_view(values.type):
+            values = values.cast(pa.large_string())
+        if values.null_count:
+            self.nulls[c.name] += values.null_count
+            values = pc.fill_null(values, pa.scalar("", values.type))
+        try:
+            values.validate(full=True)
+        except pa.ArrowInvalid:  # not UTF-8 (Arrow does not check when reading)
+            rows = values.cast(pa.large_binary()).to_pylist()
+            if self.errors == "replace":
+                values = pa.array([r.decode("utf-8", "replace") for r in rows], pa.large_string())
+            else:
+                for i, r in enumerate(rows):
+                    try:
+                        r.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        row = int(np.searchsorted(offs, i, side="right")) - 1
+                        raise InputError(
+                            f"{self._where(source, row0, row, c)}: {invalid_utf8(e, of='')}", hint=UTF8_HINT
+                        ) from None
+        return VarColumn(_var_bytes(values), offs)
 
     def _bytes(self, arr: pa.Array, c: Column, source: str, row0: int) -> VarColumn:
         t = arr.type

@@ -82,6 +82,7 @@ class Reader:
     random_rows = False  # row_range() reads any rows without a pass over the input (mapped NPY, files)
     columnar = False  # named columns, each read apart (Parquet, Arrow, HDF5): a job may read one alone
     takes_file_options = False  # --decode, --metadata, --on-bad-file apply (files, WebDataset)
+    widens = False  # types are inferred from the first piece and widened while read (CSV, JSON Lines, a sidecar)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
         self.specs = specs

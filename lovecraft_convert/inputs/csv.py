@@ -54,6 +54,7 @@ def _looks_float(v: str) -> bool:
 
 
 class CsvReader(MatrixParsing, Reader):
+    widens = True
     takes_column_types = True
     takes_logical_types = True
     takes_csv_syntax = True

@@ -80,7 +80,11 @@ class Sidecar:
                 f"--metadata {path}: no key column (columns are {', '.join(names)})",
                 hint=f"name the column of file paths one of {', '.join(KEYS)}",
             )
-        types = {k: v for k, v in column_types.items() if k in names}
+        from ..selection import ColumnTypes
+
+        # float16 is read as float32, then narrowed with the float16 report (as for other inputs)
+        types = ColumnTypes(column_types).resolve(names, f"--metadata {path}", strict=False)
+        types = {k: ("float32" if v == "float16" else v) for k, v in types.items()}
         self.column_types = {**types, self.key: "string"}
         self.reader = open_reader(
             [path], budget=budget, input_format=kind, errors=errors, column_types=self.column_types
@@ -139,3 +143,36 @@ class Sidecar:
         if wanted is None:
             self._whole = out
         return out
+
+
+def check_column_types(
+    column_types: dict[str, str], own: list[str], sidecar: Sidecar | None, kind: str, names: str
+) -> None:
+    """Refuse a ``--column-type`` a files or webdataset input would ignore. It types the sidecar's
+    columns; the input's ``own`` columns (path, bytes, image, label, a member's extension) keep
+    their types and only narrow to float16 (the output plan does it): any other selection is one
+    line naming it, never a flag silently left out."""
+    from ..selection import select
+
+    side = list(sidecar.reader.schema.names) if sidecar is not None else []
+    for sel, t in column_types.items():
+        if select(side, sel, "--column-type"):
+            continue
+        mine = select(own, sel, "--column-type")
+        if mine and t == "float16":
+            continue
+        if mine:
+            raise SchemaError(
+                f"--column-type {sel}={t}: '{mine[0]}' is a column of the {kind} input {names} itself, "
+                "whose type is fixed",
+                hint="only float16 narrows it; --column-type types the columns of a --metadata sidecar",
+            )
+        if sidecar is None:
+            raise SchemaError(
+                f"--column-type {sel}=...: no column '{sel}' in the {kind} input {names} (columns {', '.join(own)})",
+                hint="--column-type types the columns of a --metadata sidecar",
+            )
+        raise SchemaError(
+            f"--column-type {sel}=...: no column '{sel}' in --metadata {sidecar.path}",
+            hint=f"its columns are {', '.join(side)}",
+        )

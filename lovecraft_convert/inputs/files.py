@@ -164,6 +164,11 @@ class FilesReader(Reader):
         self.decoder = self._decoder()
         self.payload = {None: "bytes", "image": "image", "audio": "audio"}[self.fo.decode]
         self._all = self._fields()
+        self.widens = self.sidecar is not None  # the sidecar's CSV or JSON Lines types
+        if options.column_types:
+            from .filemeta import check_column_types
+
+            check_column_types(options.column_types, [f.name for f in self._all], self.sidecar, "files", names)
         want = options.columns
         if want:
             have = [f.name for f in self._all] + (self.sidecar.schema.names if self.sidecar is not None else [])
@@ -239,9 +244,10 @@ class FilesReader(Reader):
             except BadFile as e:
                 if k + 1 >= tries:
                     what = "shape" if noun == "image" else "rate"
-                    raise InputError(
-                        f"{self._name(item)}: {e}", hint=f"the first {noun} gives the {what}: fix it"
-                    ) from None
+                    hint = f"the first {noun} gives the {what}: fix or remove it" + (
+                        "" if tries > 1 else ", or pass --on-bad-file skip to leave such files out (counted)"
+                    )
+                    raise InputError(f"{self._name(item)}: {e}", hint=hint) from None
             except TooLarge as e:
                 raise self._too_large(item, e) from None
         raise InputError(f"{', '.join(s.name for s in self.specs)}: holds no files", hint="check the path")

@@ -73,6 +73,7 @@ class JsonlReader(Reader):
     takes_column_types = True
     takes_logical_types = True
     late_columns = True
+    widens = True
     unit, a_unit = "line", "a line"  # what messages count records in (a JSON array's reader: elements)
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:

@@ -95,6 +95,12 @@ class WebDatasetReader(Reader):
                     f"joins in memory (1/16 of --max-memory)",
                     hint="raise --max-memory",
                 )
+        if options.column_types:
+            from .filemeta import check_column_types
+
+            names = ", ".join(s.name for s in specs)
+            check_column_types(options.column_types, [KEY, *exts], self.sidecar, "webdataset", names)
+        self.widens = self.sidecar is not None  # the sidecar's CSV or JSON Lines types
         self.wanted = want
         self._reset()
 
@@ -129,33 +135,43 @@ class WebDatasetReader(Reader):
                 f"{self.specs[0].name}: no {fo.decode} member among the extensions {', '.join(self.exts)}",
                 hint=f"--decode {fo.decode} decodes members named {', '.join(k[1:] for k in kinds)}",
             )
-        first = None
-        for key, members, where in self._samples(0):
-            hit = next((e for e in chosen if e in members), None)
-            if hit is not None:
-                first = (members[hit], f"{where}, member {key}.{hit}")
-                break
         if fo.decode == "image":
             from ..errors import need
 
             need("PIL.Image", "--decode image", "pip install 'lovecraft-convert[images]'")
             size, mode = fo.image_size, fo.image_mode
-            if (size is None or mode is None) and first is not None:
-                try:
-                    got_size, got_mode = probe_image(first[0], self.decoded_limit)
-                except (BadFile, TooLarge) as e:
-                    raise InputError(f"{first[1]}: {e}", hint="the first image gives the shape: fix it") from None
-                size, mode = size or got_size, mode or mode_for(got_mode)
+            if size is None or mode is None:
+                got = self._probe(chosen, lambda data: probe_image(data, self.decoded_limit), "image", "shape")
+                if got is not None:
+                    size, mode = size or got[0], mode or mode_for(got[1])
             dec = ImageDecoder(size, mode, fo.resize if fo.image_size else None, self.decoded_limit)
         else:
             rate = fo.sample_rate
-            if rate is None and first is not None:
-                try:
-                    rate = probe_audio(first[0])
-                except BadFile as e:
-                    raise InputError(f"{first[1]}: {e}", hint="the first clip gives the rate: fix it") from None
+            if rate is None:
+                rate = self._probe(chosen, probe_audio, "clip", "rate")
             dec = AudioDecoder(rate, self.decoded_limit)
         return {e: dec for e in chosen}
+
+    def _probe(self, chosen: list[str], probe, noun: str, what: str):
+        """What the first member that decodes gives (the shape or rate the flags leave open): the
+        first sample's member, or with --on-bad-file skip the first of a hundred that decodes, as
+        the files input does (None when no sample holds one)."""
+        tries = 100 if self.fo.on_bad_file == "skip" else 1
+        seen = 0
+        for key, members, where in self._samples(0):
+            hit = next((e for e in chosen if e in members), None)
+            if hit is None:
+                continue
+            seen += 1
+            try:
+                return probe(members[hit])
+            except (BadFile, TooLarge) as e:
+                if seen >= tries or isinstance(e, TooLarge):
+                    hint = f"the first {noun} gives the {what}: fix or remove it" + (
+                        "" if tries > 1 else ", or pass --on-bad-file skip to leave such samples out (counted)"
+                    )
+                    raise InputError(f"{where}, member {key}.{hit}: {e}", hint=hint) from None
+        return None
 
     @property
     def schema(self) -> Schema:

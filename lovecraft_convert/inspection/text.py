@@ -130,7 +130,8 @@ def _removed(rm: dict[str, Any]) -> str:
     if isinstance(d, dict):
         cols = list(d.get("columns") or [])
         on = ", ".join(cols[:8]) + (f", ... ({len(cols)} columns)" if len(cols) > 8 else "")
-        why.append(f"{number(d.get('rows'))} duplicates ({d.get('mode')} on {on})")
+        n = d.get("rows")
+        why.append(f"{number(n)} duplicate{'' if n == 1 else 's'} ({d.get('mode')} on {on})")
     gone = sum(v.get("rows") or 0 for v in rm.values() if isinstance(v, dict))
     return f"removed: {number(gone)} of {number(rm.get('read'))} rows read: {'; '.join(why)}"
 

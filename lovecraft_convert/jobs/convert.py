@@ -12,7 +12,7 @@ from typing import Any
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
 from ..engine.pipeline import Progress, coalesce
-from ..errors import InputError, Interrupted, OptionsError, spelled
+from ..errors import InputError, Interrupted, OptionsError, SchemaError, spelled
 from ..formats import get as get_format
 from ..formats.writing import FileRecord, WriteOptions
 from ..inputs import Reader, open_data, open_reader, paths_or_data
@@ -109,6 +109,24 @@ def output_plan(reader: Reader, o: ConvertOptions) -> OutputPlan:
         on_overflow=o.on_overflow,
         filter=o.filter,
     )
+
+
+def checked_plans(reader: Reader, o: ConvertOptions) -> OutputPlan:
+    """:func:`output_plan`, with ``--dedup-columns`` resolved too. A ``--filter``, ``--columns`` or
+    ``--dedup-columns`` that does not fit ``reader.schema`` may name a type or a column not met yet:
+    CSV and JSON Lines types come from the first piece of the input and widen while it is read,
+    and a JSON Lines key may first appear late. Such a reader then reads its input once, which
+    raises SchemaChanged if the schema changes (the job starts over with the wider one); if
+    nothing changes, the error stands. Only this error path pays the extra pass."""
+    try:
+        plan = output_plan(reader, o)
+        dedup_of(reader, plan, o)
+        return plan
+    except (OptionsError, SchemaError):
+        if getattr(reader, "widens", False):
+            for _ in reader.batches():
+                pass
+        raise
 
 
 def estimate_bytes(reader) -> int:
@@ -240,7 +258,7 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     import os
     import shutil
 
-    plan = output_plan(reader, o)
+    plan = checked_plans(reader, o)
     schema = plan.schema
     source = ", ".join(s.name for s in reader.specs)
     fmt.check_schema(schema, source)

@@ -46,7 +46,7 @@ from ..schema import Batch, Schema
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
 from ..util import parse_size, trace
-from .convert import check_memory, dedup_of, estimate_bytes, output_plan, read_extra, write_unit_files
+from .convert import check_memory, checked_plans, dedup_of, estimate_bytes, output_plan, read_extra, write_unit_files
 from .options import ShardOptions, takes_options
 
 
@@ -381,7 +381,12 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
         # the inputs as the probe resolved them (stat'ed and peeked at once, not again per pass);
         # stdin, copied into the work directory, is resolved anew
         reader = ctx.reader(specs=None if any(s.is_stdin for s in probe.specs) else probe.specs)
-        out_plan = output_plan(reader, o)
+        try:
+            out_plan = checked_plans(reader, o)
+        except SchemaChanged as e:  # met reading the input once to settle its types (nothing written yet)
+            plan["widened"] = {**plan.get("widened", {}), **e.widened}
+            save_plan(run.work, plan)
+            continue
         schema = out_plan.schema
         source = ", ".join(s.name for s in reader.specs)
         fmt.check_schema(schema, source)

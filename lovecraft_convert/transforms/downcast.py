@@ -99,6 +99,10 @@ def _step(src: np.ndarray, out: np.ndarray, base: int, st: DowncastStats, on_ove
     lim = float(np.finfo(out.dtype).max)
     if src.size == 0:
         return
+    if src.dtype.kind != "f":
+        # an integer column narrowed by --column-type NAME=float16 (a decoded image's uint8
+        # pixels): measured in float64, where the errors below cannot wrap around
+        src = src.astype(np.float64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         lo, hi = float(src.min()), float(src.max())  # NaN propagates into both
         if not (np.isfinite(lo) and np.isfinite(hi) and max(-lo, hi) <= lim):

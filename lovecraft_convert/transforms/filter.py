@@ -355,6 +355,8 @@ class Filter:
             values = [it.args[0] for it in items]
             if isinstance(a, pa.Scalar):
                 a = pa.array([a.as_py()] * batch.num_rows)
+            if pa.types.is_boolean(a.type) and not all(isinstance(v, bool) for v in values):
+                a = pc.cast(a, pa.int64())  # true is 1: `flag in (2)` keeps nothing
             if all(isinstance(v, (int, float)) for v in values) and not pa.types.is_floating(a.type):
                 if all(isinstance(v, int) or float(v).is_integer() for v in values):
                     values = [int(v) for v in values]
@@ -382,11 +384,17 @@ def _value_set(values: list, t):
 def _aligned(a, b):
     """Make a binary column comparable with a string literal (and a NaN-free number with a bool)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     for x, y in ((a, b), (b, a)):
         if pa.types.is_binary(x.type) and pa.types.is_string(y.type) and isinstance(y, pa.Scalar):
             y2 = pa.scalar(y.as_py().encode(), pa.binary())
             return (x, y2) if x is a else (y2, x)
+        # Arrow has no kernel comparing a bool with a number: the bool side becomes 0 or 1 of the
+        # number's type (true == 1, as the language promises numbers and booleans compare)
+        if pa.types.is_boolean(x.type) and (pa.types.is_integer(y.type) or pa.types.is_floating(y.type)):
+            x2 = pc.cast(x, y.type)
+            return (x2, y) if x is a else (y, x2)
     return a, b
 
 

@@ -408,3 +408,32 @@ def test_a_tree_that_changed_since_the_run_was_planned_is_one_line(tmp_path, tre
     os.unlink(os.path.join(root, "cat", "001.png"))  # the range's first file
     with pytest.raises(InputError, match="the tree changed while it was read"):
         paths(3, 8, (marks[1], None))
+
+
+def test_column_type_applies_to_the_sidecar_and_is_refused_elsewhere(tmp_path, tree):
+    """--column-type types the sidecar's columns (by name or pattern); one naming a column of the
+    files themselves (other than narrowing to float16) or no column at all was silently ignored."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    root, _files, _meta, _ = tree
+    meta = tmp_path / "scores.csv"
+    meta.write_text("file_name,score\n" + "".join(f"{rel},{k}\n" for k, rel in enumerate(ORDER)), encoding="utf-8")
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", root, "-o", out, "--to", "parquet", "--metadata", str(meta), "--column-type", "sc*=float32", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    t = pq.read_table(out)
+    assert str(t.schema.field("score").type) == "float" and t["score"].to_pylist() == list(range(len(ORDER)))
+    cases = [
+        (["--column-type", "label=int32"],
+         f"Error: --column-type label=int32: 'label' is a column of the files input {root} itself, whose type is "
+         "fixed; only float16 narrows it; --column-type types the columns of a --metadata sidecar\n"),
+        (["--column-type", "nosuch=int64"],
+         f"Error: --column-type nosuch=...: no column 'nosuch' in the files input {root} (columns path, bytes, "
+         "label); --column-type types the columns of a --metadata sidecar\n"),
+        (["--metadata", str(meta), "--column-type", "nosuch=int64"],
+         f"Error: --column-type nosuch=...: no column 'nosuch' in --metadata {meta}; its columns are file_name, "
+         "score\n"),
+    ]  # fmt: skip
+    for args, message in cases:
+        r = lovecraft("convert", root, "-o", str(tmp_path / "bad"), "--to", "parquet", *args, "-q")
+        assert (r.exit_code, r.stderr) == (1, message)
+        assert not os.path.exists(tmp_path / "bad")

@@ -283,7 +283,8 @@ def test_the_shape_comes_from_the_first_image_that_decodes_when_skipping(tmp_pat
     r = lovecraft("convert", root, "-o", str(tmp_path / "o"), "--to", "hdf5", "--decode", "image", "-q")
     assert (r.exit_code, r.stderr) == (
         1,
-        f"Error: {first}: not an image (no format Pillow reads); the first image gives the shape: fix it\n",
+        f"Error: {first}: not an image (no format Pillow reads); the first image gives the shape: fix or remove it, "
+        "or pass --on-bad-file skip to leave such files out (counted)\n",
     )
     lc.convert(root, str(tmp_path / "o"), to="hdf5", decode="image", on_bad_file="skip", image_size="16x16",
                progress=False)  # fmt: skip
@@ -303,3 +304,20 @@ def test_decoding_threads_are_gone_after_the_call(tmp_path, images):
             f.write(b"x")
         lc.convert(root, str(tmp_path / "o2"), to="hdf5", decode="image", image_size="8x8", progress=False)
     assert {t.ident for t in threading.enumerate()} == before
+
+
+def test_decoded_pixels_narrowed_to_float16(tmp_path, images):
+    """`--column-type image=float16` narrows the uint8 pixels (as --dtype's note suggests for integer
+    columns); the downcast measured its errors in uint8 and crashed with NumPy's casting error."""
+    root, files = images
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", root, "-o", out, "--to", "hdf5", "--decode", "image", "--image-size", "16x12",
+                  "--column-type", "image=float16", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    got = read_back(out, "hdf5")["image"]
+    assert got.dtype == np.float16 and got.shape == (len(files), 12, 16, 3)
+    for k, rel in enumerate(ORDER):  # every uint8 value is a float16 exactly
+        want = pillow_reference(files[rel], (16, 12), "RGB", "shorter").astype(np.float16)
+        np.testing.assert_array_equal(got[k], want, rel)
+    report = manifest(out)["float16"]["image"]
+    assert report["max_abs_error"] == 0.0 and report["overflow"] == 0

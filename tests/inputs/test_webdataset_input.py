@@ -143,3 +143,53 @@ def test_a_truncated_shard(tmp_path):
     assert r.stderr.startswith(f"Error: {path}: not a readable tar after member s0/")
     assert r.stderr.endswith("; re-create the shard\n") and r.stderr.count("\n") == 1
     assert not os.path.exists(str(tmp_path / "o"))
+
+
+def test_column_type_on_a_members_column_is_one_line(tmp_path):
+    """The members' columns are their bytes: `--column-type cls=int64` was silently ignored (the
+    output still binary); it is one line, exit 1, nothing written. float16 still narrows a decoded
+    image column."""
+    make_shards(str(tmp_path), shards=1, per=3)
+    src = str(tmp_path / "shard-000.tar")
+    r = lovecraft("convert", src, "-o", str(tmp_path / "bad"), "--to", "parquet", "--column-type", "cls=int64", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: --column-type cls=int64: 'cls' is a column of the webdataset input {src} itself, whose type is "
+        "fixed; only float16 narrows it; --column-type types the columns of a --metadata sidecar\n",
+    )
+    assert not os.path.exists(tmp_path / "bad")
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", src, "-o", out, "--to", "hdf5", "--columns", "__key__,jpg", "--decode", "image",
+                  "--image-size", "8x8", "--column-type", "jpg=float16", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    got = read_back(out, "hdf5")["jpg"]
+    assert got.dtype == np.float16 and got.shape == (3, 8, 8, 3)
+
+
+def test_a_first_image_that_does_not_decode_is_skipped_when_asked(tmp_path):
+    """With --on-bad-file skip, a first sample whose image does not decode was still fatal ('the
+    first image gives the shape'): the shape now comes from the first that decodes, as for files;
+    without skip, the one line says how to skip it."""
+    samples = make_shards(str(tmp_path), shards=1, per=4)
+    src = str(tmp_path / "shard-000.tar")
+    with tarfile.open(src, "w") as tf:  # the same samples, the first one's jpg broken
+        for i, (key, members) in enumerate(samples):
+            for ext, data in members.items():
+                _add(tf, f"{key}.{ext}", b"broken" if (i, ext) == (0, "jpg") else data)
+    r = lovecraft("convert", src, "-o", str(tmp_path / "o"), "--to", "hdf5", "--decode", "image", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {src}, member s0/000000.jpg: not an image (no format Pillow reads); the first image gives the "
+        "shape: fix or remove it, or pass --on-bad-file skip to leave such samples out (counted)\n",
+    )
+    out = str(tmp_path / "out")
+    r = lovecraft("convert", src, "-o", out, "--to", "hdf5", "--decode", "image", "--on-bad-file", "skip", "-q")
+    assert r.exit_code == 0, r.stderr
+    from PIL import Image
+
+    got = read_back(out, "hdf5")  # the shape of the 2nd (21x16): the 3rd and 4th (22x16, 23x16) do not fit
+    assert [k.decode() if isinstance(k, bytes) else k for k in got["__key__"]] == ["s0/000001"]
+    want = np.asarray(Image.open(io.BytesIO(samples[1][1]["jpg"])).convert("RGB"))
+    assert want.shape == (16, 21, 3)
+    np.testing.assert_array_equal(got["jpg"][0], want)
+    assert manifest(out)["skipped_files"]["count"] == 3

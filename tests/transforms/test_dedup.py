@@ -238,3 +238,15 @@ def test_a_type_widened_late_decides_again(tmp_path):
     convert(p, out, to="parquet", dedup="exact", dedup_columns=["x"], max_memory="16MiB")
     want = pl.read_ndjson(p, infer_schema_length=None).unique(subset=["x"], maintain_order=True, keep="first")
     assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want["id"].to_list()
+
+
+def test_one_duplicate_is_singular(tmp_path):
+    """The summary and inspect said '1 duplicates'."""
+    src = tmp_path / "t.csv"
+    src.write_text("a,b\n1,x\n2,y\n1,x\n", encoding="utf-8")
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", "parquet", "--dedup", "exact")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines()[1] == "  removed 1 row of 3 read: 1 duplicate"
+    r = lovecraft("inspect", out)
+    assert "removed: 1 of 3 rows read: 1 duplicate (exact on a, b)" in r.stdout.splitlines()

@@ -295,3 +295,23 @@ def test_dtype_float32(tmp_path, fmt):
     got = np.asarray(read_back(out, fmt, {"x": ("fixed", np.float32, ())})["x"])
     assert got[4321] == -np.finfo(np.float32).max
     assert manifest(out)["float16"]["x"]["clipped"] == 1
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.uint16, np.int64])
+def test_integer_sources_narrow_as_numpy_casts(dtype):
+    """An integer column narrowed by --column-type NAME=float16 reaches the downcast as integers
+    (a decoded image's pixels): the cast equals NumPy's and the errors are measured without
+    wrapping around in the integer type (uint8 raised NumPy's casting error)."""
+    from lovecraft_convert.transforms.downcast import DowncastStats, downcast_array
+
+    info = np.iinfo(dtype)
+    x = np.linspace(max(info.min, -60000), min(info.max, 60000), 1001).astype(dtype)
+    st_ = DowncastStats("float16")
+    got = downcast_array(x, np.dtype(np.float16), st_, "error", lambda i: ("src", "x", i, i))
+    want = x.astype(np.float16)
+    assert np.array_equal(got, want)
+    err = np.abs(want.astype(np.float64) - x.astype(np.float64))
+    nz = x != 0
+    assert st_.values == x.size and st_.overflow == 0
+    assert st_.max_abs_error == float(err.max())
+    assert st_.max_rel_error == float((err[nz] / np.abs(x[nz].astype(np.float64))).max())

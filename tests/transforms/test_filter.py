@@ -263,3 +263,102 @@ def test_random_expressions_keep_what_polars_keeps(tmp_path_factory, jsonl):
         assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == want, expr
 
     check()
+
+
+BOOLS = Schema((Field("flag", "fixed", "|b1"), Field("label", "fixed", "<i8"), Field("x", "fixed", "<f8")))
+
+
+@pytest.mark.parametrize(
+    "expr, want",
+    [
+        ("label == true", [True, False, False, True]),
+        ("true == label", [True, False, False, True]),
+        ("x != false", [True, False, True, False]),  # NaN compares false either way
+        ("flag == 1", [True, False, True, False]),
+        ("flag != 0.0", [True, False, True, False]),
+        ("isnull(x) == 1", [False, True, False, False]),
+        ("flag == true", [True, False, True, False]),
+        ("flag in (2)", [False, False, False, False]),  # was every true row: 2 cast to a bool
+        ("flag in (0, 0.5)", [False, True, False, True]),
+        ("flag in (true)", [True, False, True, False]),
+        ("label in (true, 3)", [True, False, True, True]),
+    ],
+)
+def test_numbers_compare_with_booleans(expr, want):
+    """The language promises numbers compare with booleans (true is 1): Arrow has no such kernel, so
+    a `label == true` on an int column failed with pyarrow's 'no kernel matching input types'."""
+    batch = Batch(
+        {
+            "flag": np.array([True, False, True, False]),
+            "label": np.array([1, 2, 3, 1]),
+            "x": np.array([1.0, np.nan, 3.0, 0.0]),
+        }
+    )
+    assert Filter(expr).check(BOOLS).mask(batch).tolist() == want
+
+
+@pytest.fixture(scope="module")
+def late(tmp_path_factory) -> dict[str, str]:
+    """Inputs whose last row changes the schema, past the first piece (4 MiB) that types are inferred
+    from: a CSV column of numbers that turns to text, a JSON Lines key met only at the end."""
+    d = tmp_path_factory.mktemp("late")
+    rows = 400_000
+    with open(d / "late.csv", "w", encoding="utf-8") as f:
+        f.write("id,c\n" + "".join(f"{i},{i}\n" for i in range(rows)) + "-1,x\n")
+    with open(d / "late.jsonl", "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"id": i, "c": i}) + "\n" for i in range(rows)))
+        f.write(json.dumps({"id": -1, "c": "x", "lang": "en"}) + "\n")
+    assert os.path.getsize(d / "late.csv") > 5 << 20
+    return {"csv": str(d / "late.csv"), "jsonl": str(d / "late.jsonl")}
+
+
+@pytest.mark.parametrize(
+    "job, kind, expr, dedup",
+    [
+        ("convert", "csv", "c == 'x' or id < 3", None),
+        ("convert", "jsonl", "c == 'x' or id < 3", None),
+        ("convert", "jsonl", "lang == 'en' or id < 3", None),
+        ("convert", "jsonl", "id < 3 or id == -1", "lang"),
+        ("shard", "csv", "c == 'x' or id < 3", None),
+        ("shard", "jsonl", "id < 3 or id == -1", "lang"),
+    ],
+)
+def test_a_column_whose_type_widens_or_that_appears_late(tmp_path, late, job, kind, expr, dedup):
+    """The filter and --dedup-columns were checked against the types of the first piece: a column of
+    numbers that turns to text later ('c is a number'), or a JSON Lines key met late ('no column
+    lang'), refused a valid command. The input is read once to settle its types, then written."""
+    src = late[kind]
+    out = str(tmp_path / "out")
+    args = ["--dedup", "exact", "--dedup-columns", dedup] if dedup else []
+    more = ["--num-shards", "2", "--workers", "2"] if job == "shard" else []
+    r = lovecraft(job, src, "-o", out, "--to", "parquet", "--filter", expr, *args, *more, "-q")
+    assert r.exit_code == 0, r.stderr
+    got = pl.read_parquet(os.path.join(out, "*.parquet"))
+    want = (
+        pl.read_csv(src, infer_schema_length=None) if kind == "csv" else pl.read_ndjson(src, infer_schema_length=None)
+    )
+    want = want.with_columns(pl.col("c").cast(pl.String))
+    if "lang" in want.columns:
+        want = want.with_columns(pl.col("lang").fill_null(""))  # lovecraft's missing text
+    keep = (pl.col("c") == "x") | (pl.col("id") < 3)
+    if "lang" in expr:
+        keep = (pl.col("lang") == "en") | (pl.col("id") < 3)
+    elif dedup:
+        keep = (pl.col("id") < 3) | (pl.col("id") == -1)
+    want = want.filter(keep)
+    if dedup:
+        want = want.unique(subset=[dedup], maintain_order=True, keep="first")
+    assert got.to_dicts() == want.to_dicts()
+    r = lovecraft("verify", out, "--against", src)
+    assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def test_a_type_error_that_reading_on_does_not_lift(tmp_path, late):
+    """Reading the input once changes nothing: the error stands, one line, exit 1, nothing written."""
+    r = lovecraft("convert", late["csv"], "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "id == 'a'")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        "Error: --filter \"id == 'a'\": cannot compare a number with a string (column 'id' is a number) at position "
+        "4; compare like with like (quote text)\n",
+    )
+    assert not os.path.exists(tmp_path / "o")
