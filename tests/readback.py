@@ -260,7 +260,8 @@ def read_webdataset_tar(out: str) -> dict[str, object]:
     """Python's own tarfile reads every ``.tar`` (in the manifest's order): members grouped by key,
     each decoded by its extension as WebDataset's ``decode()`` does (``json`` by json, ``cls`` as an
     integer, ``*.npy`` by np.load, anything else its bytes), then the columns of the schema taken
-    from them: a column's own member, else its field in the ``.json`` member."""
+    from them: a column's own member, else its field in the ``.json`` member (the manifest's
+    ``webdataset.file_member``: each sample's first member, named by the file's extension)."""
     import io
     import tarfile
 
@@ -273,7 +274,7 @@ def read_webdataset_tar(out: str) -> dict[str, object]:
                 key, ext = member.name.split(".", 1)
                 data = tar.extractfile(member).read()
                 if not samples or samples[-1]["__key__"] != key:
-                    samples.append({"__key__": key})
+                    samples.append({"__key__": key, "__first__": ext})
                 if ext == "json":
                     data = json.loads(data)
                 elif ext == "cls":
@@ -282,11 +283,14 @@ def read_webdataset_tar(out: str) -> dict[str, object]:
                     data = np.load(io.BytesIO(data), allow_pickle=False)
                 samples[-1][ext] = data
     cols: dict[str, object] = {}
+    file_member = (m.get("webdataset") or {}).get("file_member")  # named by each file's extension, first
     for f in m["schema"]:
         name = f["name"]
         got = []
         for s in samples:
-            if name in s:
+            if name == file_member:
+                got.append(s[s["__first__"]])
+            elif name in s:
                 got.append(s[name])
             elif f"{name}.npy" in s:
                 got.append(s[f"{name}.npy"])

@@ -213,3 +213,64 @@ def test_inspect_gives_webdataset_and_tar(written):
     path = os.path.join(outs["csv"], "data.tar")
     assert f'wds.WebDataset("{path}", shardshuffle=False)' in rep["load"]["webdataset"]
     assert rep["load"]["tar"] == f"tar -tvf {path}"
+
+
+DECODE_PIL = """
+import json, sys
+import webdataset as wds
+
+out = []
+for s in wds.WebDataset(json.loads(sys.argv[1]), shardshuffle=False).decode("pil"):
+    row = {"key": s["__key__"], "exts": sorted(k for k in s if not k.startswith("__"))}
+    for ext in ("jpg", "png"):
+        if ext in s:
+            im = s[ext]
+            row["image"] = [ext, im.mode, list(im.size), im.tobytes().hex()]
+    out.append(row)
+print(json.dumps(out))
+"""
+
+
+def test_a_folder_of_files_is_named_by_each_files_extension(tmp_path):
+    """A folder of images (the files input) becomes samples whose file member is ``<key>.jpg`` or
+    ``<key>.png``, so WebDataset's ``.decode("pil")`` opens them: the same pixels as Pillow's own
+    decode of the source. A file whose extension is another member's (``.json``) or none is
+    ``<key>.bytes``; open_dataset and verify read every file's bytes back."""
+    from PIL import Image
+
+    from tests.peers import require_peers, run_peer
+
+    root = tmp_path / "src"
+    (root / "cat").mkdir(parents=True)
+    (root / "dog").mkdir()
+    rng = np.random.default_rng(5)
+    Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(root / "cat" / "a.JPG", quality=90)
+    Image.fromarray(rng.integers(0, 255, (9, 7, 4), dtype=np.uint8)).save(root / "cat" / "b.x.png")
+    (root / "dog" / "doc.json").write_text('{"a": 1}')
+    (root / "dog" / "README").write_text("hi")
+    out = str(tmp_path / "out")
+    assert lovecraft("convert", str(root), "-o", out, "--to", "webdataset", "-q").exit_code == 0
+    with tarfile.open(os.path.join(out, "data.tar")) as tar:
+        names = tar.getnames()
+    assert names == [
+        "000000000.jpg", "000000000.cls", "000000000.json",
+        "000000001.png", "000000001.cls", "000000001.json",
+        "000000002.bytes", "000000002.cls", "000000002.json",
+        "000000003.bytes", "000000003.cls", "000000003.json",
+    ]  # fmt: skip
+    assert manifest(out)["webdataset"] == {"file_member": "bytes"}
+    assert lovecraft("verify", out).exit_code == 0
+    files = ["cat/a.JPG", "cat/b.x.png", "dog/README", "dog/doc.json"]
+    got = [bytes(x) for b in lc.open_dataset(out).batches(3) for x in b["bytes"]]
+    assert got == [(root / f).read_bytes() for f in files]
+    require_peers("webdataset")
+    rows = run_peer(DECODE_PIL, json.dumps([os.path.join(out, "data.tar")]))
+    assert [r["exts"] for r in rows] == [
+        ["cls", "jpg", "json"],
+        ["cls", "json", "png"],
+        *[["bytes", "cls", "json"]] * 2,
+    ]
+    for r, f in zip(rows[:2], files[:2], strict=True):
+        with Image.open(root / f) as im:
+            im = im.convert("RGB")  # what "pil" asks of WebDataset's decoder
+            assert r["image"][1:] == [im.mode, list(im.size), im.tobytes().hex()]

@@ -30,6 +30,14 @@ class WebdatasetFormat(OutputFormat):
 
         return WebdatasetWriter
 
+    manifest_keys = ("webdataset",)
+
+    def dataset_extra(self, schema, unit_extras):
+        from .layout import file_member_of
+
+        member = file_member_of(schema)
+        return {"webdataset": {"file_member": member}} if member else {}
+
     def most_rows(self, sizes, entries, schema, manifest):
         return sum(size // 512 for size in sizes)  # a sample has a header of 512 bytes at least
 
@@ -38,7 +46,10 @@ class WebdatasetFormat(OutputFormat):
         from .reader import WebdatasetReader
 
         path = self.unit_file(files.paths, f"shard {files.key[1]}")
-        return WebdatasetReader(files.rows, files.schema, schema_of(manifest, "webdataset"), path)
+        from .layout import file_member
+
+        member = file_member(manifest)
+        return WebdatasetReader(files.rows, files.schema, schema_of(manifest, "webdataset"), path, member)
 
     def check_unit(self, ctx, unit, schema):
         from .check import check_unit

@@ -12,7 +12,7 @@ import numpy as np
 from ...schema import STRING, Batch, Schema, VarColumn
 from ..checking import CheckContext, FileProblem, Unit
 from ..items import bad_utf8_row
-from .layout import DecodeProblem, plan
+from .layout import DecodeProblem, file_member, plan
 from .reader import TarIndex
 from .tar import TarProblem
 
@@ -33,7 +33,10 @@ def first_row(manifest: dict, unit: Unit) -> int | None:
 
 def check_unit(ctx: CheckContext, unit: Unit, schema: Schema, p: str) -> Iterator[tuple[Batch, str]]:
     try:
-        index = TarIndex(ctx.full(p), plan(schema), unit.rows, strict=True, first=first_row(ctx.manifest, unit))
+        member = file_member(ctx.manifest)
+        index = TarIndex(
+            ctx.full(p), plan(schema, file_member=member), unit.rows, strict=True, first=first_row(ctx.manifest, unit)
+        )
     except (TarProblem, DecodeProblem) as e:
         raise FileProblem(p, str(e)) from None
     step = max(1, ctx.step_rows(schema))

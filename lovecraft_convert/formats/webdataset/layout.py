@@ -10,6 +10,10 @@ lovecraft column                       member              ``wds.WebDataset(...)
 binary (and fixed bytes)               ``<key>.<column>``  the bytes, as they came (an image column
                                                            named ``jpg`` is ``.jpg``, which
                                                            ``.decode("pil")`` opens)
+a file's ``bytes`` beside its ``path``  ``<key>.<its ext>`` the file's bytes, named by its own
+(the files input's columns)                                extension (``cat/001.JPG``: ``.jpg``), so
+                                                           ``.decode("pil")`` opens images; the
+                                                           sample's first member
 integer column named ``cls`` (or,      ``<key>.cls``       an ``int`` (decimal text)
 without one, ``label``)
 fixed numbers of shape ``(d1, ..)``,   ``<key>.<column>    an array of that dtype and shape
@@ -22,7 +26,10 @@ text, lists of strings                                     (floats exact: the de
 
 WebDataset splits a member's name at the first dot after the last slash and lowercases the
 extension, so a member column's name must hold no ``/``, and no two members may have extensions
-equal once lowercased; such a schema is refused in one line.
+equal once lowercased; such a schema is refused in one line. A file whose extension is not plain
+(letters and digits, at most 16) or is another member's (a folder's ``.json`` documents beside the
+``.json`` member) is named ``<key>.bytes`` instead. The manifest's ``webdataset.file_member`` names
+the column written this way, so readers know the member's extension varies.
 """
 
 from __future__ import annotations
@@ -45,9 +52,10 @@ RAW, CLS, NPY, JSON = "raw", "cls", "npy", "json"
 
 @dataclass
 class Member:
-    ext: str
+    ext: str  # a per_file member's: the one used where the file's own cannot be
     kind: str  # RAW | CLS | NPY | JSON
     field: Field | None  # None for the json member (it holds Plan.json)
+    per_file: bool = False  # named by each row's file extension (see file_member_of)
 
 
 @dataclass
@@ -69,15 +77,56 @@ def _cls_field(schema: Schema) -> Field | None:
     return None
 
 
-def plan(schema: Schema, source: str = "") -> Plan:
+FILE_COLUMN, PATH_COLUMN = "bytes", "path"  # the files input's columns
+EXT_RE = re.compile(r"^[a-z0-9]{1,16}$")
+
+
+def file_member_of(schema: Schema) -> str | None:
+    """The column written as ``<key>.<the file's extension>``: a binary ``bytes`` column beside a
+    text ``path`` column (a folder of files, as the files input reads it), else None."""
+    names = {f.name: f for f in schema}
+    b, p = names.get(FILE_COLUMN), names.get(PATH_COLUMN)
+    if b is not None and p is not None and b.kind == BINARY and p.kind == STRING:
+        return FILE_COLUMN
+    return None
+
+
+def file_member(manifest: dict) -> str | None:
+    """The column the dataset's samples name by each file's extension (None: none)."""
+    info = manifest.get("webdataset")
+    member = info.get("file_member") if isinstance(info, dict) else None
+    return member if isinstance(member, str) else None
+
+
+def file_exts(plan: Plan, paths: VarColumn, n: int) -> list[str]:
+    """Each row's extension for the per-file member: the lowercased last suffix of its path's
+    base name when plain and no other member's, else the member's own."""
+    taken = {m.ext.lower() for m in plan.members if not m.per_file}
+    fallback = next(m.ext for m in plan.members if m.per_file)
+    values = np.asarray(paths.values, dtype=np.uint8).tobytes()
+    offs = np.asarray(paths.offsets, dtype=np.int64).tolist()
+    out = []
+    for i in range(n):
+        base = values[offs[i] : offs[i + 1]].rsplit(b"/", 1)[-1]
+        dot = base.rfind(b".")
+        ext = base[dot + 1 :].decode("utf-8", "replace").lower() if dot > 0 else ""
+        out.append(ext if EXT_RE.match(ext) and ext not in taken else fallback)
+    return out
+
+
+def plan(schema: Schema, source: str = "", file_member: str | None = None) -> Plan:
     """The members of ``schema``'s samples; SchemaError (one line naming the column) for a column
-    whose member WebDataset could not tell apart or read."""
+    whose member WebDataset could not tell apart or read. ``file_member``: the column named by
+    each row's file extension (:func:`file_member_of` when writing; the manifest's when reading),
+    the first member of every sample."""
     cls = _cls_field(schema)
     members: list[Member] = []
     js: list[Field] = []
     for f in schema:
         if f is cls:
             members.append(Member("cls", CLS, f))
+        elif f.kind == BINARY and f.name == file_member:
+            members.append(Member(f.name, RAW, f, per_file=True))
         elif f.kind == BINARY or (f.kind == FIXED and f.np_dtype.kind == "S" and not f.shape):
             members.append(Member(f.name, RAW, f))
         elif f.kind == SEQUENCE or (f.kind == FIXED and f.shape):
@@ -124,7 +173,7 @@ def plan(schema: Schema, source: str = "") -> Plan:
                 hint="rename one of the columns, or leave one out with --columns",
             )
         seen[low] = m
-    members.sort(key=lambda m: m.ext)
+    members.sort(key=lambda m: (not m.per_file, m.ext))
     return Plan(members, js)
 
 

@@ -17,11 +17,31 @@ from ...schema import FIXED, Batch, Schema, VarColumn
 from ...storage import is_remote
 from ..items import compact, gather, gather_fixed
 from ..reading import CORRUPT, PartReader
-from .layout import CLS, JSON, KEY_RE, RAW, DecodeProblem, Plan, json_columns, key, npy_dtype, npy_header, plan
+from .layout import (
+    CLS,
+    EXT_RE,
+    JSON,
+    KEY_RE,
+    RAW,
+    DecodeProblem,
+    Plan,
+    json_columns,
+    key,
+    npy_dtype,
+    npy_header,
+    plan,
+)
 from .tar import Scan, TarProblem
 
 INT_RE = re.compile(rb"-?[0-9]+")
 SHAPE_RE = re.compile(r"'shape': \((\d+),\)")
+
+
+def _file_named(name: str, want: str) -> bool:
+    """Is ``name`` the per-file member ``want`` stands for: the same key, an extension of the
+    file's (plain, lowercase: :data:`.layout.EXT_RE`)?"""
+    k, _, ext = name.partition(".")
+    return k == want.partition(".")[0] and EXT_RE.match(ext) is not None
 
 
 class TarIndex:
@@ -44,6 +64,7 @@ class TarIndex:
             self.buf = np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
         m = len(plan.members)
         exts = plan.extensions()
+        per_file = [mem.per_file for mem in plan.members]
         self.first = 0
         # 16 bytes a member (its data's offset and size), no object kept per member
         offsets, sizes = array("q"), array("q")
@@ -59,7 +80,7 @@ class TarIndex:
             if i >= rows * m:
                 raise DecodeProblem(f"holds more than the {rows * m} members of {rows} samples of {m} members each")
             want = f"{key(self.first + i // m)}.{exts[i % m]}"
-            if mem.name != want:
+            if mem.name != want and not (per_file[i % m] and _file_named(mem.name, want)):
                 raise DecodeProblem(f"member {i} is named {mem.name!r}, expected {want!r}")
             offsets.append(mem.offset)
             sizes.append(mem.size)
@@ -165,17 +186,18 @@ class WebdatasetReader(PartReader):
 
     random_access = True
 
-    def __init__(self, rows: int, schema: Schema, full: Schema, path: str) -> None:
+    def __init__(self, rows: int, schema: Schema, full: Schema, path: str, file_member: str | None = None) -> None:
         super().__init__(rows, schema)
         self.full = full
         self.path = path
+        self.file_member = file_member
         self._index: TarIndex | None = None
         self._pid = None
 
     def _open(self) -> TarIndex:
         if self._index is None or self._pid != os.getpid():
             try:
-                self._index = TarIndex(self.path, plan(self.full), self.rows)
+                self._index = TarIndex(self.path, plan(self.full, file_member=self.file_member), self.rows)
             except (TarProblem, DecodeProblem, ValueError) as e:
                 raise DatasetError(f"{self.path}: {e}", hint=CORRUPT) from None
             except OSError as e:

@@ -19,7 +19,20 @@ from ...schema import FIXED, Batch, Schema, VarColumn
 from ...storage.stream import open_stream
 from ..items import Const, Fixed, Piece, Var, fixed_bytes, lengths, stream, var_bytes
 from ..writing import FileRecord, WriteOptions, Writer
-from .layout import CLS, JSON, KEY_DIGITS, RAW, json_rows, key, npy_dtype, npy_header, plan
+from .layout import (
+    CLS,
+    JSON,
+    KEY_DIGITS,
+    PATH_COLUMN,
+    RAW,
+    file_exts,
+    file_member_of,
+    json_rows,
+    key,
+    npy_dtype,
+    npy_header,
+    plan,
+)
 from .tar import BLOCK, end_of_archive, headers, member_header
 
 
@@ -34,11 +47,11 @@ class WebdatasetWriter(Writer):
 
     @classmethod
     def check_schema(cls, schema: Schema, source: str) -> None:
-        plan(schema, source)
+        plan(schema, source, file_member_of(schema))
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
         super().__init__(directory, stem, schema, options)
-        self.plan = plan(schema)
+        self.plan = plan(schema, file_member=file_member_of(schema))
         self.path = os.path.join(directory, f"{stem or 'data'}.tar")
         self.out = HashingWriter(self.path, hash=options.hash, sink=open_stream(self.path))
         self.written = 0
@@ -74,9 +87,12 @@ class WebdatasetWriter(Writer):
             data = self._data(m, batch)
             sizes = lengths(data, n)
             mixed = width != KEY_DIGITS and len(str(int(keys[0]))) != width  # keys of two widths
-            head = None if mixed else headers(keys, width, m.ext, sizes)
+            exts = file_exts(self.plan, batch.columns[PATH_COLUMN], n) if m.per_file else None
+            one = exts is None or len(set(exts)) == 1
+            ext = exts[0] if exts else m.ext
+            head = None if mixed or not one else headers(keys, width, ext, sizes)
             if head is None:  # one by one (pax headers where needed)
-                names = [f"{key(k)}.{m.ext}" for k in keys.tolist()]
+                names = [f"{key(k)}.{exts[i] if exts else m.ext}" for i, k in enumerate(keys.tolist())]
                 head_piece: Piece = _joined([member_header(x, s) for x, s in zip(names, sizes.tolist(), strict=True)])
             else:
                 head_piece = Fixed(head)
