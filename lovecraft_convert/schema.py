@@ -313,7 +313,8 @@ def _take_spans(values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, total:
     col = pa.Array.from_buffers(
         pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(byte_offsets), pa.py_buffer(raw)]
     )
-    out = col.take(pa.array(idx, type=pa.int64()))
+    at = np.ascontiguousarray(idx, dtype=np.int64)  # as buffers: pa.array() of NumPy would import pandas
+    out = col.take(pa.Array.from_buffers(pa.int64(), len(at), [None, pa.py_buffer(at)]))
     del col
     data = out.buffers()[2]
     start = int(np.frombuffer(out.buffers()[1], dtype=np.int64, count=1, offset=out.offset * 8)[0])
