@@ -240,7 +240,15 @@ class VarColumn:
         np.cumsum(lens, out=offs[1:])
         if len(idx) == 0:
             return VarColumn(_cut(self.values, 0, 0), offs)
-        if isinstance(self.values, np.ndarray) and self.values.ndim == 1 and self.values.dtype != object:
+        if (
+            isinstance(self.values, np.ndarray)
+            and self.values.ndim == 1
+            and self.values.dtype != object
+            and int(lens.min()) >= 0
+            and int(starts.min()) >= int(self.offsets[0])
+            and int((starts + lens).max()) <= len(self.values)
+            and int(self.offsets[-1]) <= len(self.values)
+        ):  # a damaged column (offsets past its values, or going back) is gathered by NumPy, which raises
             return VarColumn(_take_spans(self.values, self.offsets, idx, int(offs[-1])), offs)
         # Gather every element: position j of row k comes from starts[k] + j.
         rel = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], lens)
@@ -308,7 +316,7 @@ def _take_spans(values: np.ndarray, offsets: np.ndarray, idx: np.ndarray, total:
     import pyarrow as pa
 
     size = values.dtype.itemsize
-    raw = np.ascontiguousarray(values[int(offsets[0]) : int(offsets[-1])]).view(np.uint8)
+    raw = np.ascontiguousarray(values[int(offsets[0]) :]).view(np.uint8)
     byte_offsets = np.ascontiguousarray((offsets - offsets[0]) * size, dtype=np.int64)
     col = pa.Array.from_buffers(
         pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(byte_offsets), pa.py_buffer(raw)]

@@ -4,6 +4,7 @@ index (repeats, negatives, a column sliced out of a larger one), against a row-b
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,3 +50,15 @@ def test_take_gives_a_writable_array_of_its_own():
     got = col.take(np.array([1, 0]))
     got.values[0] = 99  # a later step may write into a batch's values
     assert col.values[3] == 3 and got.values.flags.owndata is False and got.values.flags.writeable
+
+
+def test_offsets_past_the_values_raise_as_numpy_does():
+    """A damaged column (offsets beyond its values, or decreasing: an edited manifest's) is never
+    handed to Arrow, which would read past the buffer: the gather raises IndexError or ValueError."""
+    col = VarColumn(np.arange(10, dtype=np.uint8), np.array([0, 3, 50]))
+    with pytest.raises(IndexError):
+        col.take(np.array([1]))
+    back = VarColumn(np.arange(10, dtype=np.uint8), np.array([0, 6, 2, 10]))
+    with pytest.raises(ValueError):
+        back.take(np.array([1]))
+    assert bytes(col.take(np.array([0])).values) == bytes([0, 1, 2])

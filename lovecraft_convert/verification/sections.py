@@ -78,6 +78,10 @@ class Sections:
         values = np.asarray(col.values if isinstance(col, VarColumn) else col)
         lens = None
         if self.bucketing is not None:
+            if not isinstance(col, VarColumn) and LENGTH not in batch.columns:
+                self.add("schema", f"the padded column '{self.col.name}' has no '{LENGTH}' column beside it")
+                self.active = False  # nothing about the lengths can be checked
+                return
             lens = self._lengths(batch, col)
             self.by_unit.setdefault(u.label, (u.bucket or {}, []))[1].append(lens)
             self.lengths.append(lens)

@@ -130,3 +130,19 @@ def test_open_dataset_refuses_a_feature_spec_the_schema_contradicts(made, tmp_pa
         f'{ds}/{M}: tfrecord.feature_spec["x"].shape is [5]; {SAY} [2]; the manifest was edited or damaged; '
         "re-create the dataset"
     )
+
+
+def test_a_padded_bucket_column_without_its_lengths_is_a_problem_not_a_traceback():
+    """An edited manifest can drop the ``length`` column a padded bucketing needs (hypothesis found
+    it in test_manifest_mutations): the sections say so instead of failing on the missing column."""
+    from lovecraft_convert.formats.checking import Unit
+    from lovecraft_convert.schema import Batch, Field, Schema
+    from lovecraft_convert.verification.sections import Sections
+
+    schema = Schema((Field("tokens", "sequence", "<u2"),))
+    said: list[tuple[str, str]] = []
+    m = {"bucketing": {"pad_id": 0, "tokenizer": None}}
+    sections = Sections(m, schema, lambda field, message: said.append((field, message)))
+    padded = np.array([[5, 6, 0], [7, 0, 0]], dtype=np.uint16)  # read back fixed-width, as padded buckets are
+    sections.feed(Batch({"tokens": padded}, 2), Unit("bucket-00000", 2, ["b.tfrecord"], None))
+    assert said == [("schema", "the padded column 'tokens' has no 'length' column beside it")]
