@@ -82,18 +82,7 @@ def list_blocks(ds: Parts, g: Group) -> None:
     readers = [ds.reader(g, p) for p in g.parts]
     if len(readers) < 2 or not any(r.opens_at == "tail" for r in readers):
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..runtime.interrupts import result
-
-    with ThreadPoolExecutor(min(LIST_THREADS, len(readers)), thread_name_prefix="lovecraft-list") as pool:
-        futs = [pool.submit(r.block_starts) for r in readers]
-        try:
-            for f in futs:
-                result(f)
-        finally:
-            for f in futs:
-                f.cancel()
+    _each(lambda r: r.block_starts(), readers)
     remote.listed.add((os.getpid(), g.index))
 
 
@@ -229,14 +218,43 @@ def _wants(wanted, lo: int, hi: int) -> bool:
 
 
 def _window_pieces(ds: Parts, g: Group, layout, w: int) -> Iterator:
+    """The blocks of window ``w``, each one unit of pieces. The window's parts are listed together:
+    what listing a part first reads (a Parquet footer whose row groups the manifest listed: the
+    file is opened only now) is fetched for all of them at once, not a round trip after another."""
     from ..storage.prefetch import Opening
 
-    for j in range(int(layout.first[w]), int(layout.first[w + 1])):
-        p = g.parts[int(layout.part[j])]
-        uris = _uris(ds, p)
-        yield Opening(uris)
-        ranges = ds.reader(g, p).block_ranges(int(layout.block[j]))
-        yield Opening(())
-        pieces = _small_files(ds, p) if ranges is None else _range_pieces(ds, ranges, through=False)
+    blocks = [
+        (j, g.parts[int(layout.part[j])], int(layout.block[j]))
+        for j in range(int(layout.first[w]), int(layout.first[w + 1]))
+    ]
+    readers = {}
+    for _, p, k in blocks:
+        readers.setdefault(p.key, (ds.reader(g, p), k))
+    yield Opening([u for _, p, _ in blocks for u in _uris(ds, p)])
+    _each(lambda rk: rk[0].block_ranges(rk[1]), list(readers.values()))
+    ranges = [ds.reader(g, p).block_ranges(k) for _, p, k in blocks]
+    yield Opening(())
+    for (j, p, _), r in zip(blocks, ranges, strict=True):
+        pieces = _small_files(ds, p) if r is None else _range_pieces(ds, r, through=False)
         for piece in pieces:  # one unit: a block's pieces are read in any order (a row group's columns)
             yield j, piece
+
+
+def _each(fn, items: list) -> None:
+    """``fn`` of every item, ``LIST_THREADS`` at once (a GET each, at most), errors raised here."""
+    if len(items) < 2:
+        for x in items:
+            fn(x)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..runtime.interrupts import result
+
+    with ThreadPoolExecutor(min(LIST_THREADS, len(items)), thread_name_prefix="lovecraft-list") as pool:
+        futs = [pool.submit(fn, x) for x in items]
+        try:
+            for f in futs:
+                result(f)
+        finally:
+            for f in futs:
+                f.cancel()

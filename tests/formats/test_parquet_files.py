@@ -116,3 +116,57 @@ def test_verify_refuses_file_rows_that_do_not_add_up(tmp_path, wide_csv):
     text = r.stdout + r.stderr
     assert f"data-00000.parquet: the files of shard 0 add up to {ROWS + 5} rows, the manifest says {ROWS}" in text
     assert "data-00001.parquet: holds" in text
+
+
+def _row_groups(path) -> list[int]:
+    md = pq.ParquetFile(path).metadata
+    return [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+
+
+def test_the_manifest_lists_each_files_row_groups_as_its_footer_says(tmp_path, wide_csv):
+    """parquet.blocks: what a reader plans an epoch from without opening every file (a GET each on
+    a store); pyarrow's own footers are the reference, for a unit written as several files."""
+    out, _ = _converted(tmp_path, wide_csv, "16MiB")
+    m = json.loads((out / "_manifest.json").read_text())
+    listed = m["parquet"]["blocks"]
+    assert sorted(listed) == sorted(f["path"] for f in m["files"]) and len(listed) > 1
+    for name, entry in listed.items():
+        assert entry["rows"] == _row_groups(out / name)
+
+
+def test_the_direct_writers_listing_follows_a_renamed_first_file(tmp_path):
+    schema = Schema(tuple(Field(f"x{i}", "fixed", "<i8") for i in range(100)))
+    w = ParquetWriter(str(tmp_path), "shard-00003", schema, WriteOptions(row_group_bytes=1, memory=4 << 20))
+    for k in range(9):
+        w.write(Batch({f"x{i}": np.arange(k * 10, k * 10 + 10 + k, dtype=np.int64) for i in range(100)}, 10 + k))
+    files = w.close()
+    listed = w.manifest_extra()["parquet"]["blocks"]
+    assert sorted(listed) == sorted(f.path for f in files) == ["shard-00003-00000.parquet", "shard-00003-00001.parquet"]
+    for f in files:
+        assert listed[f.path]["rows"] == _row_groups(tmp_path / f.path) and sum(listed[f.path]["rows"]) == f.rows
+    assert listed["shard-00003-00000.parquet"]["rows"] == [10, 11, 12, 13, 14, 15]
+
+
+def test_an_edited_row_group_listing_is_refused_by_the_reader_and_verify(tmp_path):
+    """Rows moved from one listed row group to another (the file's total unchanged): the reader
+    would cut the blocks wrong, so it names the file and both listings; verify names it too."""
+    from lovecraft_convert import open_dataset
+    from lovecraft_convert.errors import DatasetError
+
+    src = tmp_path / "x.npy"
+    np.save(src, np.arange(3000, dtype=np.int64))
+    out = tmp_path / "out"
+    r = lovecraft("convert", str(src), "-o", str(out), "--to", "parquet", "-q")
+    assert r.exit_code == 0, r.stderr
+    p = out / "_manifest.json"
+    m = json.loads(p.read_text())
+    assert m["parquet"]["blocks"] == {"data.parquet": {"rows": [3000]}}
+    m["parquet"]["blocks"]["data.parquet"]["rows"] = [1000, 2000]
+    p.write_text(json.dumps(m))
+    want = "holds row groups of [3000] rows, the manifest's parquet.blocks says [1000, 2000]"
+    with pytest.raises(DatasetError) as e:
+        list(open_dataset(str(out)).batches(100, shuffle=True, seed=0))
+    assert str(e.value) == f"{out / 'data.parquet'}: {want}; the manifest was edited or damaged; re-create the dataset"
+    r = lovecraft("verify", str(out))
+    assert r.exit_code == 1
+    assert f"data.parquet: {want}" in r.stdout + r.stderr

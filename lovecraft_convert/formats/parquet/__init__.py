@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import os
 
+from ...manifest import POSITIVE, ListOf, MapOf, Obj
 from ..base import OutputFormat
 from ..describing import py_str
+
+# the rows of each file's row groups (what its footer says): a reader plans an epoch (blocks are
+# row groups) without opening every file first, which for a remote dataset is a GET per file
+SECTION = Obj({}, {"blocks": MapOf(Obj({"rows": ListOf(POSITIVE)}))})
 
 
 class ParquetFormat(OutputFormat):
@@ -24,11 +29,19 @@ class ParquetFormat(OutputFormat):
     compressions = ("zstd", "snappy", "gzip")
     default_compression = "zstd"
     kinds = ("fixed", "string", "binary", "sequence", "string_list")  # lists of strings as list<string>
+    manifest_keys = ("parquet",)
+    manifest_spec = Obj({}, {"parquet": SECTION})
 
     def writer_class(self):
         from .writer import ParquetWriter
 
         return ParquetWriter
+
+    def dataset_extra(self, schema, unit_extras):
+        blocks = {}
+        for extra in unit_extras:  # every unit's files
+            blocks.update(((extra.get("parquet") or {}).get("blocks")) or {})
+        return {"parquet": {"blocks": dict(sorted(blocks.items()))}} if blocks else {}
 
     def open_part(self, files, manifest, shared):
         from .reader import ParquetReader
@@ -38,7 +51,9 @@ class ParquetFormat(OutputFormat):
             self.unit_file(files.paths, f"shard {files.key[1]}")  # the one-line error
         rows = [int(e.get("rows", files.rows)) for _, e in mine] if len(mine) > 1 else [files.rows]
         footers = shared.setdefault("parquet_footers", {})  # read once per process, whichever reader opens it
-        return ParquetReader(files.rows, files.schema, [p for p, _ in mine], rows, footers)
+        blocks = (manifest.get("parquet") or {}).get("blocks") or {}
+        groups = [(blocks.get(e.get("path")) or {}).get("rows") for _, e in mine]
+        return ParquetReader(files.rows, files.schema, [p for p, _ in mine], rows, footers, groups)
 
     def check_unit(self, ctx, unit, schema):
         from .check import check_unit

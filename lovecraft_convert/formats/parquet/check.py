@@ -12,7 +12,7 @@ from ...arrowconv import arrow_schema, batch_from_arrow, holds_nulls
 from ...errors import SchemaError
 from ...schema import Batch, Schema
 from ..checking import CheckContext, FileProblem, Unit, short
-from .reader import schema_difference
+from .reader import row_groups_difference, schema_difference
 
 
 def check_unit(
@@ -36,6 +36,10 @@ def check_unit(
             raise FileProblem(p, why, "schema")
         if md.num_rows != rows:
             raise FileProblem(p, f"holds {md.num_rows} rows, the manifest says {rows}", "rows")
+        blocks = (ctx.manifest.get("parquet") or {}).get("blocks") or {}
+        why = row_groups_difference(md, (blocks.get(p) or {}).get("rows"))
+        if why is not None:
+            raise FileProblem(p, why, "manifest")
         limit = max(1 << 30, 4 * ctx.budget)
         for g in range(md.num_row_groups):
             rg = md.row_group(g)

@@ -41,6 +41,19 @@ def stored_type(t):
     return t
 
 
+def row_groups_difference(md, listed) -> str | None:
+    """How a Parquet file's row groups (``md``: its footer) differ from the rows the manifest lists
+    for them (``parquet.blocks``; None: not listed), or None."""
+    held = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    if listed is None or held == list(listed):
+        return None
+
+    def show(rows) -> str:
+        return "[" + ", ".join(str(n) for n in rows[:6]) + (", ..." if len(rows) > 6 else "") + "]"
+
+    return f"holds row groups of {show(held)} rows, the manifest's parquet.blocks says {show(list(listed))}"
+
+
 class ParquetReader(PartReader):
     """``pyarrow.parquet.ParquetFile.iter_batches`` in large batches, converted without copying.
     A part may be several files (a wide table's writer starts a new file to bound its footer):
@@ -49,66 +62,93 @@ class ParquetReader(PartReader):
     opens_at = "tail"  # its footer
 
     def __init__(
-        self, rows: int, schema: Schema, paths: list[str], file_rows: list[int], footers: dict | None = None
+        self,
+        rows: int,
+        schema: Schema,
+        paths: list[str],
+        file_rows: list[int],
+        footers: dict | None = None,
+        groups: list[list[int] | None] | None = None,
     ) -> None:
         """``file_rows``: the rows of each of ``paths``, as the manifest lists them; ``footers``:
         path -> parsed footer, shared by the readers of a dataset in a process (a remote file's
-        footer is then fetched once, not once per reader and thread)."""
+        footer is then fetched once, not once per reader and thread); ``groups``: the rows of each
+        file's row groups as the manifest lists them (None for a file it does not): with every
+        file's, the part's blocks are known without opening a file, and each file is opened when
+        one of its row groups is first read (each checked against its footer then)."""
         super().__init__(rows, schema)
         self.paths = list(paths)
         self.file_rows = list(file_rows)
         self.footers = footers if footers is not None else {}
+        self.groups = list(groups) if groups is not None else [None] * len(self.paths)
         self._pfs: list | None = None
         self._pid = None
+        self._rg_start: np.ndarray | None = None
 
-    def _open(self) -> list:
+    def _file(self, fi: int):
+        """File ``fi`` opened: its footer read (once per process) and checked against the manifest."""
         if self._pfs is None or self._pid != os.getpid():
-            import pyarrow.parquet as pq
+            self._pfs, self._pid = [None] * len(self.paths), os.getpid()
+        pf = self._pfs[fi]
+        if pf is not None:
+            return pf
+        import pyarrow.parquet as pq
 
-            from ...storage import is_remote, open_input
+        from ...storage import is_remote, open_input
 
-            pfs, starts, loc = [], [0], []
-            for fi, (path, want) in enumerate(zip(self.paths, self.file_rows, strict=True)):
-                try:
-                    if is_remote(path):  # ranges of it fetched: its pages' checksums are checked as read
-                        meta = self.footers.get(path)
-                        f = open_input(path, buffering=0)  # pyarrow reads exact ranges: a buffer would read past them
-                        pf = pq.ParquetFile(f, metadata=meta, page_checksum_verification=True)
-                        self.footers[path] = pf.metadata
-                    else:
-                        pf = pq.ParquetFile(path)
-                except (OSError, ValueError) as e:
-                    raise DatasetError(f"{path}: cannot open ({e})", hint="the dataset is damaged") from None
-                if pf.metadata.num_rows != want:
-                    raise DatasetError(
-                        f"{path}: holds {pf.metadata.num_rows} rows, the manifest says {want}",
-                        hint="the dataset is damaged; re-create it",
-                    )
-                why = schema_difference(pf.schema_arrow, self.schema)
-                if why is not None:
-                    raise DatasetError(
-                        f"{path}: {why}", hint="the manifest was edited or damaged; re-create the dataset"
-                    )
-                md = pf.metadata
-                for g in range(md.num_row_groups):
-                    starts.append(starts[-1] + md.row_group(g).num_rows)
-                    loc.append((fi, g))
-                pfs.append(pf)
-            self._pfs, self._pid = pfs, os.getpid()
-            self._rg_start = np.asarray(starts, dtype=np.int64)
-            self._rg_loc = loc
-        return self._pfs
+        path, want = self.paths[fi], self.file_rows[fi]
+        try:
+            if is_remote(path):  # ranges of it fetched: its pages' checksums are checked as read
+                meta = self.footers.get(path)
+                f = open_input(path, buffering=0)  # pyarrow reads exact ranges: a buffer would read past them
+                pf = pq.ParquetFile(f, metadata=meta, page_checksum_verification=True)
+                self.footers[path] = pf.metadata
+            else:
+                pf = pq.ParquetFile(path)
+        except (OSError, ValueError) as e:
+            raise DatasetError(f"{path}: cannot open ({e})", hint="the dataset is damaged") from None
+        md = pf.metadata
+        if md.num_rows != want:
+            raise DatasetError(
+                f"{path}: holds {md.num_rows} rows, the manifest says {want}",
+                hint="the dataset is damaged; re-create it",
+            )
+        why = schema_difference(pf.schema_arrow, self.schema)
+        if why is not None:
+            raise DatasetError(f"{path}: {why}", hint="the manifest was edited or damaged; re-create the dataset")
+        why = row_groups_difference(md, self.groups[fi])
+        if why is not None:
+            raise DatasetError(f"{path}: {why}", hint="the manifest was edited or damaged; re-create the dataset")
+        self._pfs[fi] = pf
+        return pf
+
+    def _layout(self) -> None:
+        """The part's blocks (its files' row groups, in order): from the manifest when it lists
+        every file's, else from the footers."""
+        if self._rg_start is not None:
+            return
+        starts, loc = [0], []
+        for fi, want in enumerate(self.file_rows):
+            listed = self.groups[fi]
+            if listed is None or sum(listed) != want or not all(isinstance(n, int) and n > 0 for n in listed):
+                md = self._file(fi).metadata  # not listed (or listed wrong: the footer says which)
+                listed = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+            for g, n in enumerate(listed):
+                starts.append(starts[-1] + int(n))
+                loc.append((fi, g))
+        self._rg_start = np.asarray(starts, dtype=np.int64)
+        self._rg_loc = loc
 
     def block_starts(self) -> np.ndarray:
-        self._open()
+        self._layout()
         return self._rg_start
 
     def block_ranges(self, k: int) -> list[tuple[str, int, int]]:
         """(file, first byte, end) of row group ``k``'s column chunks of the selected columns
         (adjacent ones merged): what reading it reads, for a remote dataset's prefetch."""
-        pfs = self._open()
+        self._layout()
         fi, g = self._rg_loc[k]
-        rg = pfs[fi].metadata.row_group(g)
+        rg = self._file(fi).metadata.row_group(g)
         want = set(self.schema.names)
         spans = []
         for c in range(rg.num_columns):
@@ -130,7 +170,7 @@ class ParquetReader(PartReader):
 
     def byte_ranges(self, start: int, stop: int) -> list[tuple[str, int, int]]:
         """What reading rows ``[start, stop)`` reads: the ranges of the row groups holding them."""
-        self._open()
+        self._layout()
         rs = self._rg_start
         first = int(np.searchsorted(rs, start, side="right")) - 1
         last = int(np.searchsorted(rs, stop, side="left"))
@@ -142,11 +182,12 @@ class ParquetReader(PartReader):
 
         from ...arrowconv import batch_from_arrow
 
-        pfs = self._open()
+        self._layout()
         fi, g = self._rg_loc[k]
         n = int(self._rg_start[k + 1] - self._rg_start[k])
+        pf = self._file(fi)
         try:
-            rbs = list(pfs[fi].iter_batches(batch_size=max(1, n), row_groups=[g], columns=self.schema.names))
+            rbs = list(pf.iter_batches(batch_size=max(1, n), row_groups=[g], columns=self.schema.names))
         except (OSError, pa.ArrowException) as e:
             raise DatasetError(f"{self.paths[fi]}: row group {g}: cannot read ({e})", hint=CORRUPT) from None
         parts = [batch_from_arrow(rb, self.schema) for rb in rbs]
@@ -160,7 +201,7 @@ class ParquetReader(PartReader):
 
         if stop <= start:
             return
-        pfs = self._open()
+        self._layout()
         rs = self._rg_start
         first = int(np.searchsorted(rs, start, side="right")) - 1
         last = int(np.searchsorted(rs, stop, side="left"))  # exclusive
@@ -180,7 +221,9 @@ class ParquetReader(PartReader):
             pos = int(rs[run[0]])
             fi = self._rg_loc[run[0]][0]
             local = [self._rg_loc[g][1] for g in run]
-            batches = pfs[fi].iter_batches(batch_size=chunk_rows, row_groups=local, columns=names, use_threads=True)
+            batches = self._file(fi).iter_batches(
+                batch_size=chunk_rows, row_groups=local, columns=names, use_threads=True
+            )
             while True:
                 try:
                     rb = next(batches, None)

@@ -85,6 +85,9 @@ class ParquetWriter(Writer):
 
             self.block = ColumnBlock(len(schema), rows, dt, self._flush)
         self.done: list[FileRecord] = []  # the files finished (a wide table's first ones)
+        # the rows of each finished file's row groups, as its footer says (the manifest's
+        # parquet.blocks: a reader plans an epoch of a remote dataset without fetching every footer)
+        self.row_groups: dict[str, list[int]] = {}
         self.pending: list = []
         self.pending_bytes = 0
         self._start(os.path.join(directory, f"{self.base}.parquet"))
@@ -96,7 +99,8 @@ class ParquetWriter(Writer):
         # Written through our hashing writer: hashed as it goes, with direct I/O, or straight to
         # the object store when the run writes to one (see HashingWriter)
         self.out = HashingWriter(path, hash=self.options.hash, sink=open_stream(path))
-        self.w = pq.ParquetWriter(self.out, self.aschema, **self.writer_options)
+        self.footer: list = []  # the written file's metadata, appended by pyarrow at close
+        self.w = pq.ParquetWriter(self.out, self.aschema, metadata_collector=self.footer, **self.writer_options)
         self.groups = 0  # row groups in this file
         self.file_rows = 0
 
@@ -106,6 +110,8 @@ class ParquetWriter(Writer):
             nbytes, digest = self.out.close()
         except OSError as e:
             raise named(e, self.path) from None
+        md = self.footer[-1]
+        self.row_groups[os.path.basename(self.path)] = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
         return FileRecord(os.path.basename(self.path), self.file_rows, nbytes, digest, self.options.hash)
 
     def _next_file(self) -> None:
@@ -116,6 +122,7 @@ class ParquetWriter(Writer):
                 move_streamed(self.path, first)
             else:
                 os.replace(self.path, first)
+            self.row_groups[os.path.basename(first)] = self.row_groups.pop(rec.path)
             rec.path = os.path.basename(first)
         self.done.append(rec)
         self._start(os.path.join(self.directory, f"{self.base}-{len(self.done):05d}.parquet"))
@@ -156,6 +163,9 @@ class ParquetWriter(Writer):
     def close(self) -> list[FileRecord]:
         self._flush()
         return [*self.done, self._finish()]
+
+    def manifest_extra(self) -> dict:
+        return {"parquet": {"blocks": {name: {"rows": rows} for name, rows in self.row_groups.items()}}}
 
     def abort(self) -> None:
         self.pending = []
