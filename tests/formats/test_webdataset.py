@@ -180,15 +180,34 @@ def test_columns_webdataset_cannot_tell_apart_are_refused(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"Json": pa.array([b"x"]), "n": pa.array([1])}), tmp_path / "c.parquet")
-    r = lovecraft("convert", str(tmp_path / "c.parquet"), "-o", str(tmp_path / "o"), "--to", "webdataset", "-q")
+    src = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"Json": pa.array([b"x"]), "json": pa.array([b"y"]), "n": pa.array([1])}), src)
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "o"), "--to", "webdataset", "-q")
     assert r.exit_code == 1, r.stderr
     assert r.stderr == (
-        f"Error: {tmp_path / 'c.parquet'}, column 'Json': its member .Json and the .json member of the other columns "
-        "are one extension to WebDataset, which lowercases them; rename one of the columns, or leave one out with "
-        "--columns\n"
+        f"Error: {src}, column 'json': its member .json and column 'Json''s .Json are one extension to WebDataset, "
+        "which lowercases them; rename one of the columns, or leave one out with --columns\n"
     )
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_a_column_named_json_moves_the_other_columns_to_meta_json(tmp_path):
+    """A column of bytes named json (a WebDataset's own .json member, read back) keeps <key>.json;
+    the columns that go in a JSON member go in <key>.meta.json (json.loads by its last extension,
+    as webdataset's decoders do)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"Json": pa.array([b'{"a": 1}', b"[]"]), "n": pa.array([7, 8])}), src)
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "o"), "--to", "webdataset", "-q")
+    assert r.exit_code == 0, r.stderr
+    with tarfile.open(tmp_path / "o" / "data.tar") as tf:
+        got = {m.name.split(".", 1)[1] + str(int(m.name.split(".", 1)[0])): tf.extractfile(m).read() for m in tf}
+    decoded = {k: json.loads(v) if k.startswith("meta.json") else v for k, v in got.items()}
+    assert decoded == {"Json0": b'{"a": 1}', "meta.json0": {"n": 7}, "Json1": b"[]", "meta.json1": {"n": 8}}
+    (batch,) = lc.open_dataset(str(tmp_path / "o")).batches(2)
+    assert batch["Json"].tolist() == [b'{"a": 1}', b"[]"] and batch["n"].tolist() == [7, 8]
 
 
 def test_verify_names_a_damaged_header(written, tmp_path):

@@ -193,3 +193,29 @@ def test_a_first_image_that_does_not_decode_is_skipped_when_asked(tmp_path):
     assert want.shape == (16, 21, 3)
     np.testing.assert_array_equal(got["jpg"][0], want)
     assert manifest(out)["skipped_files"]["count"] == 3
+
+
+def test_a_webdataset_of_json_members_converts_to_a_webdataset(tmp_path):
+    """The common layout {jpg, json, cls} written back as WebDataset (to reshard, filter, dedup):
+    each sample's own .json member kept as it came, and the text columns (the sample's original
+    ``__key__``) in a <key>.meta.json member beside it, not refused as one extension. Read back with
+    tarfile and json, with our loader, and verified."""
+    samples = make_shards(str(tmp_path))
+    out = tmp_path / "out"
+    r = lovecraft("convert", str(tmp_path / "shard-*"), "-o", str(out), "--to", "webdataset", "-q")
+    assert r.exit_code == 0, r.stderr
+    with tarfile.open(out / "data.tar") as tf:
+        names = tf.getnames()
+        got = {n: tf.extractfile(n).read() for n in names}
+    width = len(names[0].split(".", 1)[0])
+    assert names == [f"{k:0{width}d}.{e}" for k in range(len(samples)) for e in ("cls", "jpg", "json", "meta.json")]
+    for k, (key, members) in enumerate(samples):
+        stem = f"{k:0{width}d}"
+        for ext in ("cls", "jpg", "json"):
+            assert got[f"{stem}.{ext}"] == members[ext]
+        assert json.loads(got[f"{stem}.meta.json"]) == {"__key__": key}
+    (batch,) = lc.open_dataset(str(out)).batches(len(samples))  # our loader
+    assert batch["__key__"].tolist() == [key for key, _ in samples]
+    assert batch["json"].tolist() == [m["json"] for _, m in samples]
+    r = lovecraft("verify", str(out), "-q")
+    assert r.exit_code == 0, r.stdout + r.stderr

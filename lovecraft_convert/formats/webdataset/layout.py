@@ -145,8 +145,9 @@ def plan(schema: Schema, source: str = "", file_member: str | None = None) -> Pl
                     hint="leave the column out with --columns, or write another format",
                 )
             js.append(f)
-    if js:
-        members.append(Member("json", JSON, None))
+    if js:  # <key>.json, or <key>.meta.json beside a column of that name (a WebDataset's own .json)
+        taken = {m.ext.lower() for m in members}
+        members.append(Member("meta.json" if "json" in taken else "json", JSON, None))
 
     def where(f: Field) -> str:
         return f"{source}, column '{f.name}'" if source else f"column '{f.name}'"
@@ -165,7 +166,7 @@ def plan(schema: Schema, source: str = "", file_member: str | None = None) -> Pl
             what = (
                 f"column '{other.field.name}''s .{other.ext}"
                 if other.field
-                else "the .json member of the other columns"
+                else f"the .{other.ext} member of the other columns"
             )
             raise SchemaError(
                 f"{where(mine.field)}: its member .{mine.ext} and {what} are one extension to WebDataset, which "
