@@ -97,13 +97,24 @@ def peers_available(module: str | None = None) -> bool:
     return r.returncode == 0
 
 
+def install_failure() -> str | None:
+    """Why `make` could not install the peers' venv (the end of pip's error and the disk's free
+    space, which the Makefile keeps in .venv-peers.failed), on one line; None when it did not fail."""
+    try:
+        with open(os.path.join(ROOT, ".venv-peers.failed"), encoding="utf-8", errors="replace") as f:
+            text = " ".join(f.read().split())
+    except OSError:
+        return None
+    return f"`make` could not install it: {text}" if text else None
+
+
 def require_peers(*modules: str) -> None:
     """Skip the calling test, saying how to build what is missing, unless the peer venv exists
     and has every one of ``modules`` installed."""
     import pytest
 
     if not peers_available():
-        pytest.skip(f"the peers' venv is missing ({PEERS_VENV}): {BUILD_HINT}")
+        pytest.skip(f"the peers' venv is missing ({PEERS_VENV}): {install_failure() or BUILD_HINT}")
     missing = [m for m in modules if not peers_available(m)]
     if missing:
         pytest.skip(f"the peers' venv does not have {', '.join(missing)}: {BUILD_HINT}")
