@@ -209,6 +209,12 @@ def test_cli_errors(tmp_path, dup_jsonl):
         2,
         f"Error: --dedup-report {bad}: no directory /nonexistent; create it, or name another file",
     )
+    r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup", "exact", "--dedup-report", str(tmp_path))
+    assert (r.exit_code, r.stderr.strip()) == (
+        2,
+        f"Error: --dedup-report {tmp_path}: is a directory; the report is a file; name a file, e.g. "
+        f"{tmp_path / 'dedup-report.jsonl'}",
+    )
     r = lovecraft(
         "convert", "-", "-o", o, "--to", "parquet", "--input-format", "jsonl", "--dedup", "exact", input=b'{"a": 1}\n'
     )
