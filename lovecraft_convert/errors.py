@@ -85,6 +85,20 @@ def _python(text: str) -> str:
     return "`".join(parts)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(m: re.Match) -> str:
+    c = ord(m.group())
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
+
+
+def shown(text: str) -> str:
+    """``text`` printable: the bytes of a name that are not UTF-8 (which Python decodes as lone
+    surrogates, ``caf\\udce9``) as ``\\xNN`` (``caf\\xe9``, as ``ls -b`` shows them)."""
+    return _SURROGATE.sub(_escaped, text)
+
+
 def render(text: str) -> str:
     """``text`` (written for the command line, options marked by :func:`flag`) spelled for the
     surface in use."""
@@ -131,12 +145,12 @@ class LovecraftError(Exception):
         text = self.message
         if self.hint:
             text = f"{text}; {self.hint}"
-        return " ".join(render(text).split())
+        return shown(" ".join(render(text).split()))
 
     def without_where(self) -> str:
         """The message and hint without the file it names (for reports that name the file apart)."""
         text = f"{self.detail}; {self.hint}" if self.hint else self.detail
-        return " ".join(render(text).split())
+        return shown(" ".join(render(text).split()))
 
 
 class OptionsError(LovecraftError):

@@ -437,3 +437,34 @@ def test_column_type_applies_to_the_sidecar_and_is_refused_elsewhere(tmp_path, t
         r = lovecraft("convert", root, "-o", str(tmp_path / "bad"), "--to", "parquet", *args, "-q")
         assert (r.exit_code, r.stderr) == (1, message)
         assert not os.path.exists(tmp_path / "bad")
+
+
+def test_a_name_that_is_not_utf8_is_one_line_showing_its_byte(tmp_path):
+    """The name as `ls -b` shows it (caf\\xe9.txt, not Python's caf\\udce9.txt), and nothing after
+    that line: the Parquet writer the run aborted is not closed again at exit (pyarrow's __del__
+    printed "Exception ignored ... file metadata is only available after writer close")."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "in"
+    d.mkdir()
+    try:
+        with open(os.path.join(os.fsencode(d), b"caf\xe9.txt"), "wb") as f:
+            f.write(b"hello")
+    except OSError as e:  # a filesystem that takes UTF-8 names only
+        pytest.skip(f"cannot make a file whose name is not UTF-8 here: {e}")
+    (d / "ok.txt").write_bytes(b"world")
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [sys.executable, "-m", "lovecraft_convert", "convert", str(d), "-o", str(out), "--to", "parquet"]
+        + ["--input-format", "files", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1
+    assert r.stderr == (
+        f"Error: {d}/caf\\xe9.txt: its name is not valid UTF-8; fix or remove it, or pass --on-bad-file skip "
+        "to leave such files out (counted)\n"
+    )
+    assert not out.exists()

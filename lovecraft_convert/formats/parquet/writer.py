@@ -174,3 +174,4 @@ class ParquetWriter(Writer):
             self.w.close()
         except Exception:  # noqa: BLE001 - already failing; the temporary directory is removed
             pass
+        self.w.is_open = False  # closed or failed: its __del__ would close it again (and ask for its footer)
