@@ -55,6 +55,12 @@ class PartReader:
         n = max(1, (1 << 20) // size)
         return np.append(np.arange(0, self.rows, n, dtype=np.int64), np.int64(self.rows))
 
+    def open_listing(self) -> None:
+        """Read now what listing the part's blocks and their byte ranges reads (what ``opens_at``
+        says: a footer, a header), so that a remote dataset's loader can open a window's parts at
+        once before their blocks are listed."""
+        self.block_starts()
+
     def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
         """Block ``k``'s rows, or only ``rows`` of them (sorted indices within the block)."""
         starts = self.block_starts()

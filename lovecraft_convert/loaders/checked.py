@@ -79,6 +79,9 @@ class CheckedReader(PartReader):
             self._starts = starts
         return self._starts
 
+    def open_listing(self) -> None:
+        getattr(self.inner, "open_listing", self.inner.block_starts)()  # (a plugin's reader may not have it)
+
     def read_block(self, k: int, rows: np.ndarray | None = None) -> Batch:
         starts = self.block_starts()
         want = int(starts[k + 1] - starts[k]) if rows is None else len(rows)

@@ -63,7 +63,12 @@ def attach(ds: Parts, g: Group, cursor: Cursor, start: int) -> Cursor:
             return cursor
         pf = remote.prefetch((f.piece() for f in files), keep_all=True)
     elif isinstance(cursor, BlockCursor):
-        pf = remote.prefetch(_block_pieces(ds, g, cursor, start))
+        windows = _wanted_windows(cursor, start)
+        first = next(windows, None)
+        opened: set = set()
+        if first is not None:  # its files opened now, before the reader reads (a footer each, at once)
+            _open_parts(ds, g, _new_parts(g, cursor.layout, first, opened))
+        pf = remote.prefetch(_block_pieces(ds, g, cursor.layout, first, windows, opened))
     else:
         pf = remote.prefetch(_ordered_pieces(ds, g, start))
     return Fetching(cursor, remote, pf)
@@ -191,16 +196,49 @@ def _ordered_pieces(ds: Parts, g: Group, start: int) -> Iterator:
                 yield unit, piece
 
 
-def _block_pieces(ds: Parts, g: Group, cursor: BlockCursor, start: int) -> Iterator:
-    """The blocks of the epoch's block order from the window holding ``start``."""
-
+def _wanted_windows(cursor: BlockCursor, start: int) -> Iterator[int]:
+    """The windows of the epoch's block order this reader reads, from the one holding ``start``."""
     layout, wanted = cursor.layout, cursor.wanted
-    w0 = layout.window_of(start)
-    for w in range(max(0, w0), layout.windows):
-        lo, hi = int(layout.starts[w]), int(layout.starts[w + 1])
-        if not _wants(wanted, lo, hi):
-            continue  # a window of none of this reader's rows: the cursor skips it
+    for w in range(max(0, layout.window_of(start)), layout.windows):
+        if _wants(wanted, int(layout.starts[w]), int(layout.starts[w + 1])):
+            yield w  # (a window of none of this reader's rows: the cursor skips it)
+
+
+def _block_pieces(ds: Parts, g: Group, layout, first: int | None, rest: Iterator[int], opened: set) -> Iterator:
+    """The blocks of the windows ``first`` and ``rest``, in order. The files of a window's parts
+    not met before are opened (what opening reads: a Parquet footer, when the manifest listed the
+    row groups) once the window before it is listed, all at once, while the reader is still on
+    that window: reads of a file being opened are not the reader's (:class:`Opening`), so a
+    window's files are opened before the reader can reach them; ``first``'s by :func:`attach`."""
+    from ..storage.prefetch import Opening
+
+    w = first
+    while w is not None:
         yield from _window_pieces(ds, g, layout, w)
+        w = next(rest, None)
+        if w is not None:
+            parts = _new_parts(g, layout, w, opened)
+            if parts:
+                yield Opening([u for p in parts for u in _uris(ds, p)])
+                _open_parts(ds, g, parts)
+                yield Opening(())
+
+
+def _new_parts(g: Group, layout, w: int, opened: set) -> list:
+    """The parts of window ``w`` not in ``opened`` (which then holds them)."""
+    out = []
+    for j in range(int(layout.first[w]), int(layout.first[w + 1])):
+        p = g.parts[int(layout.part[j])]
+        if p.key not in opened:
+            opened.add(p.key)
+            out.append(p)
+    return out
+
+
+def _open_parts(ds: Parts, g: Group, parts: list) -> None:
+    """Open ``parts`` (what listing their blocks reads: a Parquet footer each), at once."""
+    readers = [r for r in (ds.reader(g, p) for p in parts) if r.opens_at is not None]
+    _each(lambda r: r.open_listing(), readers)
 
 
 def _wants(wanted, lo: int, hi: int) -> bool:
@@ -218,24 +256,15 @@ def _wants(wanted, lo: int, hi: int) -> bool:
 
 
 def _window_pieces(ds: Parts, g: Group, layout, w: int) -> Iterator:
-    """The blocks of window ``w``, each one unit of pieces. The window's parts are listed together:
-    what listing a part first reads (a Parquet footer whose row groups the manifest listed: the
-    file is opened only now) is fetched for all of them at once, not a round trip after another."""
     from ..storage.prefetch import Opening
 
-    blocks = [
-        (j, g.parts[int(layout.part[j])], int(layout.block[j]))
-        for j in range(int(layout.first[w]), int(layout.first[w + 1]))
-    ]
-    readers = {}
-    for _, p, k in blocks:
-        readers.setdefault(p.key, (ds.reader(g, p), k))
-    yield Opening([u for _, p, _ in blocks for u in _uris(ds, p)])
-    _each(lambda rk: rk[0].block_ranges(rk[1]), list(readers.values()))
-    ranges = [ds.reader(g, p).block_ranges(k) for _, p, k in blocks]
-    yield Opening(())
-    for (j, p, _), r in zip(blocks, ranges, strict=True):
-        pieces = _small_files(ds, p) if r is None else _range_pieces(ds, r, through=False)
+    for j in range(int(layout.first[w]), int(layout.first[w + 1])):
+        p = g.parts[int(layout.part[j])]
+        uris = _uris(ds, p)
+        yield Opening(uris)
+        ranges = ds.reader(g, p).block_ranges(int(layout.block[j]))
+        yield Opening(())
+        pieces = _small_files(ds, p) if ranges is None else _range_pieces(ds, ranges, through=False)
         for piece in pieces:  # one unit: a block's pieces are read in any order (a row group's columns)
             yield j, piece
 

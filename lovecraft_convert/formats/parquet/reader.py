@@ -143,6 +143,12 @@ class ParquetReader(PartReader):
         self._layout()
         return self._rg_start
 
+    def open_listing(self) -> None:
+        """Every file of the part opened: its footer read and checked (the byte ranges of its row
+        groups are in it)."""
+        for fi in range(len(self.paths)):
+            self._file(fi)
+
     def block_ranges(self, k: int) -> list[tuple[str, int, int]]:
         """(file, first byte, end) of row group ``k``'s column chunks of the selected columns
         (adjacent ones merged): what reading it reads, for a remote dataset's prefetch."""
