@@ -271,19 +271,6 @@ def _window_pieces(ds: Parts, g: Group, layout, w: int) -> Iterator:
 
 def _each(fn, items: list) -> None:
     """``fn`` of every item, ``LIST_THREADS`` at once (a GET each, at most), errors raised here."""
-    if len(items) < 2:
-        for x in items:
-            fn(x)
-        return
-    from concurrent.futures import ThreadPoolExecutor
+    from ..runtime.interrupts import run_each
 
-    from ..runtime.interrupts import result
-
-    with ThreadPoolExecutor(min(LIST_THREADS, len(items)), thread_name_prefix="lovecraft-list") as pool:
-        futs = [pool.submit(fn, x) for x in items]
-        try:
-            for f in futs:
-                result(f)
-        finally:
-            for f in futs:
-                f.cancel()
+    run_each(fn, items, LIST_THREADS, "lovecraft-list")

@@ -41,6 +41,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _state = {"holding": 0, "pending": False, "installed": 0, "committed": False, "after_commit": False, "raised": False}
 
@@ -194,6 +195,26 @@ def result(fut, poll: float = POLL):
     from concurrent.futures import TimeoutError as FutureTimeout
 
     return _polled(lambda: fut.result(timeout=poll), FutureTimeout)
+
+
+def run_each(fn: Callable[[Any], object], items: list, threads: int, name: str) -> None:
+    """``fn`` of every item, at most ``threads`` at once (in a pool whose threads are named
+    ``name``; in this thread when one would do), waited for with :func:`result`: the first error,
+    in the items' order, is raised here and the calls not yet started are cancelled."""
+    if len(items) < 2 or threads <= 1:
+        for x in items:
+            fn(x)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix=name) as pool:
+        futs = [pool.submit(fn, x) for x in items]
+        try:
+            for f in futs:
+                result(f)
+        finally:
+            for f in futs:
+                f.cancel()
 
 
 def join(t: threading.Thread, poll: float = POLL) -> None:

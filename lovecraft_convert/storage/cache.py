@@ -539,22 +539,9 @@ class Cache:
         bytes, several at once for a large piece."""
         start, stop = piece.start, piece.stop
         parts = [(a, min(stop, a + PART)) for a in range(start, stop, PART)]
-        if len(parts) <= 1 or self.threads == 1:
-            for a, b in parts:
-                self._fetch_part(fd, piece, a, b)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+        from ..runtime.interrupts import run_each
 
-            from ..runtime.interrupts import result
-
-            with ThreadPoolExecutor(min(self.threads, len(parts)), thread_name_prefix="lovecraft-fetch") as pool:
-                futs = [pool.submit(self._fetch_part, fd, piece, a, b) for a, b in parts]
-                try:
-                    for f in futs:
-                        result(f)
-                finally:
-                    for f in futs:
-                        f.cancel()
+        run_each(lambda ab: self._fetch_part(fd, piece, *ab), parts, self.threads, "lovecraft-fetch")
 
     def _fetch_part(self, fd: int, piece: Piece, a: int, b: int) -> None:
         from .base import StorageError

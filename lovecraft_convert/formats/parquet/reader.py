@@ -130,7 +130,7 @@ class ParquetReader(PartReader):
         starts, loc = [0], []
         for fi, want in enumerate(self.file_rows):
             listed = self.groups[fi]
-            if listed is None or sum(listed) != want or not all(isinstance(n, int) and n > 0 for n in listed):
+            if listed is None or sum(listed) != want:  # (its numbers' types: the manifest's spec)
                 md = self._file(fi).metadata  # not listed (or listed wrong: the footer says which)
                 listed = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
             for g, n in enumerate(listed):
