@@ -41,12 +41,14 @@ page cache is warmed by reading every output file once. ``--runs`` rounds (defau
 ``--quick``) alternate the readers' order; times are medians. Checks: a complete epoch has every row
 once by count and by the sum of its labels; a stopped one no more rows than the dataset.
 
-A peer that cannot be imported (or whose write fails) is reported as skipped and the rest is
-measured. mosaicml-streaming's top-level package also imports its vision and text datasets
-(torchvision) and its ``StreamingDataLoader`` (transformers); when those are missing or do not load
-(torchvision's PyPI wheel is a CUDA build, which does not load with the CPU torch), the writer and
-``StreamingDataset`` are imported from their modules without the package ``__init__`` (said in the
-output); they need neither.
+The peers' writes and epochs run in the peers' own venv (``.venv-peers``, docs/design/peers.md;
+``LOVECRAFT_PEERS_VENV`` names another): this script, run by that venv's python (it imports only
+numpy and the standard library before a peer's package). A peer that cannot be imported there (or
+whose write fails) is reported as skipped and the rest is measured. mosaicml-streaming's top-level
+package also imports its vision and text datasets (torchvision) and its ``StreamingDataLoader``
+(transformers); when those are missing or do not load, the writer and ``StreamingDataset`` are
+imported from their modules without the package ``__init__`` (said in the output); they need
+neither.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from measure import run  # noqa: E402
 CHUNK = 64 << 20  # the chunk/shard size of every writer (Mosaic's default size_limit)
 BLOCK = 4096  # rows a writer takes from the source at a time
 READERS = ("ours_dl", "ours_batches", "litdata", "mosaic")
+PEERS = ("litdata", "mosaic")
 SYSTEM = {"ours_dl": "ours", "ours_batches": "ours", "litdata": "litdata", "mosaic": "mosaic"}
 
 
@@ -197,7 +200,47 @@ def write_cmd(name: str, src: str, out: str) -> list[str]:
             "64MiB",
             "-q",
         ]
-    return [sys.executable, os.path.abspath(__file__), "--write", name, "--src", src, "--out", out]
+    return [python_of(name), os.path.abspath(__file__), "--write", name, "--src", src, "--out", out]
+
+
+def python_of(system: str) -> str:
+    """The interpreter that runs ``system``'s child processes: the peers' venv's for a peer."""
+    if system not in PEERS:
+        return sys.executable
+    from tests.peers import PEERS_PYTHON
+
+    return PEERS_PYTHON
+
+
+def env_of(system: str) -> dict[str, str] | None:
+    """The environment of ``system``'s child processes (a peer's: nothing pointing at ``.venv``)."""
+    if system not in PEERS:
+        return None
+    from tests.peers import peer_env
+
+    return peer_env()
+
+
+def probe(name: str) -> str:
+    """What the child ``--probe NAME`` prints: the peer's version, as imported."""
+    if name == "litdata":
+        return f"litdata {import_litdata().__version__}"
+    ms, version = import_mosaic()
+    ms.clean()  # shared memory a stopped epoch of an earlier round may have left
+    return version
+
+
+def peer_version(name: str) -> str:
+    """``name``'s version, imported in the peers' venv; raises RuntimeError with why it cannot be."""
+    python = python_of(name)
+    if not os.path.exists(python):
+        raise RuntimeError(f"no peers' venv ({python}): run `make .venv-peers` (docs/design/peers.md)")
+    cmd = [python, os.path.abspath(__file__), "--probe", name]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env_of(name))
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        raise RuntimeError((p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1])
+    return lines[-1]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -268,9 +311,9 @@ class Epochs:
 
 
 def run_epoch(reader: str, path: str, a: argparse.Namespace, n: int, total: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--epoch", reader, "--path", path]
+    cmd = [python_of(SYSTEM[reader]), os.path.abspath(__file__), "--epoch", reader, "--path", path]
     cmd += ["--batch-size", str(a.batch_size), "--limit", str(a.limit), "--num-workers", str(a.num_workers)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit + 600)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.limit + 600, env=env_of(SYSTEM[reader]))
     lines = p.stdout.strip().splitlines()
     if p.returncode != 0 or not lines:
         tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
@@ -303,13 +346,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-workers", type=int, default=0, help="num_workers of every DataLoader (default 0)")
     ap.add_argument("--workdir", default=os.environ.get("BENCH_WORKDIR", "/tmp/lovecraft-bench") + "/peers")
     # the child processes
-    ap.add_argument("--write", choices=("litdata", "mosaic"), help=argparse.SUPPRESS)
+    ap.add_argument("--write", choices=PEERS, help=argparse.SUPPRESS)
+    ap.add_argument("--probe", choices=PEERS, help=argparse.SUPPRESS)
     ap.add_argument("--epoch", choices=READERS, help=argparse.SUPPRESS)
     ap.add_argument("--src", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
+    if a.probe:
+        print(probe(a.probe), flush=True)
+        return 0
     if a.write:
         (write_litdata if a.write == "litdata" else write_mosaic)(a.src, a.out)
         return 0
@@ -325,17 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     total = int(np.load(os.path.join(src, "label.npy"), mmap_mode="r").sum())
     cores = os.cpu_count() or 1
 
-    # which peers are here
+    # which peers are here (imported in the peers' venv)
     versions = {"ours": "lovecraft_convert (this tree)"}
     skipped: dict[str, str] = {}
-    try:
-        versions["litdata"] = f"litdata {import_litdata().__version__}"
-    except Exception as e:  # noqa: BLE001
-        skipped["litdata"] = f"{type(e).__name__}: {e}".splitlines()[0]
-    try:
-        ms, versions["mosaic"] = import_mosaic()
-    except Exception as e:  # noqa: BLE001
-        ms, skipped["mosaic"] = None, f"{type(e).__name__}: {e}".splitlines()[0]
+    for name in PEERS:
+        try:
+            versions[name] = peer_version(name)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            skipped[name] = str(e)
     for name, why in skipped.items():
         log(f"{name}: skipped ({why})")
 
@@ -349,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(os.path.dirname(out), exist_ok=True)
         log(f"writing {name}")
         try:
-            r = run(write_cmd(name, src, out), every=0.05)
+            r = run(write_cmd(name, src, out), env=env_of(name), every=0.05)
         except SystemExit as e:
             if name == "ours":
                 raise
@@ -358,8 +402,6 @@ def main(argv: list[str] | None = None) -> int:
             continue
         writes[name] = (r.seconds, r.peak_mib)
         log(f"{name}: written in {r.seconds:.2f} s (peak anonymous memory {r.peak_mib:.0f} MiB)")
-    if ms is not None:
-        ms.clean()
 
     # the epochs: a fresh process each, the readers' order alternating from round to round
     readers = [k for k in READERS if SYSTEM[k] not in skipped]
@@ -383,8 +425,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"peer-bench: {k} failed: {res[k].errors[-1]}")
         skipped[SYSTEM[k]] = f"its epochs failed: {res[k].errors[-1]}"
         readers.remove(k)
-    if ms is not None:
-        ms.clean()
+    if "mosaic" in readers:
+        peer_version("mosaic")  # its shared memory, which the last epoch's os._exit left, cleaned
 
     # the tables
     names = {
