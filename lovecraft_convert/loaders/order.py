@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..runtime import background
 from ..runtime.readahead import prefetch
 from ..schema import Batch, VarColumn
 from .common import Group, Parts, Permutation, take_rows_of, text_arrays, text_as_objects
@@ -355,8 +356,14 @@ def handoff(it: Iterator[Window]) -> Iterator[Window]:
             slot.append((None, e))
             ready.release()
 
+    def halt() -> None:
+        stop.set()
+        lock.release()
+        t.join(10.0)
+
     t = threading.Thread(target=work, name="lovecraft-window", daemon=True)
     t.start()
+    token = background.started(halt)  # stopped before the interpreter exits, if still running then
     try:
         while True:
             ready.acquire()
@@ -368,6 +375,5 @@ def handoff(it: Iterator[Window]) -> Iterator[Window]:
             lock.release()  # the previous window is dropped by the consumer: build the next
             yield item
     finally:
-        stop.set()
-        lock.release()
-        t.join(10.0)
+        halt()
+        token.end()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Iterator
 
+from .background import started
 from .interrupts import get_polled, put_while
 
 
@@ -60,6 +61,7 @@ class Prefetch:
         self.it = it
         self.t = threading.Thread(target=self._work, name="lovecraft-reader", daemon=True)
         self.t.start()
+        self._bg = started(self.close)  # stopped before the interpreter exits, if still running then
 
     def _put(self, x) -> bool:
         return put_while(self.q, x, lambda: not self.stop.is_set())
@@ -92,6 +94,7 @@ class Prefetch:
         # stuck in a read, it is a daemon thread and does not keep the process alive.
         self.stop.set()
         self.t.join(10.0)
+        self._bg.end()
 
     def __enter__(self) -> Prefetch:
         return self

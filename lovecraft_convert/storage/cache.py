@@ -224,8 +224,10 @@ class Held:
         self.release()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # (no module-level name: at interpreter exit the modules may be gone before this runs)
             self.release(done=False)
+        except Exception:  # noqa: BLE001, S110 - a finalizer has no one to tell
+            pass
 
 
 class Cache:

@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
+from ..runtime import background
 from .cache import Cache, Held, Piece
 
 SEARCH = 64  # slots ahead in which a piece the reader asks for is looked for
@@ -92,6 +93,7 @@ class Prefetcher:
         ]
         for t in self._threads:
             t.start()
+        self._bg = background.started(self.close, background.FETCHER)  # stopped before the interpreter exits
 
     # -- the sequence -------------------------------------------------------------------------
 
@@ -318,6 +320,7 @@ class Prefetcher:
             if s.held is not None:
                 s.held.release(done=False)
                 s.held = None
+        self._bg.end()
 
     def __enter__(self) -> Prefetcher:
         return self

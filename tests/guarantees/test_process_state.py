@@ -1,6 +1,7 @@
 """A library call leaves the process as it found it: signal handlers (Python's and pyarrow's), pyarrow's
-thread counts, threads, and PyTorch's collate table, recorded before each call and compared after it,
-after calls that succeed and calls that fail.
+thread counts, threads, PyTorch's collate table and the background work registered for an exit hook
+(a loader's, while its threads run: runtime/background.py), recorded before each call and compared after it, after calls
+that succeed and calls that fail.
 
 pyarrow offers no way to read back whether its own signal handling is on
 (``pa.enable_signal_handlers``) or to tell a count set by the application from its default, so
@@ -22,6 +23,7 @@ import pytest
 
 import lovecraft_convert as lc
 from lovecraft_convert.errors import LovecraftError
+from lovecraft_convert.runtime import background
 
 WATCHED = ("enable_signal_handlers", "set_cpu_count", "set_io_thread_count")
 
@@ -33,6 +35,7 @@ def process_state() -> dict:
         "pyarrow cpu_count": pa.cpu_count(),
         "pyarrow io_thread_count": pa.io_thread_count(),
         "threads": set(threading.enumerate()),
+        "background work": background.live(),
     }
     if "torch" in sys.modules:
         from torch.utils.data._utils.collate import default_collate_fn_map
