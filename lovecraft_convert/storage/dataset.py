@@ -48,6 +48,11 @@ def load(uri: str) -> tuple[dict | None, tuple[str, str] | None]:
         if e.kind != "manifest":
             raise
         return None, ("manifest", e.detail)
+    return parse(data)
+
+
+def parse(data: bytes | None) -> tuple[dict | None, tuple[str, str] | None]:
+    """The manifest in ``data`` (what :func:`manifest_bytes` gave), or the problem with it."""
     if data is None:
         return None, ("missing", "missing: not a lovecraft dataset, or the run that wrote it did not finish")
     if len(data) > mf.MAX_MANIFEST_BYTES:
@@ -238,7 +243,7 @@ def open_remote(
             f"{uri}: no {mf.MANIFEST_NAME}; not a lovecraft dataset, or its writing did not finish",
             hint="give the output of a completed `lovecraft convert`/`shard` run",
         )
-    m, problem = load(uri)
+    m, problem = parse(data)  # (the bytes read above: the object is fetched once)
     if problem is not None or not isinstance(m, dict):
         raise DatasetError(f"{uri}/{mf.MANIFEST_NAME}: unreadable manifest", hint="re-create the dataset")
     mf.check(m, f"{uri}/{mf.MANIFEST_NAME}")
@@ -270,7 +275,7 @@ def copy_for_verify(uri: str, into: str) -> None:
         return
     with open(os.path.join(into, mf.MANIFEST_NAME), "wb") as f:
         f.write(data)
-    m, problem = load(uri)
+    m, problem = parse(data)  # (the bytes read above: the object is fetched once)
     if problem is not None or not isinstance(m, dict):
         return
     try:

@@ -409,6 +409,58 @@ def test_two_ranks_of_two_workers_fetch_each_range_once(local, remote, s3_log, t
         assert all(r is None or r == f"bytes=0-{sizes[k.rsplit('/', 1)[1]] - 1}" for k, r in data), data
 
 
+def test_opening_a_remote_dataset_fetches_its_manifest_once_and_nothing_else(remote, s3_log, tmp_path):
+    """Opening asks the manifest's size (a manifest too large to be one is refused unread), reads it
+    once, lists the prefix (every file there, of its size); it reads no data file. (It read the
+    manifest twice: two more round trips before the first batch.)"""
+    s3_log.clear()
+    lc.open_dataset(remote["parquet"], cache_dir=str(tmp_path / "c"), cache_limit=LIMIT)
+    bucket, prefix = remote["parquet"][5:].split("/", 1)
+    with s3_log.lock:
+        items = list(s3_log.items)
+    manifest = f"/{bucket}/{prefix}/_manifest.json"
+    assert [m for m, path, _ in items if path == manifest] == ["HEAD", "GET"]
+    assert [(m, path) for m, path, _ in items if path != manifest] == [("GET", f"/{bucket}")]  # the listing
+
+
+EXIT_EARLY = """
+import sys
+try:
+    import torch  # (a training script's import: it changes when the interpreter collects what is left)
+except ImportError:
+    pass
+import lovecraft_convert as lc
+
+ds = lc.open_dataset(sys.argv[1], cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]))
+it = ds.batches(256, shuffle=sys.argv[4] == "1", seed=0)
+next(it)
+print("first batch", flush=True)
+"""  # it ends there, the epoch still open: its loader's threads are reading ahead
+
+
+@pytest.mark.parametrize("fmt,shuffle", [("parquet", True), ("parquet", False), ("tfrecord", True)])
+def test_a_script_that_leaves_an_epoch_open_exits_at_once_without_a_word(remote, s3_log, tmp_path, fmt, shuffle):
+    """A script that takes a batch and ends without closing the iterator exits at once, quietly.
+    The server holds each GET 0.2 s, so the loader's threads are in the middle of a read when the
+    script ends. Before, such a read (pyarrow reading a row group through our file object) could
+    hang the process at exit for ever: from the interpreter's finalization on, the Python side of
+    the read never ran again, and pyarrow's exit handler waited for it. And what the threads held
+    was released by finalizers after the modules they needed were gone, a traceback each."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    s3_log.delay = 0.2
+    try:
+        p = subprocess.run(
+            [sys.executable, "-c", EXIT_EARLY, remote[fmt], str(tmp_path / "c"), str(4 * LIMIT), str(int(shuffle))],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        s3_log.delay = 0.0
+    assert (p.returncode, p.stdout, p.stderr) == (0, "first batch\n", "")
+
+
 def flipped(s3, bucket: str, prefix: str, local: str, pick) -> str:
     m = json.loads(get(s3, bucket, f"{prefix}/_manifest.json"))
     victim = pick([f["path"] for f in m["files"]])
