@@ -438,7 +438,9 @@ print("first batch", flush=True)
 """  # it ends there, the epoch still open: its loader's threads are reading ahead
 
 
-@pytest.mark.parametrize("fmt,shuffle", [("parquet", True), ("parquet", False), ("tfrecord", True)])
+@pytest.mark.parametrize(
+    "fmt,shuffle", [("parquet", True), ("parquet", False), ("tfrecord", True), ("hdf5", True), ("memmap", False)]
+)
 def test_a_script_that_leaves_an_epoch_open_exits_at_once_without_a_word(remote, s3_log, tmp_path, fmt, shuffle):
     """A script that takes a batch and ends without closing the iterator exits at once, quietly.
     The server holds each GET 0.2 s, so the loader's threads are in the middle of a read when the
