@@ -84,7 +84,13 @@ def difference(old: dict, new: dict) -> tuple[str, str] | None:
     for a, b in zip(o_src, n_src, strict=True):
         if a != b:
             what = [k for k in ("size", "mtime", "manifest_sha256", "compression", "format") if a.get(k) != b.get(k)]
-            return "input", f"{b.get('name')} changed since it was made ({', '.join(what) or 'its description'} differ)"
+            if what:
+                said = f"{', '.join(what)} {'differ' if len(what) > 1 else 'differs'}"
+            elif a.get("listing_sha256") != b.get("listing_sha256"):
+                said = "a file was added, removed, resized or rewritten"
+            else:
+                said = "its description differs"
+            return "input", f"{b.get('name')} changed since it was made ({said})"
     if old.get("digest") != new.get("digest"):
         return "version", f"its --dedup digests are {_shown(old.get('digest'))}, this version makes {new.get('digest')}"
     return "version", "it was made by another version of the manifest"

@@ -279,7 +279,7 @@ class FilesReader(Reader):
             for e in self._entries(i):
                 files += 1
                 total += e.size
-                h.update(f"{e.relpath}\0{e.size}\n".encode("utf-8", "surrogateescape"))
+                h.update(f"{e.relpath}\0{e.size}\0{e.mtime_ns}\n".encode("utf-8", "surrogateescape"))
             return files, total, h.hexdigest()
 
         return count

@@ -31,11 +31,13 @@ _KINDS = {1: "\0D", 0: "\0F"}
 
 @dataclass(frozen=True)
 class Entry:
-    """A file of a tree: its path components under the root, its path, its size in bytes."""
+    """A file of a tree: its path components under the root, its path, its size in bytes and its
+    modification time (ns; 0: not known)."""
 
     rel: tuple[str, ...]
     path: str
     size: int
+    mtime_ns: int = 0
 
     @property
     def relpath(self) -> str:
@@ -144,10 +146,11 @@ def _walk(top: str, prefix: tuple[str, ...], start: tuple[str, ...], run_names: 
         if name == first and rest:  # ``start`` goes on below a file of that name: it sorts after it
             continue
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
+            size, mtime = st.st_size, st.st_mtime_ns
         except OSError:
-            size = 0
-        yield Entry((*prefix, name), path, size)
+            size = mtime = 0
+        yield Entry((*prefix, name), path, size, mtime)
 
 
 def top_directories(root: str) -> list[str]:

@@ -334,6 +334,29 @@ def test_the_manifest_records_the_listing(tmp_path, tree):
     assert json.dumps(after)  # plain JSON
 
 
+def test_resume_refuses_a_tree_whose_file_was_rewritten_at_the_same_size(tmp_path, tree):
+    """A file rewritten in place, same size, new modification time: the listing digest holds each
+    file's modification time, so --resume refuses the tree, naming what changed (it said
+    "already complete, made by the same command and inputs", over shards of the old bytes)."""
+    root, _, _, _ = tree
+    out = str(tmp_path / "out")
+    args = ("shard", root, "-o", out, "--to", "webdataset", "--num-shards", "2")
+    assert lovecraft(*args, "-q").exit_code == 0
+    victim = os.path.join(root, "cat", "001.png")
+    with open(victim, "r+b") as f:
+        data = f.read()
+        f.seek(0)
+        f.write(bytes(255 - b for b in data[:8]) + data[8:])  # same size
+    st = os.stat(victim)
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    r = lovecraft(*args, "--resume")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {out}: a finished dataset is there, but {root} changed since it was made (a file was added, "
+        "removed, resized or rewritten); run the same command as before, or pass --overwrite to replace it\n",
+    )
+
+
 def test_a_sidecar_column_whose_type_widens_late(tmp_path, tree):
     """A sidecar column read as integers for its first megabytes and holding a fraction at the end
     is float64 in the output, convert and shard alike (the job starts over with the wider type)."""
