@@ -7,7 +7,7 @@ import json
 import click
 
 from .helptext import examples, inputs_block
-from .options import SizeParam, input_options, parse_delimiter, parse_list
+from .options import ON_BAD_FILE, SizeParam, input_options, parse_delimiter, parse_list
 
 HELP = f"""Describe INPUTS before converting them, or a dataset directory from its manifest.
 
@@ -58,6 +58,7 @@ made it, and the code that loads it. For a .tfrecord file or a Megatron .idx: wh
 @click.option("--column", metavar="NAME", help="With --tokenizer: the text column (default: text).")
 @click.option("--eos", metavar="TOKEN", help="With --tokenizer: a token after every document, counted as bucket does.")
 @click.option("--bos", metavar="TOKEN", help="With --tokenizer: a token before every document.")
+@ON_BAD_FILE
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 def inspect(**params) -> None:
@@ -87,6 +88,7 @@ def inspect(**params) -> None:
         column=params["column"],
         eos=params["eos"],
         bos=params["bos"],
+        on_bad_file=params["on_bad_file"],
     )
     if params["as_json"]:
         click.echo(json.dumps(report, indent=1, default=_default))

@@ -127,6 +127,9 @@ def output_options(f: Callable) -> Callable:
     return _stack(f, opts)
 
 
+ON_BAD_FILE = click.option("--on-bad-file", "on_bad_file", type=click.Choice(["error", "skip"]), default="error", show_default=True, help="Files inputs: a file that cannot be read or decoded (or has no --metadata row) is an error, or is left out and counted in the manifest and summary.")  # fmt: skip
+
+
 def files_options(f: Callable) -> Callable:
     """The flags of the files and WebDataset inputs (convert and shard)."""
     opts = [
@@ -136,7 +139,7 @@ def files_options(f: Callable) -> Callable:
         click.option("--image-mode", "image_mode", type=click.Choice(["L", "RGB", "RGBA"]), help="With --decode image: convert every image to this mode as Image.convert does (default: L, RGB or RGBA from the first image's mode)."),
         click.option("--sample-rate", "sample_rate", type=click.IntRange(min=1), metavar="HZ", help="With --decode audio: resample to this rate (default: the first clip's)."),
         click.option("--metadata", metavar="FILE", help="Files inputs: a CSV or JSON Lines sidecar whose columns join each file by its relative path or stem (key column file_name, path, filename, file or key)."),
-        click.option("--on-bad-file", "on_bad_file", type=click.Choice(["error", "skip"]), default="error", show_default=True, help="Files inputs: a file that cannot be read or decoded (or has no --metadata row) is an error, or is left out and counted in the manifest and summary."),
+        ON_BAD_FILE,
     ]  # fmt: skip
     return _stack(f, opts)
 

@@ -361,7 +361,9 @@ class Skipped:
         self.count += 1
         self.by_reason[kind] = self.by_reason.get(kind, 0) + 1
         if len(self.first) < self.FIRST:
-            self.first.append([name, reason])
+            # a name that is not UTF-8 spelled as the error line spells it (bad\xffname.png), not
+            # with lone surrogates, which strict JSON readers of the manifest refuse
+            self.first.append([name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"), reason])
 
     def to_dict(self) -> dict:
         return {"count": self.count, "by_reason": dict(self.by_reason), "first": [list(x) for x in self.first]}

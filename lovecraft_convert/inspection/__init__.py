@@ -36,6 +36,7 @@ def inspect(
     column: str | None = None,
     eos: str | int | None = None,
     bos: str | int | None = None,
+    on_bad_file: str = "error",
 ) -> dict[str, Any]:
     """Inspect inputs (paths, globs, ``-``) or one dataset directory; returns a JSON-able dict.
 
@@ -46,7 +47,8 @@ def inspect(
     The input keywords are ``convert``'s (``input_format``, ``header``, ``delimiter``, ``skip_rows``,
     ``comment``, ``na_values``, ``column_names``, ...). ``tokenizer`` (with ``column``, ``eos``, ``bos``
     as ``bucket`` takes them): the text column's lengths, suggested buckets and plot are in tokens, as
-    ``bucket`` counts them.
+    ``bucket`` counts them. ``on_bad_file="skip"``: a files input's unreadable files (or names that
+    are not UTF-8) are left out and counted, as ``convert`` leaves them out.
     """
     from ..formats import get, names
 
@@ -63,7 +65,8 @@ def inspect(
         from .dataset import inspect_dataset
 
         return inspect_dataset(inputs[0].rstrip("/"), remote)
-    if len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0]) and not _input_directory(inputs[0]):
+    directory = len(inputs) == 1 and inputs[0] != "-" and os.path.isdir(inputs[0])
+    if directory and input_format is None and not _input_directory(inputs[0]):  # (--input-format: an input)
         if plot:
             raise OptionsError("--plot draws the length histogram of inputs", hint="give input files, not a dataset")
         from .dataset import inspect_dataset
@@ -95,6 +98,7 @@ def inspect(
         column=column,
         eos=eos,
         bos=bos,
+        on_bad_file=on_bad_file,
     )
     o.validate_inputs()
     o.validate_tokens()

@@ -55,6 +55,12 @@ def format_text(r: dict[str, Any]) -> str:
     else:
         est = f"~{number(r['rows'])}" if r["rows"] is not None else "unknown"
         out.append(f"rows: {est} (an ESTIMATE from a sample of the first {number(r['sample_rows'])} rows)")
+    if r.get("skipped_files"):
+        from ..inputs.filedecode import Skipped
+
+        left = Skipped()
+        left.merge(r["skipped_files"])
+        out.extend(left.note())
     out.append("")
     for c in r["columns"]:
         shape = f" shape per row {tuple(c['shape'])}" if c["shape"] else ""

@@ -491,3 +491,20 @@ def test_a_name_that_is_not_utf8_is_one_line_showing_its_byte(tmp_path):
         "to leave such files out (counted)\n"
     )
     assert not out.exists()
+    # the way out the line gives works, for inspect too; the name spelled as the line spells it
+    base = [sys.executable, "-m", "lovecraft_convert"]
+    cmd = [*base, "inspect", str(d), "--input-format", "files", "--on-bad-file", "skip"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"skipped 1 file (--on-bad-file skip): {d}/caf\\xe9.txt (its name is not valid UTF-8)\n" in r.stdout
+    r = subprocess.run(
+        [*base, "convert", str(d), "-o", str(out), "--to", "parquet", "--input-format", "files", "-q"]
+        + ["--on-bad-file", "skip"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    text = (out / "_manifest.json").read_text(encoding="utf-8")
+    assert "\\udc" not in text  # no lone surrogate: strict JSON readers take it
+    assert manifest(str(out))["skipped_files"]["first"] == [[f"{d}/caf\\xe9.txt", "its name is not valid UTF-8"]]
