@@ -352,6 +352,16 @@ class FilesReader(Reader):
         whatever the number of shards) and no sidecar (whose types may widen late)."""
         return self.fo.on_bad_file != "skip" and self.decoder is None and self.sidecar is None
 
+    def listed_row_bytes(self) -> Iterator[int] | None:
+        """Each row's bytes as listed (its file's size), in order, walked again at each call; None
+        when rows are not the listed files one to one (see :attr:`random_rows`) or their bytes are
+        not the files' (decoded, or not read: ``--columns path,label``)."""
+        if not self.random_rows or not self.read_files:
+            return None
+        if not self.tree:
+            return (e.size for e in self.listed)
+        return (e.size for _, e in self._all_items())
+
     def row_count(self) -> int:
         if not self.tree:
             return len(self.listed)

@@ -483,6 +483,9 @@ def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run, rea
         base, extra = divmod(total, o.num_shards)
         sizes = [base + (1 if k < extra else 0) for k in range(o.num_shards)]
     else:
+        listed = getattr(reader, "listed_row_bytes", None)
+        if o.rows_per_shard is None and split is None and listed is not None and listed() is not None:
+            return _bounds_by_bytes(ctx, total, run, listed, parse_size(o.shard_size))
         if o.rows_per_shard is not None:
             per = o.rows_per_shard
         else:
@@ -500,6 +503,53 @@ def _plan_shards(o: ShardOptions, ctx: Context, total: int, split, run: Run, rea
     return bounds
 
 
+def _trial(run: Run, ctx: Context, rows: int, split) -> int:
+    """The bytes of a trial shard of the first ``rows`` rows (written in a worker when there are
+    workers: the main process stays small; then discarded)."""
+    res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split, None, True)])))
+    discard(run.work, res)
+    return sum(f["bytes"] for f in res["files"])
+
+
+LISTED_OVERHEAD = 256  # bytes a row weighs beyond its listed ones (its path, a header), before scaling
+
+
+def _bounds_by_bytes(ctx: Context, total: int, run: Run, listed, target: int) -> list[tuple[int, int]]:
+    """``--shard-size`` for rows whose bytes the input lists (a tree of files read as they are,
+    straight into the shards): each row weighs its listed bytes plus :data:`LISTED_OVERHEAD`, scaled
+    by what a trial shard of the first rows (about two shards' bytes, at least 64 MiB) took per
+    weight (the format's headers, its compression); the shards are cut where their rows' weight is
+    nearest the target. A folder whose files' sizes vary along the listing (small files first, then
+    large ones) so gets shards of the target size, where a number of rows measured on its first
+    files gave shards 5x over or 10x under it. The scale is kept in the run's plan (a resumed run
+    cuts the same shards); the listing is walked, not held."""
+    scale = run.plan.get("bytes_per_listed_byte")
+    if scale is None:
+        cap, rows, weight = max(2 * target, 64 << 20), 0, 0
+        for size in listed():
+            rows += 1
+            weight += size + LISTED_OVERHEAD
+            if weight >= cap or rows >= 1 << 16:
+                break
+        scale = _trial(run, ctx, rows, None) / max(1, weight)
+        run.plan["bytes_per_listed_byte"] = scale
+        save_plan(run.work, run.plan)
+    bounds: list[tuple[int, int]] = []
+    a, held, k = 0, 0.0, 0
+    for k, size in enumerate(listed()):
+        w = scale * (size + LISTED_OVERHEAD)
+        if k > a and held + w > target and target - held < held + w - target:  # nearer the target without it
+            bounds.append((a, k))
+            a, held = k, 0.0
+        held += w
+        if held >= target:
+            bounds.append((a, k + 1))
+            a, held = k + 1, 0.0
+    if a < total:
+        bounds.append((a, total))
+    return bounds
+
+
 def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int, run: Run, reader) -> int:
     """Rows per shard for ``--shard-size``: measured by writing trial shards of the first rows.
 
@@ -507,10 +557,8 @@ def _rows_for_size(o: ShardOptions, ctx: Context, total: int, split, target: int
     sample misses (per-file overhead, chunk allocation, compression of a larger block).
     """
 
-    def trial(rows: int) -> int:  # in a worker when there are workers: the main process stays small
-        res = next(iter(run.executor.map(write_unit, [(ctx, 99999, 99999, 0, rows, split, None, True)])))
-        discard(run.work, res)
-        return sum(f["bytes"] for f in res["files"])
+    def trial(rows: int) -> int:
+        return _trial(run, ctx, rows, split)
 
     sample = min(total, 1 << 16)
     # rows of 100 KB (images): 65,536 of them would be the whole input written once more before
