@@ -25,6 +25,7 @@ an item may take is refused before it is decoded (:class:`TooLarge`).
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,7 +188,8 @@ def _decoded(data: bytes, limit: int):
 
 
 def _reason(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    # (soundfile names the object it read from: "Error opening <_io.BytesIO object at 0x7f...>:")
+    text = " ".join(re.sub(r"<[^<>]* object at 0x[0-9a-f]+>", "the file", str(e)).split())
     return text or type(e).__name__
 
 

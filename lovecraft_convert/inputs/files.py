@@ -227,23 +227,25 @@ class FilesReader(Reader):
             need("PIL.Image", "--decode image", "pip install 'lovecraft-convert[images]'")
             size, mode = fo.image_size, fo.image_mode
             if size is None or mode is None:
-                got_size, got_mode = self._probe(lambda data: probe_image(data, self.decoded_limit), "image")
+                open_part = "shape" if size is None else "mode"  # what the first image gives
+                got_size, got_mode = self._probe(lambda data: probe_image(data, self.decoded_limit), open_part)
                 size = size or got_size
                 mode = mode or mode_for(got_mode)
             return ImageDecoder(size, mode, fo.resize if fo.image_size else None, self.decoded_limit)
-        rate = fo.sample_rate or self._probe(probe_audio, "clip")
+        rate = fo.sample_rate or self._probe(probe_audio, "rate")
         return AudioDecoder(rate, self.decoded_limit)
 
-    def _probe(self, probe, noun: str):
-        """What the first file that decodes gives (the shape or rate the flags leave open): the
-        first file, or with --on-bad-file skip the first of a hundred that decodes."""
+    def _probe(self, probe, what: str):
+        """What the first file that decodes gives (``what``: the shape or mode of the images, the
+        rate of the clips, which the flags leave open): the first file, or with --on-bad-file skip
+        the first of a hundred that decodes."""
         tries = 100 if self.fo.on_bad_file == "skip" else 1
         for k, item in enumerate(self._all_items()):
             try:
                 return probe(self._read(item))
             except BadFile as e:
                 if k + 1 >= tries:
-                    what = "shape" if noun == "image" else "rate"
+                    noun = "clip" if what == "rate" else "image"
                     hint = f"the first {noun} gives the {what}: fix or remove it" + (
                         "" if tries > 1 else ", or pass --on-bad-file skip to leave such files out (counted)"
                     )

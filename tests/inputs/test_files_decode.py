@@ -286,6 +286,13 @@ def test_the_shape_comes_from_the_first_image_that_decodes_when_skipping(tmp_pat
         f"Error: {first}: not an image (no format Pillow reads); the first image gives the shape: fix or remove it, "
         "or pass --on-bad-file skip to leave such files out (counted)\n",
     )
+    # with --image-size the first image gives only the mode (and a clip the rate: no object's address)
+    r = lovecraft("convert", root, "-o", str(tmp_path / "o"), "--to", "hdf5", "--decode", "image", "--image-size",
+                  "16x16", "-q")  # fmt: skip
+    assert "; the first image gives the mode: fix or remove it" in r.stderr
+    r = lovecraft("convert", root, "-o", str(tmp_path / "o"), "--to", "hdf5", "--decode", "audio", "-q")
+    assert r.exit_code == 1 and "; the first clip gives the rate: fix or remove it" in r.stderr, r.stderr
+    assert " object at 0x" not in r.stderr and "(Error opening the file: " in r.stderr, r.stderr
     lc.convert(root, str(tmp_path / "o"), to="hdf5", decode="image", on_bad_file="skip", image_size="16x16",
                progress=False)  # fmt: skip
     m = manifest(str(tmp_path / "o"))
