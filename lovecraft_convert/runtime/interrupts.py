@@ -217,6 +217,60 @@ def run_each(fn: Callable[[Any], object], items: list, threads: int, name: str) 
                 f.cancel()
 
 
+def map_daemons(fn: Callable[[Any], object], items: list, threads: int, name: str) -> list:
+    """``[fn(x) for x in items]``, at most ``threads`` at once in daemon threads named ``name``,
+    waited for in held slices. The first error (in the items' order) is raised here; then, as on an
+    interrupt, the calls not started are dropped and those under way are not waited for: their
+    threads end with their call and, being daemons, do not hold the interpreter's exit (a pool's
+    threads would: a Ctrl-C during GETs that a store holds for a minute kept the process that
+    long). On success every thread has ended when this returns."""
+    import itertools
+
+    n = len(items)
+    if not n:
+        return []
+    out: list = [None] * n
+    errors: list = [None] * n
+    order = itertools.count()  # (its next() is atomic: each item taken once)
+    stop, finished = threading.Event(), threading.Event()
+    left = [n]
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not stop.is_set():
+            i = next(order)
+            if i >= n:
+                return
+            try:
+                out[i] = fn(items[i])
+            except BaseException as e:  # noqa: BLE001 - raised by the caller
+                errors[i] = e
+                stop.set()
+            with lock:
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
+
+    workers = [threading.Thread(target=work, name=f"{name}_{k}", daemon=True) for k in range(min(threads, n))]
+    try:
+        for t in workers:
+            t.start()
+        while True:
+            with held():
+                ended = finished.wait(POLL)
+            raise_pending()
+            if ended or stop.is_set():
+                break
+    finally:
+        stop.set()
+    failed = next((e for e in errors if e is not None), None)
+    if failed is not None:
+        raise failed
+    for t in workers:
+        join(t)
+    return out
+
+
 def join(t: threading.Thread, poll: float = POLL) -> None:
     """``t.join()`` in held slices of ``poll`` seconds."""
     while t.is_alive():

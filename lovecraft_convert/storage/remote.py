@@ -175,10 +175,10 @@ class RemoteFile:
 
         if len(spans) <= 1 or threads <= 1:
             return [read_range(self.uri, a, b) for a, b in spans]
-        from concurrent.futures import ThreadPoolExecutor
+        from ..runtime.interrupts import map_daemons
 
-        with ThreadPoolExecutor(min(threads, len(spans)), thread_name_prefix="lovecraft-rows") as pool:
-            return list(pool.map(lambda ab: read_range(self.uri, ab[0], ab[1]), spans))
+        # (not a pool: on Ctrl-C the GETs under way are not waited for, even at the exit)
+        return map_daemons(lambda ab: read_range(self.uri, ab[0], ab[1]), spans, threads, "lovecraft-rows")
 
     def read_spans(self, spans: list[tuple[int, int]], threads: int = 16) -> list[bytes]:
         """The bytes of each ``[start, stop)`` of ``spans`` (fewer at the end of the object): from

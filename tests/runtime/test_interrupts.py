@@ -77,3 +77,25 @@ def test_outside_the_main_thread_nothing_is_raised():
         assert seen == [True] and interrupts.pending()
     finally:
         interrupts._state["pending"] = False
+
+
+def test_map_daemons_gives_results_in_order_raises_the_first_error_and_leaves_no_thread():
+    import threading
+    import time
+
+    from lovecraft_convert.runtime.interrupts import map_daemons
+
+    before = set(threading.enumerate())
+    assert map_daemons(lambda x: (time.sleep(0.001 * (x % 3)), x * x)[1], list(range(50)), 4, "t") == [
+        x * x for x in range(50)
+    ]
+    assert set(threading.enumerate()) == before  # on success every thread has ended
+
+    def fails(x):
+        if x in (7, 9):
+            raise ValueError(f"item {x}")
+        return x
+
+    with pytest.raises(ValueError, match="item 7"):
+        map_daemons(fails, list(range(20)), 1, "t")  # one thread: 7 is met first, 9 never started
+    assert map_daemons(str, [], 4, "t") == []

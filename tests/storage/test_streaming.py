@@ -463,6 +463,65 @@ def test_a_script_that_leaves_an_epoch_open_exits_at_once_without_a_word(remote,
     assert (p.returncode, p.stdout, p.stderr) == (0, "first batch\n", "")
 
 
+CTRL_C = """
+import sys, time
+import lovecraft_convert as lc
+
+ds = lc.open_dataset(sys.argv[1], cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]))
+it = ds.batches(256, shuffle=True, seed=0)  # an exact shuffle: rows read by ranged GETs
+next(it)
+print("first batch", flush=True)
+try:
+    for _ in it:
+        pass
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_while_the_store_holds_the_gets_interrupts_at_once(remote, s3_log, tmp_path):
+    """Ctrl-C during an exact shuffle of a remote memmap dataset with a text column (its rows'
+    bytes fetched by many ranged GETs at once) while the store takes 30 s to answer each:
+    KeyboardInterrupt within seconds, not when the GETs return. (The wait on the GETs was a bare
+    one, which no signal cuts: a store that stalled made Ctrl-C wait with it, found by an outside
+    trial.)"""
+    import signal
+
+    import boto3
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 200_000  # 4 files of ~2 MB, more than half the cache each: read by ranged GETs, not whole
+    src = str(tmp_path / "text.parquet")
+    pq.write_table(pa.table({"id": np.arange(n), "s": [f"row {i} " + "x" * (i % 50) for i in range(n)]}), src)
+    local = str(tmp_path / "text-memmap")
+    lc.shard([src], local, to="memmap", num_shards=4, progress=False)
+    uri = upload(boto3.client("s3"), "lc-streaming", "text-memmap", local)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    p = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C, uri, str(tmp_path / "c"), str(4 * LIMIT)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout.readline() == "first batch\n"
+        s3_log.delay = 30.0
+        time.sleep(1.0)  # its next rows' GETs are under way, held
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        waited = time.monotonic() - t0
+    finally:
+        s3_log.delay = 0.0
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert (out, p.returncode) == ("interrupted\n", 0), err[-2000:]
+    assert waited < 10, waited
+
+
 def flipped(s3, bucket: str, prefix: str, local: str, pick) -> str:
     m = json.loads(get(s3, bucket, f"{prefix}/_manifest.json"))
     victim = pick([f["path"] for f in m["files"]])
