@@ -393,7 +393,8 @@ class Cache:
             raise CacheError(
                 f"{piece.nbytes} bytes do not fit the cache limit of {self.limit} bytes",
                 where=piece.uri,
-                hint="raise the cache limit (cache_limit= or LOVECRAFT_CACHE_LIMIT) above the largest file",
+                hint=f"raise the cache limit (cache_limit= or LOVECRAFT_CACHE_LIMIT) to {piece.nbytes} bytes or more"
+                + (" (a whole file is read: with ranged=False, every file must fit)" if piece.whole else ""),
             )
         key = piece.key
         path = os.path.join(self.objects, key)

@@ -185,7 +185,8 @@ def test_piece_larger_than_the_limit_is_named(s3, bucket, tmp_path):
         Cache(str(tmp_path / "c"), 1 << 20).get(p)
     assert e.value.one_line() == (
         f"s3://{bucket}/huge.bin: 3145728 bytes do not fit the cache limit of 1048576 bytes; raise the cache "
-        "limit (cache_limit= or LOVECRAFT_CACHE_LIMIT) above the largest file"
+        "limit (cache_limit= or LOVECRAFT_CACHE_LIMIT) to 3145728 bytes or more (a whole file is read: with "
+        "ranged=False, every file must fit)"
     )
 
 
