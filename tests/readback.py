@@ -261,7 +261,8 @@ def read_webdataset_tar(out: str) -> dict[str, object]:
     each decoded by its extension as WebDataset's ``decode()`` does (``json`` by json, ``cls`` as an
     integer, ``*.npy`` by np.load, anything else its bytes), then the columns of the schema taken
     from them: a column's own member, else its field in the ``.json`` member (the manifest's
-    ``webdataset.file_member``: each sample's first member, named by the file's extension)."""
+    ``webdataset.file_member``: each sample's first member, named by the file's extension; a
+    binary column's member is left out where its value is empty)."""
     import io
     import tarfile
 
@@ -296,6 +297,8 @@ def read_webdataset_tar(out: str) -> dict[str, object]:
                 got.append(s[f"{name}.npy"])
             elif name in ("cls", "label") and "cls" in s and name not in s.get("json", {}):
                 got.append(s["cls"])
+            elif f["kind"] == "binary":  # an empty value is no member
+                got.append(b"")
             else:
                 got.append(s["json"][name])
         # a number in the .json member is a Python int or float: cast back to the declared dtype
@@ -359,7 +362,9 @@ import webdataset as wds
 out = []
 for files in json.loads(sys.argv[1]):
     ds = wds.WebDataset(files, shardshuffle=False).decode()
-    out.append(columns({k: v for k, v in s.items() if k not in ("__url__", "__local_path__")} for s in ds))
+    rows = [{k: v for k, v in s.items() if k not in ("__url__", "__local_path__")} for s in ds]
+    keys = list(dict.fromkeys(k for r in rows for k in r))  # a member some samples lack: None there
+    out.append(columns({k: r.get(k) for k in keys} for r in rows))
 print(json.dumps(out))
 """
 )

@@ -8,7 +8,7 @@ extensions, ``<key>`` the row's number in the dataset, nine digits or more (``00
 lovecraft column                       member              ``wds.WebDataset(...).decode()`` gives
 =====================================  ==================  ========================================
 binary (and fixed bytes)               ``<key>.<column>``  the bytes, as they came (an image column
-                                                           named ``jpg`` is ``.jpg``, which
+                                       (none where empty)  named ``jpg`` is ``.jpg``, which
                                                            ``.decode("pil")`` opens)
 a file's ``bytes`` beside its ``path``  ``<key>.<its ext>`` the file's bytes, named by its own
 (the files input's columns)                                extension (``cat/001.JPG``: ``.jpg``), so
@@ -67,6 +67,15 @@ class Plan:
 
     def extensions(self) -> list[str]:
         return [m.ext for m in self.members]
+
+
+def optional(m: Member) -> bool:
+    """Is ``m`` left out of a sample whose value is empty? A binary column's member is: a
+    WebDataset of mixed extensions (``.jpg`` in some samples, ``.png`` in others) read as input has
+    empty bytes where a sample had no such member, and writing them as empty members would hand
+    its readers a ``.png`` of 0 bytes to decode. The file member is kept (an empty file is a file),
+    as are the other kinds (their empty forms are not empty bytes)."""
+    return m.kind == RAW and not m.per_file
 
 
 def _cls_field(schema: Schema) -> Field | None:

@@ -29,6 +29,7 @@ from .layout import (
     key,
     npy_dtype,
     npy_header,
+    optional,
     plan,
 )
 from .tar import Scan, TarProblem
@@ -37,16 +38,15 @@ INT_RE = re.compile(rb"-?[0-9]+")
 SHAPE_RE = re.compile(r"'shape': \((\d+),\)")
 
 
-def _file_named(name: str, want: str) -> bool:
-    """Is ``name`` the per-file member ``want`` stands for: the same key, an extension of the
-    file's (plain, lowercase: :data:`.layout.EXT_RE`)?"""
-    k, _, ext = name.partition(".")
-    return k == want.partition(".")[0] and EXT_RE.match(ext) is not None
-
-
 class TarIndex:
     """The samples of one tar: ``offsets[j]`` and ``sizes[j]`` (int64[rows]) of member ``j`` of
-    every sample, in the plan's order; ``first``: the first sample's key as a number."""
+    every sample, in the plan's order (0 and 0 for an optional member the sample does not hold);
+    ``starts``: where each sample's first member's data lies; ``first``: the first sample's key as
+    a number.
+
+    A sample's members follow the plan's order. A binary column's member is optional (the writer
+    leaves out an empty value, as a WebDataset of mixed extensions holds ``.jpg`` in some samples
+    and ``.png`` in others: :func:`.layout.optional`); every other member must be there."""
 
     def __init__(self, path: str, plan: Plan, rows: int, strict: bool = False, first: int | None = None) -> None:
         self.path = path
@@ -65,32 +65,60 @@ class TarIndex:
         m = len(plan.members)
         exts = plan.extensions()
         per_file = [mem.per_file for mem in plan.members]
+        skip = [optional(mem) for mem in plan.members]
         self.first = 0
         # 16 bytes a member (its data's offset and size), no object kept per member
-        offsets, sizes = array("q"), array("q")
+        offsets, sizes, starts = array("q"), array("q"), array("q")
+        zeros = array("q", [0]) * m
         scan = Scan(self.buf, strict)
+        samples, j, base = 0, m, -m  # samples begun; the next member's place in the current one
+        here = after = ""  # the current sample's key, the next one's
         for i, mem in enumerate(scan):
+            k, _, ext = mem.name.partition(".")
             if i == 0:
-                k0 = mem.name.split(".", 1)[0]
-                if not KEY_RE.match(k0):
+                if not KEY_RE.match(k):
                     raise DecodeProblem(f"its first member {mem.name!r} has no key of {len(key(0))} digits or more")
-                self.first = int(k0)
+                self.first = int(k)
                 if first is not None and self.first != first:
-                    raise DecodeProblem(f"its first sample's key is {k0}, the rows before it say {key(first)}")
-            if i >= rows * m:
-                raise DecodeProblem(f"holds more than the {rows * m} members of {rows} samples of {m} members each")
-            want = f"{key(self.first + i // m)}.{exts[i % m]}"
-            if mem.name != want and not (per_file[i % m] and _file_named(mem.name, want)):
+                    raise DecodeProblem(f"its first sample's key is {k}, the rows before it say {key(first)}")
+                after = key(self.first)
+            if k != here or i == 0:
+                if k != after:
+                    want = f"{here}.{exts[j]}" if j < m else f"{after}.{exts[0]}"
+                    raise DecodeProblem(f"member {i} is named {mem.name!r}, expected {want!r}")
+                self._missing(here, j, exts, skip)
+                if samples >= rows:
+                    raise DecodeProblem(f"holds more than the {rows} samples of its rows")
+                here, after = k, key(self.first + samples + 1)
+                samples, j, base = samples + 1, 0, len(offsets)
+                offsets.extend(zeros)
+                sizes.extend(zeros)
+                starts.append(mem.offset)
+            while j < m and skip[j] and ext != exts[j]:
+                j += 1
+            if j >= m or not (ext == exts[j] or (per_file[j] and EXT_RE.match(ext))):
+                want = f"{here}.{exts[j]}" if j < m else f"{after}.{exts[0]}"
                 raise DecodeProblem(f"member {i} is named {mem.name!r}, expected {want!r}")
-            offsets.append(mem.offset)
-            sizes.append(mem.size)
+            offsets[base + j] = mem.offset
+            sizes[base + j] = mem.size
+            j += 1
         self.end = scan.end
-        if len(offsets) != rows * m:
-            raise DecodeProblem(f"holds {len(offsets)} members; {rows} samples of {m} members each make {rows * m}")
+        if samples:
+            self._missing(here, j, exts, skip)
+        if samples != rows:
+            raise DecodeProblem(f"holds {samples} samples; its rows say {rows}")
         offs = np.frombuffer(offsets, np.int64).reshape(rows, m) if rows * m else np.zeros((rows, m), np.int64)
         lens = np.frombuffer(sizes, np.int64).reshape(rows, m) if rows * m else np.zeros((rows, m), np.int64)
         self.offsets = [offs[:, j].copy() for j in range(m)]
         self.sizes = [lens[:, j].copy() for j in range(m)]
+        self.starts = np.frombuffer(starts, np.int64).copy() if rows else np.zeros(0, np.int64)
+
+    @staticmethod
+    def _missing(here: str, j: int, exts: list[str], skip: list[bool]) -> None:
+        """A sample ended at member ``j``: every member after it must be optional."""
+        for jj in range(j, len(exts)):
+            if not skip[jj]:
+                raise DecodeProblem(f"sample {here} has no .{exts[jj]} member")
 
     def decode(self, idx: np.ndarray, names: list[str]) -> Batch:
         """Rows ``idx`` (int64), the columns ``names``."""
@@ -210,7 +238,7 @@ class WebdatasetReader(PartReader):
         index = self._open()
         if self.rows == 0 or not index.offsets:
             return np.array([0, self.rows], np.int64)
-        at = index.offsets[0]
+        at = index.starts
         marks = np.arange(int(at[0]), int(at[-1]) + 1, 1 << 20, dtype=np.int64)
         cuts = np.unique(np.searchsorted(at, marks, side="left"))
         cuts = cuts[(cuts > 0) & (cuts < self.rows)]

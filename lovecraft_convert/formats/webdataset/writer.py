@@ -31,6 +31,7 @@ from .layout import (
     key,
     npy_dtype,
     npy_header,
+    optional,
     plan,
 )
 from .tar import BLOCK, end_of_archive, headers, member_header
@@ -78,29 +79,49 @@ class WebdatasetWriter(Writer):
         return [heads, var_bytes(np.asarray(col.values).astype(dt, copy=False), offs, dt.itemsize)]
 
     def _pieces(self, batch: Batch) -> list[Piece]:
-        """Every row's sample: per member, its header, data and padding."""
+        """Every row's sample: per member, its header, data and padding (an empty value of an
+        optional member: none of them, :func:`.layout.optional`)."""
         n = batch.num_rows
         keys = np.arange(n, dtype=np.int64) + self.options.first_row + self.rows
         width = max(KEY_DIGITS, len(str(int(keys[-1])))) if n else KEY_DIGITS
+        mixed = width != KEY_DIGITS and len(str(int(keys[0]))) != width  # keys of two widths
+        data = [self._data(m, batch) for m in self.plan.members]
+        sizes = [lengths(d, n) for d in data]
+        left_out = self._left_out(sizes, n)
         out: list[Piece] = []
-        for m in self.plan.members:
-            data = self._data(m, batch)
-            sizes = lengths(data, n)
-            mixed = width != KEY_DIGITS and len(str(int(keys[0]))) != width  # keys of two widths
+        for m, d, size, gone in zip(self.plan.members, data, sizes, left_out, strict=True):
             exts = file_exts(self.plan, batch.columns[PATH_COLUMN], n) if m.per_file else None
             one = exts is None or len(set(exts)) == 1
             ext = exts[0] if exts else m.ext
-            head = None if mixed or not one else headers(keys, width, ext, sizes)
-            if head is None:  # one by one (pax headers where needed)
+            head = None if mixed or not one or gone is not None else headers(keys, width, ext, size)
+            if head is None:  # one by one (pax headers where needed; none for a member left out)
                 names = [f"{key(k)}.{exts[i] if exts else m.ext}" for i, k in enumerate(keys.tolist())]
-                head_piece: Piece = _joined([member_header(x, s) for x, s in zip(names, sizes.tolist(), strict=True)])
+                skip = gone.tolist() if gone is not None else [False] * n
+                head_piece: Piece = _joined(
+                    [b"" if g else member_header(x, s) for x, s, g in zip(names, size.tolist(), skip, strict=True)]
+                )
             else:
                 head_piece = Fixed(head)
-            pads = -sizes % BLOCK
+            pads = -size % BLOCK
             pad_offsets = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(pads, out=pad_offsets[1:])
-            out += [head_piece, *data, Var(np.zeros(int(pad_offsets[-1]), np.uint8), pad_offsets)]
+            out += [head_piece, *d, Var(np.zeros(int(pad_offsets[-1]), np.uint8), pad_offsets)]
         return out
+
+    def _left_out(self, sizes: list[np.ndarray], n: int) -> list[np.ndarray | None]:
+        """Per member, the rows whose member is left out (bool[n]; None: none): an optional
+        member's empty values, but never every member of a sample (the first is then kept, empty,
+        so that the sample and its key are in the tar)."""
+        members = self.plan.members
+        gone: list[np.ndarray | None] = [
+            (size == 0) if optional(m) and n and not size.all() else None
+            for m, size in zip(members, sizes, strict=True)
+        ]
+        if all(optional(m) for m in members) and all(g is not None for g in gone):
+            none_left = np.logical_and.reduce([g for g in gone if g is not None])
+            if none_left.any():
+                gone[0] = gone[0] & ~none_left
+        return gone
 
     def write(self, batch: Batch) -> None:
         n = batch.num_rows
