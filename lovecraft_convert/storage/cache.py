@@ -159,6 +159,25 @@ def _lock(path: str, how: int) -> int | None:
         os.close(fd)
 
 
+def _unlock(fd: int, lock: str, piece: str | None = None) -> None:
+    """Release and close the lock ``fd`` taken on ``lock``, removing the lock file when no one
+    else holds it (an exclusive lock taken without waiting) and, with ``piece``, the piece is
+    not in the cache: lock files come and go with their pieces, not one left per piece ever
+    seen. Whoever waits on the removed file takes its lock again on a new one (:func:`_lock`)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return
+    try:
+        if piece is None or not os.path.exists(piece):
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                    os.unlink(lock)
+    finally:
+        os.close(fd)
+
+
 def _touch(path: str, piece: Piece) -> None:
     """Mark a piece used now (a header or footer: far in the future, the last to be evicted)."""
     now = time.time()
@@ -377,12 +396,13 @@ class Cache:
     def peek(self, piece: Piece) -> Held | None:
         """The piece pinned when the cache holds it, else None (a download under way is not waited for)."""
         key = piece.key
-        fd = _lock(os.path.join(self.locks, key), fcntl.LOCK_SH)  # waits only for an eviction, which is brief
+        lock = os.path.join(self.locks, key)
+        fd = _lock(lock, fcntl.LOCK_SH)  # waits only for an eviction, which is brief
         path = os.path.join(self.objects, key)
         if os.path.exists(path):
             _touch(path, piece)
             return Held(self, piece, path, fd)
-        os.close(fd)
+        _unlock(fd, lock, path)
         return None
 
     def get(self, piece: Piece, *, demand: bool = True) -> Held | None:
@@ -399,22 +419,24 @@ class Cache:
         key = piece.key
         path = os.path.join(self.objects, key)
         # the pin is taken first and held throughout: once the piece is there nothing can evict it
-        pin = _lock(os.path.join(self.locks, key), fcntl.LOCK_SH)
+        lock = os.path.join(self.locks, key)
+        pin = _lock(lock, fcntl.LOCK_SH)
         try:
             if not os.path.exists(path):
                 # the download lock (apart from the pin, which other readers hold for long): one
                 # process downloads, the others wait for it here and then find the piece
-                dl = _lock(os.path.join(self.locks, key + DOWNLOADING), fcntl.LOCK_EX)
+                dl_lock = lock + DOWNLOADING
+                dl = _lock(dl_lock, fcntl.LOCK_EX)
                 try:
                     if not os.path.exists(path) and not self._download(piece, path, demand):
-                        os.close(pin)
+                        _unlock(pin, lock, path)
                         return None
                 finally:
-                    os.close(dl)
+                    _unlock(dl, dl_lock)
             else:
                 _touch(path, piece)
         except BaseException:
-            os.close(pin)
+            _unlock(pin, lock, path)
             raise
         return Held(self, piece, path, pin)
 
