@@ -163,8 +163,11 @@ def run_job(
             executor.close(kill=True)
             journal.close()
             done = len(journal.phase(2))
+            units = f"{done} {unit_noun}{'' if done == 1 else 's'}"
+            # a store's output: its units are committed there, the journal that --resume reads here
+            where = f"for {out.path} (its journal in {work})" if is_remote(out.path) else f"in {work}"
             raise Interrupted(
-                f"interrupted; {done} {unit_noun}{'' if done == 1 else 's'} committed in {work}",
+                f"interrupted; {units} committed {where}",
                 hint="run the same command with --resume to finish, or --overwrite to start over",
             ) from None
         except BaseException:

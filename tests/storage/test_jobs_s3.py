@@ -291,3 +291,41 @@ def test_jsonl_input_from_s3_sharded(s3, bucket, tmp_path):
     r = lovecraft("shard", f"s3://{bucket}/in/t.jsonl", "-o", f"s3://{bucket}/jl", *args)
     assert r.exit_code == 0, r.stderr
     same_as_local(s3, bucket, "jl", str(tmp_path / "loc"))
+
+
+def test_an_interrupted_run_to_a_store_names_the_store(s3, bucket, csv_on_s3, tmp_path, monkeypatch):
+    """Ctrl-C once both shards are on the store (just before the manifest): the line names the
+    output's URI and the local journal --resume reads (it named only the local scratch directory,
+    as if the shards were there); --resume then finishes with the same objects as a run never
+    interrupted."""
+    import re
+    import signal
+
+    from lovecraft_convert import manifest as mf
+
+    local_in, _ = csv_on_s3
+    args = ["--num-shards", "2", "--to", "parquet", "-q"]
+    real = mf.build
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(mf, "build", interrupted)
+            r = lovecraft("shard", local_in, "-o", f"s3://{bucket}/out", *args)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert r.exit_code == 130
+    assert re.fullmatch(
+        rf"Error: interrupted; 2 shards committed for s3://{bucket}/out \(its journal in (/\S+)\); run the same "
+        r"command with --resume to finish, or --overwrite to start over\n",
+        r.stderr,
+    ), r.stderr
+    assert "out/_manifest.json" not in objects(s3, bucket, "out/")
+    assert mf.build is real
+    r = lovecraft("shard", local_in, "-o", f"s3://{bucket}/out", *args, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert lovecraft("shard", local_in, "-o", str(tmp_path / "loc"), *args).exit_code == 0
+    same_as_local(s3, bucket, "out", str(tmp_path / "loc"))
