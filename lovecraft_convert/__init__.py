@@ -23,6 +23,7 @@ _API = {
     "DependencyError": "lovecraft_convert.errors:DependencyError",
     "OverflowErrorF16": "lovecraft_convert.errors:OverflowErrorF16",
     "Interrupted": "lovecraft_convert.errors:Interrupted",
+    "SlowReadWarning": "lovecraft_convert.errors:SlowReadWarning",
     "StorageError": "lovecraft_convert.storage.base:StorageError",
     "CacheError": "lovecraft_convert.storage.cache:CacheError",
     "Manifest": "lovecraft_convert.result:Manifest",

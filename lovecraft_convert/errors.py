@@ -246,6 +246,12 @@ def need(module: str, what: str, install: str):
         raise DependencyError(f"{what} needs {top}, which is not installed", hint=install) from None
 
 
+class SlowReadWarning(UserWarning):
+    """A read the loader can do, but far slower than another way it names (an exact shuffle of a
+    remote dataset larger than its cache reads rows by ranged GETs). Filter it with
+    ``warnings.filterwarnings("ignore", category=lovecraft_convert.SlowReadWarning)``."""
+
+
 class Interrupted(LovecraftError):
     """The run was interrupted (SIGINT/SIGTERM); nothing was left at the output path."""
 

@@ -54,11 +54,16 @@ def attach(ds: Parts, g: Group, cursor: Cursor, start: int) -> Cursor:
     if isinstance(cursor, ExactCursor):
         # every batch reads rows of every file: the files that fit half the cache are fetched whole
         # and kept for the epoch, the rows of the others read as asked (storage/remote_array.py)
-        files, room = [], remote.limit // 2
+        files, room, left = [], remote.limit // 2, []
         for f in (remote.file(u) for p in g.parts for u in _uris(ds, p)):
             if f.size <= room or remote.ranged is False:
                 files.append(f)
                 room -= f.size
+            else:
+                left.append(f)
+        if left and not remote.warned:
+            remote.warned = True
+            _warn_exact(ds, remote.limit, left)
         if not files:
             return cursor
         pf = remote.prefetch((f.piece() for f in files), keep_all=True)
@@ -72,6 +77,25 @@ def attach(ds: Parts, g: Group, cursor: Cursor, start: int) -> Cursor:
     else:
         pf = remote.prefetch(_ordered_pieces(ds, g, start))
     return Fetching(cursor, remote, pf)
+
+
+def _warn_exact(ds: Parts, limit: int, left: list) -> None:
+    """Say (once per dataset opened) that an exact shuffle will read rows of files the cache
+    cannot keep by ranged GETs (measured about 100x slower than a block shuffle streaming the same
+    bytes)."""
+    import warnings
+
+    from ..errors import SlowReadWarning
+
+    nbytes = sum(f.size for f in left)
+    warnings.warn(
+        f"{ds.path}: an exact shuffle reads the rows of {len(left)} file{'' if len(left) == 1 else 's'} "
+        f"({nbytes} bytes) that do not fit half the cache limit ({limit} bytes) by ranged GETs, one per run of "
+        "nearby rows: far slower than streaming; shuffle='blocks' streams them, or raise cache_limit to twice "
+        "the dataset's size",
+        SlowReadWarning,
+        stacklevel=2,
+    )
 
 
 LIST_THREADS = 16  # parts whose blocks are listed at once (a Parquet footer each: one GET)

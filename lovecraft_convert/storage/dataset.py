@@ -150,6 +150,7 @@ class RemoteDataset:
         self.uri, self.cache, self.ranged = uri, cache, ranged
         self.sessions = Sessions()
         self.listed: set[tuple[int, int]] = set()  # (process, group) whose parts' blocks are listed
+        self.warned = False  # an exact shuffle's SlowReadWarning was given (loaders/fetch.py)
         self.files: dict[str, RemoteFile] = {}
         for rel, entry in listed_files(manifest).items():
             alg, hexd = mf.file_digest(entry)

@@ -167,6 +167,40 @@ def test_an_epoch_8x_the_cache_equals_the_local_epoch(local, remote, s3_log, tmp
         assert fetched(s3_log.gets(bucket), sizes) <= once * dataset_bytes(local[key])
 
 
+def test_an_exact_shuffle_larger_than_the_cache_warns_once_naming_the_way_out(local, remote, tmp_path):
+    """An exact shuffle of a remote memmap dataset whose files do not fit half the cache reads
+    their rows by ranged GETs (about 100x slower than streaming in an outside trial, which it did
+    without a word): one SlowReadWarning naming the dataset, the files, the limit and
+    shuffle='blocks', shown once for two epochs; none when the cache holds it or for blocks."""
+    import re
+    import warnings
+
+    uri = remote["memmap", "small"]
+    size = dataset_bytes(local["memmap", "small"])
+    ds = lc.open_dataset(uri, cache_dir=str(tmp_path / "c"), cache_limit=size // 8)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("default")
+        for _ in range(2):
+            sum(len(b["id"]) for b in ds.batches(512, shuffle=True, seed=0))
+    slow = [w for w in got if issubclass(w.category, lc.SlowReadWarning)]
+    assert len(slow) == 1, [str(w.message) for w in got]
+    assert re.fullmatch(
+        rf"{re.escape(uri)}: an exact shuffle reads the rows of \d+ files \(\d+ bytes\) that do not fit half the "
+        rf"cache limit \({size // 8} bytes\) by ranged GETs, one per run of nearby rows: far slower than "
+        r"streaming; shuffle='blocks' streams them, or raise cache_limit to twice the dataset's size",
+        str(slow[0].message),
+    ), str(slow[0].message)
+    quiet = [
+        lc.open_dataset(uri, cache_dir=str(tmp_path / "c2"), cache_limit=size * 2).batches(512, shuffle=True),
+        ds.batches(512, shuffle="blocks", seed=0),
+    ]
+    for it in quiet:
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            sum(len(b["id"]) for b in it)
+        assert [w for w in got if issubclass(w.category, lc.SlowReadWarning)] == []
+
+
 def test_a_shuffled_parquet_epoch_fetches_its_row_groups_once_and_nothing_else(local, remote, s3_log, tmp_path):
     """Row groups by their own byte ranges (column chunks from the footer; in pieces for a small
     limit), each byte once; footers by the files' last 64 KiB. A file read through a buffer would read past a row group's end (a
