@@ -264,12 +264,39 @@ def _run_once(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: in
     fmt.check_schema(schema, source)
     check_memory(schema, fmt, budget, source)
     scratch = os.path.join(out.tmp, "_dedup")
+    got = _one_pass(reader, fmt, out, o, budget, plan) if o.dedup == "exact" and not o.dedup_report else None
+    if got is not None:
+        return got
     drops, dedup = dedup_pass(reader, plan, o, scratch, budget) if o.dedup else (None, None)
     try:
         got = _write(reader, fmt, out, o, budget, plan, drops)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     keep = plan.removed_extra(plan.removed, plan.rows_read, dedup)
+    return (*got, keep)
+
+
+def _one_pass(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int, plan: OutputPlan):
+    """``--dedup exact`` decided while writing (:class:`~lovecraft_convert.transforms.dedup.SeenDigests`):
+    the input read once, not twice, when the distinct rows' digests fit an eighth of the budget
+    (16 bytes each, 786,432 rows at the default 256MiB). None when they do not (the writer
+    aborted; the two passes follow, ``plan``'s counts reset): seen at the first batch for an input
+    of more than twice as many rows, else once the table is full. Not with ``--dedup-report``,
+    whose positions the two passes' spill holds. The rows kept, and so the bytes written, are the
+    two passes' (tests/transforms/test_dedup.py)."""
+    from ..transforms.dedup import SeenDigests, SeenFull
+
+    dedup = dedup_of(reader, plan, o)
+    seen = SeenDigests(dedup, reader.schema, budget // 8, estimate_bytes(reader))
+    try:
+        got = _write(reader, fmt, out, o, budget, plan, seen)
+    except SeenFull:
+        plan.keep.removed.clear()
+        plan.keep.rows_read = 0
+        return None
+    finally:
+        seen.table = None
+    keep = plan.removed_extra(plan.removed, plan.rows_read, {**dedup.describe(), "partitions": 0})
     return (*got, keep)
 
 

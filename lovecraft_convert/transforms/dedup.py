@@ -181,6 +181,105 @@ def first_in_batch(digests: np.ndarray) -> np.ndarray:
     return first[inverse.reshape(-1)].astype(np.int64)
 
 
+# -- one pass, when the digests fit in memory ------------------------------------------------------
+
+
+class SeenFull(Exception):
+    """The distinct rows' digests outgrew what :class:`SeenDigests` may hold: decide in two passes."""
+
+
+SEEN_LOAD = 0.75  # the table's fill at most (linear probing: ~8 probes for a new digest at this load)
+
+
+class SeenDigests:
+    """``--dedup exact`` decided in the writing pass itself, for a ``convert`` whose distinct rows
+    fit: the digests seen so far in a hash table of ``uint64[slots, 2]`` (16 bytes a slot, at most
+    :data:`SEEN_LOAD` full, doubled as it fills), probed and filled a batch at a time with NumPy.
+    A row is kept when its digest (the same BLAKE3-128 as the two passes compare) is new, so the
+    rows kept are the same as theirs: each digest's first occurrence in input order among the rows
+    the filter keeps. ``limit``: the bytes the table may take (a doubling holds both tables);
+    :class:`SeenFull` when it would need more, and the job starts over in two passes."""
+
+    def __init__(self, dedup: Dedup, schema: Schema, limit: int, input_bytes: int | None = None) -> None:
+        self.columns, self.schema = dedup.columns, schema
+        self.limit = limit
+        self.input_bytes = input_bytes
+        self.table = np.zeros((1 << 12, 2), dtype=np.uint64)
+        self.zero = False  # the digest (0, 0) was seen
+        self.count = 0
+
+    def most(self) -> int:
+        """The distinct digests the largest table within the limit holds."""
+        size = 1 << 12
+        while (2 * size + size) * 16 <= self.limit:  # the doubling to 2 * size holds both tables
+            size *= 2
+        return int(SEEN_LOAD * size)
+
+    def first_seen(self, batch: Batch, mask: np.ndarray) -> np.ndarray:
+        """``mask`` (the rows the filter keeps) without the rows whose digest was seen before
+        (in this batch or an earlier one). On the first batch, an input whose rows (its size over
+        this batch's bytes per row) are more than twice what the table can hold is
+        :class:`SeenFull` at once, before it is read any further."""
+        if self.input_bytes is not None and batch.num_rows:
+            rows = self.input_bytes * batch.num_rows / max(1, batch.nbytes)
+            self.input_bytes = None
+            if rows > 2 * self.most():
+                raise SeenFull
+        idx = np.flatnonzero(mask)
+        if len(idx) == 0:
+            return mask
+        sub = batch if len(idx) == batch.num_rows else batch.take(idx)
+        d = row_digests(sub, self.schema, self.columns)
+        first = np.unique(np.ascontiguousarray(d).view("V16").reshape(-1), return_index=True)[1]
+        first.sort()
+        new = self._add(d[first])
+        out = np.zeros(len(mask), dtype=bool)
+        out[idx[first[new]]] = True
+        return out
+
+    def _add(self, keys: np.ndarray) -> np.ndarray:
+        """Put distinct ``keys`` (``uint64[k, 2]``) in the table; True where one was not there."""
+        if (self.count + len(keys)) > SEEN_LOAD * len(self.table):
+            self._grow(self.count + len(keys))
+        table, m = self.table, len(self.table) - 1
+        slot = (keys[:, 0] & np.uint64(m)).astype(np.int64)
+        new = np.zeros(len(keys), dtype=bool)
+        zero = (keys[:, 0] == 0) & (keys[:, 1] == 0)  # (0, 0) marks an empty slot: that digest is a flag
+        if zero.any():
+            new[zero] = not self.zero
+            self.zero = True
+        todo = np.flatnonzero(~zero)
+        while len(todo):
+            s = slot[todo]
+            there = table[s]
+            found = (there[:, 0] == keys[todo, 0]) & (there[:, 1] == keys[todo, 1])
+            empty = (there[:, 0] == 0) & (there[:, 1] == 0)
+            _, won = np.unique(s[empty], return_index=True)  # one key per empty slot this round
+            winners = todo[empty][won]
+            table[slot[winners]] = keys[winners]
+            new[winners] = True
+            left = np.ones(len(todo), dtype=bool)
+            left[found] = False
+            left[np.flatnonzero(empty)[won]] = False
+            moved = left & ~empty  # taken by another key: the next slot (a loser tries its slot again)
+            slot[todo[moved]] = (slot[todo[moved]] + 1) & m
+            todo = todo[left]
+        self.count += int(np.count_nonzero(new))
+        return new
+
+    def _grow(self, need: int) -> None:
+        size = len(self.table)
+        while need > SEEN_LOAD * size:
+            size *= 2
+        if (size + len(self.table)) * 16 > self.limit:
+            raise SeenFull
+        old = self.table[(self.table[:, 0] != 0) | (self.table[:, 1] != 0)]
+        self.table = np.zeros((size, 2), dtype=np.uint64)
+        self.count = int(self.zero)
+        if len(old):
+            self._add(old)
+
+
 # -- 3. drop ---------------------------------------------------------------------------------------
 
 

@@ -42,7 +42,12 @@ class Keep:
             mask = self.filter.mask(b) if self.filter is not None else np.ones(n, dtype=bool)
             if self.filter is not None:
                 self.removed["filter"] = self.removed.get("filter", 0) + int(n - np.count_nonzero(mask))
-            if drops is not None:
+            if drops is not None and hasattr(drops, "first_seen"):  # decided here (SeenDigests)
+                kept = drops.first_seen(b, mask)
+                dropped = int(np.count_nonzero(mask)) - int(np.count_nonzero(kept))
+                self.removed["duplicate"] = self.removed.get("duplicate", 0) + dropped
+                mask = kept
+            elif drops is not None:
                 d = drops.between(base + read, base + read + n) - (base + read)
                 mask[d] = False
                 self.removed["duplicate"] = self.removed.get("duplicate", 0) + len(d)

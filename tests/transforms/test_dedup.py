@@ -256,3 +256,76 @@ def test_one_duplicate_is_singular(tmp_path):
     assert r.stderr.splitlines()[1] == "  removed 1 row of 3 read: 1 duplicate"
     r = lovecraft("inspect", out)
     assert "removed: 1 of 3 rows read: 1 duplicate (exact on a, b)" in r.stdout.splitlines()
+
+
+# -- one pass (convert, the digests in memory) ---------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40)), max_size=400), min_size=1, max_size=8),
+)
+def test_seen_digests_keep_each_digests_first_occurrence(batches):
+    """The in-memory table against a Python set: digests whose low bits collide (the table's slot),
+    the all-zero digest (its empty mark), repeats within and across batches, growth from 4,096
+    slots; a mask (the filter) whose rows are never first occurrences."""
+    from lovecraft_convert.transforms import dedup as dd
+
+    seen = dd.SeenDigests(dd.Dedup("exact", ("k",)), None, 1 << 30)
+    ref: set = set()
+    for rows in batches:
+        keys = np.array([[hi * (1 << 40), lo] for hi, lo in rows], dtype=np.uint64).reshape(-1, 2)
+        mask = np.array([lo % 7 != 3 for _, lo in rows], dtype=bool)
+        seen_rows = dd.row_digests  # the digests of this batch: the keys themselves
+        try:
+            dd.row_digests = lambda b, s, c, keys=keys, mask=mask: keys[mask]
+            got = seen.first_seen(Batch({"k": np.zeros(len(rows))}, len(rows)), mask)
+        finally:
+            dd.row_digests = seen_rows
+        want = np.zeros(len(rows), dtype=bool)
+        for i, (key, m) in enumerate(zip(map(tuple, keys.tolist()), mask.tolist(), strict=True)):
+            if m and key not in ref:
+                ref.add(key)
+                want[i] = True
+        assert got.tolist() == want.tolist()
+    assert seen.count == len(ref)
+
+
+def test_one_pass_writes_the_bytes_of_the_two_passes(tmp_path, dup_jsonl):
+    """convert --dedup exact decides in the writing pass when the digests fit (the manifest's
+    partitions: 0); with --dedup-report it reads twice (the report's positions come from the
+    spill). The same bytes, the same counts, with and without a filter."""
+    for extra in ({}, {"filter": "label != 0"}):
+        one, two = str(tmp_path / "one"), str(tmp_path / "two")
+        opts = {"to": "parquet", "dedup": "exact", "dedup_columns": ["text"], **extra}
+        convert(dup_jsonl, one, **opts)
+        convert(dup_jsonl, two, dedup_report=str(tmp_path / "r.jsonl"), **opts)
+        a, b = manifest(one), manifest(two)
+        assert a["removed"]["duplicate"]["partitions"] == 0 and b["removed"]["duplicate"]["partitions"] >= 1
+        assert {**a["removed"]["duplicate"], "partitions": 0} == {**b["removed"]["duplicate"], "partitions": 0}
+        assert a["removed"].get("filter") == b["removed"].get("filter")
+        assert [f["blake3"] for f in a["files"]] == [f["blake3"] for f in b["files"]]
+        for d in (one, two):
+            os.rename(d, d + str(len(extra)))
+
+
+def test_a_table_that_fills_mid_run_starts_over_in_two_passes(tmp_path, monkeypatch):
+    """Long rows first (so the first batch's estimate lets the one pass begin), then more distinct
+    short ones than the table of a 16MiB budget holds (49,152): the pass stops when the table is
+    full, several batches in, and the two passes write the rows polars keeps."""
+    from lovecraft_convert.transforms import dedup as dd
+
+    p = str(tmp_path / "grow.jsonl")
+    rows = [{"id": i, "k": "x" * 3000 + str(i % 50)} for i in range(4000)]
+    rows += [{"id": 4000 + i, "k": f"key {i % 70_000}"} for i in range(90_000)]
+    _write_jsonl(p, rows)
+    calls = []
+    real = dd.SeenDigests.first_seen
+    monkeypatch.setattr(dd.SeenDigests, "first_seen", lambda self, b, m: calls.append(1) or real(self, b, m))
+    out = str(tmp_path / "out")
+    convert(p, out, to="parquet", dedup="exact", dedup_columns=["k"], max_memory="16MiB")
+    assert len(calls) > 2  # batches decided before the table filled
+    assert pl.read_parquet(os.path.join(out, "*.parquet"))["id"].to_list() == _expected(p, ["k"])["id"].to_list()
+    m = manifest(out)["removed"]
+    assert m["read"] == 94_000 and m["duplicate"]["partitions"] >= 1
+    assert m["duplicate"]["rows"] == 94_000 - 50 - 70_000
