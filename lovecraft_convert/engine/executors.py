@@ -47,6 +47,18 @@ def _worker_init(parent: int | None = None, setup: tuple | None = None) -> None:
         pass
 
 
+def leave_if_rerun_by_spawn() -> None:
+    """In a worker process running the main script again as it starts (``spawn``: a script that
+    calls a job at its top level, not under ``if __name__ == "__main__":``), exit at once and
+    quietly instead of running the job a second time (it would find its own output locked, say so
+    with a traceback, and die anyway): the parent sees its workers die as they start and says why
+    (:func:`_result`). ``_inheriting`` is the flag multiprocessing's own check of this case reads."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise SystemExit(1)
+
+
 def check_spawnable(workers: int) -> None:
     """Refuse (OptionsError) to start worker processes that could not start.
 
@@ -86,6 +98,7 @@ class LocalExecutor:
     def __init__(self, workers: int, setup: tuple | None = None) -> None:
         self.workers = workers
         self.pool = None
+        self.started: list = []
         if workers > 1:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
@@ -94,8 +107,8 @@ class LocalExecutor:
             self.pool = ProcessPoolExecutor(
                 workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), setup)
             )
-            for _ in range(workers):  # start the workers now: they import while the main process plans
-                self.pool.submit(int)
+            # start the workers now: they import while the main process plans
+            self.started = [self.pool.submit(int) for _ in range(workers)]
         # in-process (one worker) the units read with threads=False (their readers' own option) and
         # pyarrow's process-wide thread counts are left alone: another thread of the application may
         # be using pyarrow at the same time
@@ -108,7 +121,7 @@ class LocalExecutor:
             return []
         with held():
             futures = [self.pool.submit(_trimmed, fn, *args) for args in calls]
-        return [_result(f) for f in futures]
+        return [_result(f, self.started) for f in futures]
 
     def map(self, fn, calls: list[tuple]) -> Iterator[dict]:
         """Yield results as units finish (any order). The first error stops everything, once the
@@ -127,7 +140,7 @@ class LocalExecutor:
             while pending:
                 done, pending = _wait(pending, FIRST_COMPLETED)
                 for fut in done:
-                    yield _result(fut)
+                    yield _result(fut, self.started)
         except Exception:
             _wait([f for f in pending if not f.cancel()], ALL_COMPLETED)
             raise
@@ -162,8 +175,11 @@ def _trimmed(fn, *args):
         trim_heap()
 
 
-def _result(fut):
-    """A unit's result; a worker process that died (killed for memory, or by a signal) is one line."""
+def _result(fut, started: list | None = None):
+    """A unit's result; a worker process that died (killed for memory, or by a signal) is one line.
+    ``started``: the calls that started the workers; when none of them ran, the workers died as
+    they started, most often a script that calls the job at its top level (see
+    :func:`leave_if_rerun_by_spawn`)."""
     from concurrent.futures.process import BrokenProcessPool
 
     try:
@@ -171,10 +187,23 @@ def _result(fut):
     except BrokenProcessPool:
         from ..errors import OutputError
 
+        if started and not any(_ran(f) for f in started):
+            raise OutputError(
+                "the worker processes died as they started: each runs the main script again (multiprocessing's "
+                "spawn), and a script that calls lovecraft_convert at its top level would run the job again there",
+                hint='put the script\'s calls under `if __name__ == "__main__":`, or pass workers=1',
+            ) from None
         raise OutputError(
             "a worker process died while running a unit (killed by the system, most often for memory)",
             hint="lower --max-memory or --workers and run it again",
         ) from None
+
+
+def _ran(fut) -> bool:
+    try:
+        return fut.done() and fut.exception(timeout=0) is None
+    except BaseException:  # noqa: BLE001 - cancelled, or broken: it did not run
+        return False
 
 
 def _wait(fs, return_when: str):

@@ -513,8 +513,10 @@ def takes_options(cls: type[ConvertOptions]):
     def wrap(fn):
         @functools.wraps(fn)
         def job(inputs, output, *, argv=None, **kwargs):
+            from ..engine.executors import leave_if_rerun_by_spawn
             from ..result import Manifest
 
+            leave_if_rerun_by_spawn()
             return Manifest.of(fn(inputs, output, argv=argv, **kwargs), os.fspath(output))
 
         P = inspect.Parameter

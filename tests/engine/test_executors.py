@@ -117,6 +117,48 @@ def test_workers_from_a_script_on_stdin_say_why_they_cannot_start(tmp_path):
     assert (r.returncode, r.stdout) == (0, "written\n"), r.stderr[-2000:]
 
 
+UNGUARDED = """
+import sys
+import lovecraft_convert as lc
+from lovecraft_convert.errors import LovecraftError
+
+print("top", flush=True)
+try:
+    m = lc.shard([{src!r}], {out!r}, to="tfrecord", num_shards=2, workers=2, progress=False)
+except LovecraftError as e:
+    print(type(e).__name__, e.one_line())
+    sys.exit(e.exit_code)
+print("written", m["rows"])
+"""
+
+
+def test_a_script_that_calls_a_job_at_its_top_level_is_told_to_guard_it(tmp_path):
+    """The docs' ``lc.shard(...)`` in a script without a ``__main__`` guard: each spawned worker
+    runs the script again. The workers now leave at once, quietly (they ran the job a second
+    time, found the output locked and printed a traceback each), and the run says why in one
+    line (it said a worker died, most often for memory), leaving nothing behind; guarded, it runs."""
+    from tests.conftest import SUBPROCESS_ENV, leftovers
+
+    src = write(tmp_path / "t.csv", b"a,b\n" + b"".join(b"%d,%d\n" % (i, i * 2) for i in range(3000)))
+    out = str(tmp_path / "out")
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED.format(src=src, out=out))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=SUBPROCESS_ENV, cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1,
+        "top\ntop\ntop\nOutputError the worker processes died as they started: each runs the main script again "
+        "(multiprocessing's spawn), and a script that calls lovecraft_convert at its top level would run the job "
+        'again there; put the script\'s calls under `if __name__ == "__main__":`, or pass workers=1\n',
+        "",
+    )
+    assert not os.path.exists(out) and leftovers(tmp_path) == []
+    guarded = tmp_path / "guarded.py"
+    body = UNGUARDED.format(src=src, out=out)
+    guarded.write_text('if __name__ == "__main__":\n' + "".join(f"    {line}\n" for line in body.splitlines()))
+    r = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, env=SUBPROCESS_ENV, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "top\nwritten 3000\n"), r.stderr[-2000:]
+
+
 def test_a_ray_unit_puts_pyarrows_settings_back():
     """A unit run by a Ray worker pins pyarrow to one core and its system allocator while it runs,
     and puts both back after it, also when it fails: the worker process runs other tasks after."""
