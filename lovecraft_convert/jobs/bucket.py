@@ -45,6 +45,7 @@ from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
+from ..transforms.tokenize import token_description
 from ..util import parse_size, trace
 from .convert import write_unit_files
 from .options import BucketOptions, takes_options
@@ -520,7 +521,7 @@ def _manifest(
         "layout": o.layout,
         "pad_id": o.pad_id,
         "dtype": dtype.name,
-        "tokenizer": probe.tokenizer.describe() if probe.tokenizer is not None else None,
+        "tokenizer": token_description(probe.tokenizer, dtype.name),
         "input_sequences": c["rows_in"],
         "dropped_shorter": c["short"],
         "dropped_longer": c["long"],

@@ -44,6 +44,7 @@ from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
+from ..transforms.tokenize import token_description
 from ..util import parse_size
 from .convert import write_unit_files
 from .options import BucketOptions
@@ -380,7 +381,7 @@ def _manifest(
         "rows": rows,
         "order": "shuffled" if o.shuffle else "input",
         "dtype": layout["dtype"].name,
-        "tokenizer": probe.tokenizer.describe() if probe.tokenizer is not None else None,
+        "tokenizer": token_description(probe.tokenizer, layout["dtype"].name),
         "dropped_tokens": 0 if o.pad_last else rem,
         "dropped_partial_row": bool(rem) and not o.pad_last,
         "pad_last": o.pad_last,

@@ -298,6 +298,16 @@ class Tokens:
         return d
 
 
+def token_description(tokens: Tokens | None, dtype: str) -> dict | None:
+    """The manifest's ``tokenizer`` of a dataset whose token column holds ``dtype``: ``bucket``
+    narrows ids to the smallest type holding those it met (a ``chars`` tokenizer, which has no
+    vocabulary size, gives int32 ids that ASCII text keeps in uint8), and the section says so
+    (``verify`` holds it to the column's)."""
+    if tokens is None:
+        return None
+    return {**tokens.describe(), "dtype": dtype}
+
+
 def with_markers(col: VarColumn, bos: int | None, eos: int | None) -> VarColumn:
     """Every row with ``bos`` before it and ``eos`` after it (either may be None)."""
     nb, ne = int(bos is not None), int(eos is not None)

@@ -295,6 +295,17 @@ def test_chars_tokenizer_and_token_dtype(tmp_path):
     assert lovecraft("bucket", src, "-o", out2, "--to", "memmap", "--num-buckets", "2", "--tokenizer", "chars",
                      "--min-length", "1", "--max-length", "7", "--drop-longer", "-q").exit_code == 0  # fmt: skip
     assert manifest(out2)["bucketing"]["dtype"] == "uint16"  # € is U+20AC
+    # the tokenizer's section says the narrowed dtype too, which verify holds to the column's (it
+    # said int32, the chars tokenizer's own, and verify failed every such dataset)
+    for d, dt in ((out, "int32"), (out2, "uint16")):
+        assert manifest(d)["bucketing"]["tokenizer"]["dtype"] == dt
+        r = lovecraft("verify", d, "--against", src, "-q")
+        assert r.exit_code == 0, r.stdout + r.stderr
+    out4, ascii_src = str(tmp_path / "p4"), write(tmp_path / "a.txt", b"plain\ntext only\nhere\n")
+    assert lovecraft("bucket", ascii_src, "-o", out4, "--to", "memmap", "--layout", "packed", "--seq-len", "4",
+                     "--tokenizer", "chars", "-q").exit_code == 0  # fmt: skip
+    assert manifest(out4)["packing"]["dtype"] == manifest(out4)["packing"]["tokenizer"]["dtype"] == "uint8"
+    assert lovecraft("verify", out4, "-q").exit_code == 0
     out3 = str(tmp_path / "b3")
     assert lovecraft("bucket", src, "-o", out3, "--to", "memmap", "--num-buckets", "2", "--pad-id", "256",
                      "-q").exit_code == 0  # fmt: skip
