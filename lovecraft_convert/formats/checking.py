@@ -31,6 +31,27 @@ class FileProblem(Exception):
         return cls(file, e.without_where() if e.where else e.one_line(), kind or _problem_kind(e))
 
 
+class ColumnFiles(str):
+    """The file a unit's ``check_unit`` yields with a batch (its first, for messages about the
+    unit), knowing each column's own where the unit keeps a file per column (memmap), so that a
+    difference ``verify --against`` finds names the file holding that column."""
+
+    by_column: dict[str, str]
+
+    def __new__(cls, first: str, by_column: dict[str, str]) -> ColumnFiles:
+        s = super().__new__(cls, first)
+        s.by_column = dict(by_column)
+        return s
+
+    def of(self, column: str) -> str:
+        return self.by_column.get(column, str(self))
+
+
+def file_of(file: str, column: str) -> str:
+    """The file holding ``column`` of what ``check_unit`` yielded as ``file``."""
+    return file.of(column) if isinstance(file, ColumnFiles) else file
+
+
 @dataclass
 class Unit:
     """A shard (or a bucket's shard) as the manifest lists it: rows stored in its files."""

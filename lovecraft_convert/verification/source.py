@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import manifest as mf
 from ..errors import InputError, LovecraftError
+from ..formats.checking import file_of
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
 from ..jobs.convert import dedup_pass, output_plan
@@ -411,7 +412,7 @@ class SourceComparer:
             g = self.src_rows + i
             self._source_problem(
                 f"row {g + 1}, column '{f.name}': {_show(src.columns[f.name], i, f.kind)} in the source, "
-                f"{_show(data.columns[f.name], i, f.kind)} in the dataset ({file}, row {row0 + i + 1})",
+                f"{_show(data.columns[f.name], i, f.kind)} in the dataset ({file_of(file, f.name)}, row {row0 + i + 1})",
                 column=f.name,
             )
             self.reported += 1

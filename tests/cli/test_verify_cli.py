@@ -207,3 +207,24 @@ def test_inspect_gzip_bomb_is_stopped(tmp_path):
     r = lovecraft("inspect", str(p), "--max-expansion", "100")
     assert r.exit_code == 1
     assert r.stderr.startswith(f"Error: {p}: inflates more than 100x its compressed size (decompression bomb?)")
+
+
+def test_a_changed_value_of_a_memmap_dataset_names_its_columns_file(tmp_path):
+    """A memmap dataset keeps a file per column: the difference names the changed column's file
+    (it named the unit's first file, id.npy, for every column), plain and sharded."""
+    src = tmp_path / "d.csv"
+    src.write_text("id,name,label\n" + "".join(f"{i},n{i},{i % 3}\n" for i in range(400)))
+    for cmd, extra, label, name in (
+        ("convert", [], "label.npy", "name.values.npy"),
+        ("shard", ["--num-shards", "2"], "part-00000-of-00002.label.npy", "part-00000-of-00002.name.values.npy"),
+    ):
+        out = str(tmp_path / cmd)
+        assert lovecraft(cmd, str(src), "-o", out, "--to", "memmap", "-q", *extra).exit_code == 0
+        changed = tmp_path / f"{cmd}.csv"
+        changed.write_text(src.read_text().replace("\n5,n5,2\n", "\n5,n5,7\n").replace("\n9,n9,0\n", "\n9,x9,0\n"))
+        r = lovecraft("verify", out, "--against", str(changed))
+        assert r.exit_code == 1
+        assert r.stdout.splitlines()[:2] == [
+            f"{changed}: row 6, column 'label': 7 in the source, 2 in the dataset ({label}, row 6)",
+            f"{changed}: row 10, column 'name': 'x9' in the source, 'n9' in the dataset ({name}, row 10)",
+        ]

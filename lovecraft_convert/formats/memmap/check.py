@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import InputError
 from ...inputs.npy import read_header
 from ...schema import FIXED, SEQUENCE, STRING, Batch, Schema, VarColumn
-from ..checking import CheckContext, FileProblem, Unit
+from ..checking import CheckContext, ColumnFiles, FileProblem, Unit
 
 ROLES = ("data", "values", "offsets")
 
@@ -107,7 +107,7 @@ def check_unit(ctx: CheckContext, unit: Unit, schema: Schema) -> Iterator[tuple[
                     check_utf8(out[name], a, name, r["values"])
             else:
                 out[name] = c[a:b]
-        yield Batch(out, b - a), first[next(iter(cols))]
+        yield Batch(out, b - a), ColumnFiles(first[next(iter(cols))], first)
 
 
 def check_utf8(col: VarColumn, row0: int, name: str, path: str) -> None:
