@@ -75,6 +75,17 @@ def file_digest(entry: dict) -> tuple[str, str] | tuple[None, None]:
     return None, None
 
 
+def not_a_dataset(path: str) -> DatasetError:
+    """The error for a local ``path`` that is no directory: absent, or a file (an input, given
+    where the dataset goes: ``verify DIR --against FILE`` checks a dataset against it)."""
+    if os.path.isfile(path):
+        return DatasetError(
+            f"{path}: a file, not a dataset directory",
+            hint="give the output directory of lovecraft (to check it against this file: verify DIR --against FILE)",
+        )
+    return DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
+
+
 def path_of(directory: str) -> str:
     return os.path.join(directory, MANIFEST_NAME)
 

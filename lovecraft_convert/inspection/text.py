@@ -113,13 +113,19 @@ def format_text(r: dict[str, Any]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+_SINCE = (("timestamp", " since the epoch"), ("date", " since the epoch"), ("time", " since midnight"))
+
+
 def _input_type(c: dict[str, Any]) -> str:
     """``input type timestamp[ms, tz=UTC], stored as int64 (ms; null = NaT); 3 nulls``."""
     text = f"input type {c['input_type']}"
     if c.get("stored_as"):
         text += f", stored as {c['stored_as']}"
         if c.get("unit"):
-            text += f" ({c['unit']} since the epoch, null = -2**63 as NumPy's NaT)"
+            kind = str(c["input_type"])
+            since = next((s for k, s in _SINCE if kind.startswith(k)), "")  # a duration is a count of units
+            unit = {"D": "days"}.get(c["unit"], c["unit"])  # NumPy's code for a day
+            text += f" ({unit}{since}, null = -2**63 as NumPy's NaT)"
     if c.get("decoded"):
         text += f" ({c['decoded']}-decoded)"
     if "nulls" in c:

@@ -95,7 +95,7 @@ def open_dataset(
     if os.path.basename(path) == mf.MANIFEST_NAME and os.path.isfile(path):
         path = os.path.dirname(path) or "."
     if not os.path.isdir(path):
-        raise DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
+        raise mf.not_a_dataset(path)
     manifest = mf.read(path)
     where = mf.path_of(path)
     mf.check(manifest, where)

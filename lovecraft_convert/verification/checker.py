@@ -71,7 +71,7 @@ def verify(
         return _verify_remote(path.rstrip("/"), against, parse_size(max_memory), progress)
     path = local_path(path)
     if not os.path.isdir(path):
-        raise DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
+        raise mf.not_a_dataset(path)
     v = Verifier(path, parse_size(max_memory), progress)
     started = time.time()
     try:

@@ -114,6 +114,19 @@ def test_not_a_directory_is_an_error(tmp_path):
     assert r.stderr == f"Error: {tmp_path}/nope: no such dataset directory; give the output directory of lovecraft\n"
 
 
+def test_a_file_given_as_the_dataset_says_so(tmp_path):
+    """``verify data.csv``: the file exists, so "no such dataset directory" misled; the line says
+    what it is and how a file is checked."""
+    f = tmp_path / "data.csv"
+    f.write_text("a\n1\n")
+    r = lovecraft("verify", str(f))
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == (
+        f"Error: {f}: a file, not a dataset directory; give the output directory of lovecraft (to check it "
+        "against this file: verify DIR --against FILE)\n"
+    )
+
+
 def test_missing_source_is_an_error(dataset, tmp_path):
     out, _ = dataset
     r = lovecraft("verify", out, "--against", str(tmp_path / "gone.npy"))

@@ -516,3 +516,33 @@ def test_a_list_of_strings_not_utf8_names_its_row(tmp_path):
     src = _write(tmp_path, pa.table({"tags": arr}))
     r = lovecraft("convert", src, "-o", str(tmp_path / "o"), "--to", "parquet", "-q")
     assert r.exit_code == 1 and r.stderr.startswith(f"Error: {src}, row 3, column 'tags': "), r.stderr
+
+
+def test_inspect_says_what_a_temporal_columns_integers_count(tmp_path):
+    """A timestamp or a date counts from the epoch, a time from midnight, a duration from nothing
+    (it said "since the epoch" of a duration too)."""
+    import datetime
+
+    src = str(tmp_path / "t.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "ts": pa.array([datetime.datetime(2024, 1, 1)], pa.timestamp("ms")),
+                "d": pa.array([datetime.date(2024, 1, 1)], pa.date32()),
+                "t": pa.array([datetime.time(12, 0)], pa.time64("us")),
+                "dur": pa.array([datetime.timedelta(seconds=3)], pa.duration("us")),
+            }
+        ),
+        src,
+    )
+    text = lovecraft("inspect", src, "-q").stdout
+    lines, name = {}, None
+    for ln in text.splitlines():
+        if ln.startswith("column '"):
+            name = ln.split("'")[1]
+        elif "input type" in ln:
+            lines[name] = ln
+    assert "(ms since the epoch, null = -2**63 as NumPy's NaT)" in lines["ts"], text
+    assert "(days since the epoch, null" in lines["d"], text
+    assert "(us since midnight, null" in lines["t"], text
+    assert "(us, null = -2**63 as NumPy's NaT)" in lines["dur"], text
