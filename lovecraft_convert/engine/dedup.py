@@ -262,11 +262,66 @@ def decide_here(spill_dir: str, scans: list[dict], cap_entries: int) -> int:
 REPORT_WINDOW = 1 << 14  # rows of a part looked at at once when writing the report (a line is a dict meanwhile)
 
 
+def check_report(report: str | None, output: str, inputs: list[str]) -> None:
+    """Refuse (before any work) a ``--dedup-report`` that would overwrite an input of the run, lie
+    inside its output (which the commit replaces: the report would vanish with the old directory,
+    or break the commit) or is a directory; OptionsError, exit 2."""
+    if not report:
+        return
+    from ..errors import OptionsError
+    from ..storage import is_remote
+
+    where = os.path.realpath(report)
+    for p in inputs:
+        if p and not is_remote(p) and os.path.exists(p) and os.path.realpath(p) == where:
+            raise OptionsError(f"--dedup-report {report}: is an input of this run", hint="name another file")
+    if output and not is_remote(output):
+        out = os.path.realpath(output)
+        if where == out or where.startswith(out.rstrip(os.sep) + os.sep):
+            raise OptionsError(
+                f"--dedup-report {report}: is inside the output {output}, which this run replaces",
+                hint="name a file outside it",
+            )
+    if os.path.isdir(report):  # found before the run, not when the report is written at its end
+        raise OptionsError(
+            f"--dedup-report {report}: is a directory; the report is a file",
+            hint=f"name a file, e.g. {os.path.join(report, 'dedup-report.jsonl')}",
+        )
+
+
+def pending_report(path: str) -> str:
+    """Where the report waits for the run's commit: a hidden name beside it."""
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}.partial")
+
+
+def settle_report(report: str | None, ok: bool) -> None:
+    """Once the run committed its output (``ok``), the report waiting at :func:`pending_report`
+    takes its name; a run that failed leaves none (a report of a run that wrote nothing would look
+    complete)."""
+    if not report:
+        return
+    pending = pending_report(report)
+    try:
+        if ok:
+            os.replace(pending, report)
+        else:
+            os.unlink(pending)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if ok:
+            raise OutputError(
+                f"cannot write the dedup report ({e.strerror})", where=report, hint="check the path"
+            ) from None
+
+
 def write_report(path: str, spill_dir: str, parts: int, scans: list[dict], names: list[dict]) -> int:
     """Write ``--dedup-report``: one JSON line per dropped row, in input order (``row``: its
     0-based row in the input, every row read counted; ``kept_row``: the row it duplicated; and
     where the part reads one file, ``file`` and ``file_row``, the row within that file). ``names``:
-    per part (in order), ``{"file": name or None}``. Written to a temporary name, then renamed;
+    per part (in order), ``{"file": name or None}``. Written to a temporary name, then renamed to
+    :func:`pending_report`'s, which :func:`settle_report` renames once the output is committed;
     returns the lines written."""
     scans = sorted(scans, key=lambda s: s["part"])
     starts, file_starts = {}, {}
@@ -308,7 +363,7 @@ def write_report(path: str, spill_dir: str, parts: int, scans: list[dict], names
                         line = {**got, **{"kept_" + key: v for key, v in was.items()}}
                         out.write(json.dumps(line) + "\n")
                     count += len(d)
-        os.replace(tmp, path)
+        os.replace(tmp, pending_report(path))
     except OSError as e:
         raise OutputError(f"cannot write the dedup report ({e.strerror})", where=path, hint="check the path") from None
     finally:

@@ -103,11 +103,25 @@ def run_job(
     once every unit is done. ``unit_noun`` names the journalled units in the interrupted message.
     ``setup``: what every worker runs first (see :func:`~.executors.make_executor`).
     """
+    from .dedup import check_report, settle_report
+
+    protect = [s.path for s in specs if not s.is_stdin] + list(protect_more)
+    report = getattr(o, "dedup_report", None)
+    check_report(report, output, protect)
+    try:
+        manifest = _run_job(o, output, inputs, specs, sources, body, command, protect, finish, unit_noun, argv, setup)
+    except BaseException:
+        settle_report(report, ok=False)
+        raise
+    settle_report(report, ok=True)
+    return manifest
+
+
+def _run_job(o, output, inputs, specs, sources, body, command, protect, finish, unit_noun, argv, setup) -> dict:
     from .. import manifest as mf
     from ..storage import is_remote, local_path
 
     workers = o.workers or os.cpu_count() or 1
-    protect = [s.path for s in specs if not s.is_stdin] + list(protect_more)
     fingerprint = {"options": o.fingerprint(), "sources": sources, "version": mf.VERSION}
     if command != "shard":
         fingerprint["command"] = command

@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import manifest as mf
 from ..engine.commit import OutputDir, commit_unit, output_dir
+from ..engine.dedup import check_report, settle_report
 from ..engine.pipeline import Progress, coalesce
 from ..errors import InputError, Interrupted, OptionsError, SchemaError, spelled
 from ..formats import get as get_format
@@ -34,8 +35,6 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
     iterable of dicts of arrays (NumPy arrays with rows on axis 0, or lists; each dict a batch).
     Keyword arguments are the fields of :class:`ConvertOptions` (the CLI's flags).
     """
-    from ..inputs.base import SchemaChanged
-
     paths, data = paths_or_data(inputs)
     if data is not None:
         o = ConvertOptions(**kwargs)
@@ -55,7 +54,20 @@ def convert(inputs: Any, output: str, *, argv: list[str] | None = None, **kwargs
         )
     fmt = get_format(o.to)
     protect = [s.path for s in reader.specs if not s.is_stdin and s.path]
+    check_report(o.dedup_report, output, protect)
     started = time.time()
+    try:
+        manifest = _convert_into(reader, fmt, o, output, protect, budget, started, argv)
+    except BaseException:
+        settle_report(o.dedup_report, ok=False)
+        raise
+    settle_report(o.dedup_report, ok=True)
+    return manifest
+
+
+def _convert_into(reader: Reader, fmt, o: ConvertOptions, output: str, protect, budget: int, started, argv):
+    from ..inputs.base import SchemaChanged
+
     with Signals(), output_dir(output, overwrite=o.overwrite, protect=protect, budget=budget) as out:
         try:
             while True:

@@ -208,11 +208,6 @@ class ConvertOptions:
                 raise OptionsError(
                     f"--dedup-report {self.dedup_report}: no directory {where}", hint="create it, or name another file"
                 )
-            if os.path.isdir(self.dedup_report):  # found before the run, not when the report is written at its end
-                raise OptionsError(
-                    f"--dedup-report {self.dedup_report}: is a directory; the report is a file",
-                    hint=f"name a file, e.g. {os.path.join(self.dedup_report, 'dedup-report.jsonl')}",
-                )
         if self.dedup_columns is not None and (
             not self.dedup_columns or not all(isinstance(c, str) and c for c in self.dedup_columns)
         ):

@@ -225,6 +225,52 @@ def test_cli_errors(tmp_path, dup_jsonl):
     assert not os.path.exists(o)
 
 
+@pytest.mark.parametrize("command", ["convert", "shard"])
+def test_a_report_over_an_input_or_inside_the_output_is_refused_first(tmp_path, command):
+    """--dedup-report naming an input overwrote that input (the run then read its own report: a
+    traceback, or exit 0 with the input gone); inside the output, the report vanished with the old
+    directory or broke the commit. Both are refused before any work, exit 2, the input untouched."""
+    src = tmp_path / "in.jsonl"
+    body = '{"text": "a"}\n{"text": "b"}\n{"text": "a"}\n'
+    src.write_text(body)
+    out = tmp_path / "o"
+    extra = ["--num-shards", "1"] if command == "shard" else []
+    r = lovecraft(command, str(src), "-o", str(out), "--to", "parquet", "--dedup", "exact", *extra,
+                  "--dedup-report", str(src))  # fmt: skip
+    assert (r.exit_code, r.stderr) == (2, f"Error: --dedup-report {src}: is an input of this run; name another file\n")
+    assert src.read_text() == body and not out.exists()
+    out.mkdir()
+    for inside in (out, out / "r.jsonl"):
+        r = lovecraft(command, str(src), "-o", str(out), "--to", "parquet", "--dedup", "exact", *extra,
+                      "--overwrite", "--dedup-report", str(inside))  # fmt: skip
+        assert (r.exit_code, r.stderr) == (
+            2,
+            f"Error: --dedup-report {inside}: is inside the output {out}, which this run replaces; name a file "
+            "outside it\n",
+        )
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("command", ["convert", "shard"])
+def test_a_run_that_fails_leaves_no_report(tmp_path, command):
+    """The report was written once the duplicates were decided, before the rows: a run failing
+    after it (a float16 overflow here) left a report that looked complete beside no output. It
+    now waits under a hidden name and takes its own once the output is committed."""
+    src = tmp_path / "ov.jsonl"
+    src.write_text('{"text": "a", "x": 1}\n{"text": "a", "x": 1}\n{"text": "b", "x": 1e6}\n')
+    report = tmp_path / "r.jsonl"
+    extra = ["--num-shards", "1"] if command == "shard" else []
+    args = [command, str(src), "-o", str(tmp_path / "o"), "--to", "parquet", "--dedup", "exact", *extra,
+            "--dedup-columns", "text", "--dedup-report", str(report)]  # fmt: skip
+    r = lovecraft(*args, "--dtype", "float16")
+    assert r.exit_code == 1 and "overflows float16" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ov.jsonl"]
+    r = lovecraft(*args)
+    assert r.exit_code == 0, r.stderr
+    assert [json.loads(x)["row"] for x in report.read_text().splitlines()] == [1]
+    assert sorted(os.listdir(tmp_path)) == ["o", "ov.jsonl", "r.jsonl"]
+
+
 def test_in_memory_data_is_refused():
     from lovecraft_convert.errors import OptionsError
 
