@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Interrupted
+from ..errors import Interrupted, LovecraftError
 from ..runtime.interrupts import Signals, raise_pending
 from .commit import output_dir
 from .executors import make_executor
@@ -149,7 +149,11 @@ def _run_job(o, output, inputs, specs, sources, body, command, protect, finish, 
             if stdin_spec is not None:
                 inputs = put_spooled(inputs, work, place)
             place["files"] = put_local_files(getattr(o, "local_files", dict)(), place)
-        plan = load_plan(work, fingerprint, out.path)
+        try:
+            plan = load_plan(work, fingerprint, out.path)
+        except LovecraftError:  # a run this one may not resume: kept for the one that may
+            out.keep = True
+            raise
         journal = Journal(work)
         executor = make_executor(
             workers,

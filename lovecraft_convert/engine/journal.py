@@ -65,6 +65,9 @@ def difference(old: dict, new: dict) -> tuple[str, str] | None:
     naming the first option that differs, ``("input", text)`` naming an input that differs (or
     changed on disk since), ``("version", text)``; None when they agree."""
     old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
+    for d in (old, new):
+        if "options" in d:
+            d["options"] = _resolved(d["options"] or {})
     if old == new:
         return None
     if old.get("command") != new.get("command"):
@@ -94,6 +97,21 @@ def difference(old: dict, new: dict) -> tuple[str, str] | None:
     if old.get("digest") != new.get("digest"):
         return "version", f"its --dedup digests are {_shown(old.get('digest'))}, this version makes {new.get('digest')}"
     return "version", "it was made by another version of the manifest"
+
+
+def _resolved(opts: dict) -> dict:
+    """``opts`` with ``--dedup near``'s parameters that were not given set to what the run uses
+    (the defaults; ``--dedup-seed`` from ``--seed``), so that giving a default explicitly is the
+    same command as leaving it out ("made with --threshold unset, this run has 0.8" refused it)."""
+    if opts.get("dedup") != "near":
+        return opts
+    from ..transforms.near import NearParams
+
+    d = NearParams()
+    seed = opts.get("seed") if opts.get("seed") is not None else d.seed
+    used = {"threshold": d.threshold, "ngram": d.ngram, "ngram_unit": d.unit, "bands": d.bands,
+            "band_rows": d.band_rows, "dedup_seed": seed}  # fmt: skip
+    return {**opts, **{k: v for k, v in used.items() if opts.get(k) is None}}
 
 
 def _shown(v) -> str:

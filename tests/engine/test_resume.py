@@ -109,6 +109,31 @@ def test_unfinished_run_with_other_options_names_the_option(src, tmp_path):
         "run it with the same command and resume=True, or pass overwrite=True to start over"
     )  # a Python caller reads keyword names (the CLI's flags: tests/engine's CLI cases)
     assert e.value.exit_code == 2
+    # refused, the unfinished run is kept for the command that may resume it (it was deleted, the
+    # advice to resume it then starting over)
+    assert json.loads((work / "plan.json").read_text()) == plan
+    assert lc.shard(src, out, to="parquet", num_shards=3, resume=True).rows > 0
+
+
+def test_a_near_dedup_parameter_given_as_its_default_is_the_same_command(src, tmp_path):
+    """An unfinished `--dedup near` run without --threshold, resumed with --threshold 0.8 (the
+    default) and --ngram 5: the same command (it was refused, "made with --threshold unset, this
+    run has 0.8"); --threshold 0.7 is another."""
+    import lovecraft_convert as lc
+    from lovecraft_convert.engine.journal import difference
+
+    o = lc.ShardOptions(to="parquet", num_shards=3, dedup="near", dedup_columns=["c"], seed=7)
+    o.validate()
+    same = lc.ShardOptions(to="parquet", num_shards=3, dedup="near", dedup_columns=["c"], seed=7, threshold=0.8,
+                           ngram=5, dedup_seed=7)  # fmt: skip
+    same.validate()
+    other = lc.ShardOptions(to="parquet", num_shards=3, dedup="near", dedup_columns=["c"], seed=7, threshold=0.7)
+    other.validate()
+    assert difference({"options": o.fingerprint()}, {"options": same.fingerprint()}) is None
+    assert difference({"options": o.fingerprint()}, {"options": other.fingerprint()}) == (
+        "option",
+        "it was made with --threshold 0.8, this run has 0.7",
+    )
 
 
 def test_an_unfinished_dedup_run_of_another_digest_is_not_resumed(src, tmp_path):
