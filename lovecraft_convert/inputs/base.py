@@ -44,6 +44,7 @@ class ReadOptions:
     lenient: bool = False  # inspect: columns no output can hold are left out (and described), not refused
     stack_columns: list[str] | None = None  # --stack-columns: a CSV wider than csvwide.MAX_COLUMNS is stacked as read
     files: dict | None = None  # the files inputs' options (--decode, --metadata...): filedecode.check_options
+    asked_by: dict[str, str] = field(default_factory=dict)  # a column of ``columns`` -> the flag that named it
 
 
 @dataclass(frozen=True)

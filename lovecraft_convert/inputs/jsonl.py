@@ -233,6 +233,10 @@ class JsonlReader(Reader):
 
     # -- reading ------------------------------------------------------------------------------
 
+    def check_columns(self) -> None:
+        """Raise now (not when the rows are read) for a column asked for that no record holds."""
+        self._check_pending()
+
     def progress_done(self) -> int:
         return self._base + (self._stream.raw_count() if self._stream is not None else 0)
 
@@ -592,7 +596,7 @@ class JsonlReader(Reader):
                     hint=f"columns in the first records are {listed}; pass --column NAME",
                 )
             raise OptionsError(
-                f"--columns: no column '{name}' in {self.source_of(name)}",
+                f"{self.options.asked_by.get(name, '--columns')}: no column '{name}' in {self.source_of(name)}",
                 hint=f"columns in the first records are {listed}",
             )
 

@@ -168,10 +168,24 @@ class Sequences:
         self.column = "tokens"
         self._keep_step()
 
-    def _keep_step(self) -> None:
-        """--filter, checked against the columns read (the text column and those it names)."""
+    def _asked_by(self) -> dict[str, str]:
+        """The flag naming each column the keep step reads, for a reader's line about a column
+        it does not find (JSON Lines: a key not in the first records is looked for in the rest)."""
         from ..transforms.filter import Filter
 
+        asked = {c: "--dedup-columns" for c in self.o.dedup_columns or []}
+        if self.o.filter:
+            asked.update(dict.fromkeys(Filter(self.o.filter).columns, f"--filter {self.o.filter!r}"))
+        return asked
+
+    def _keep_step(self) -> None:
+        """--filter, checked against the columns read (the text column and those it names), once
+        the reader has looked for those not in its first records (named by their flag if absent)."""
+        from ..transforms.filter import Filter
+
+        check = getattr(self.reader, "check_columns", None)
+        if check is not None:
+            check()
         self.keep = Keep(Filter(self.o.filter).check(self.reader.schema) if self.o.filter else None)
 
     def dedup(self):
@@ -210,6 +224,7 @@ class Sequences:
             "column_types": {column: "string"},
         }
         self.reader = open_reader(inputs, budget=budget, threads=threads, **kw)
+        self.reader.options.asked_by = self._asked_by()
         self.kind = "jsonl"
         self.source_column = column
 

@@ -187,6 +187,28 @@ def test_bucket_a_filter_column_widened_late_is_one_line(tmp_path):
     assert not os.path.exists(tmp_path / "o")
 
 
+def test_bucket_of_json_lines_names_the_flag_of_a_column_it_does_not_find(tmp_path):
+    """bucket reads a JSON Lines text key and the keys the keep step needs, looked for in the whole
+    file when the first records lack them: one that is nowhere was blamed on --columns (not given),
+    or typed as a number first ("len() of column 'nope', a number", exit 1)."""
+    p = tmp_path / "a.jsonl"
+    rows = [{"id": i, "text": "w" * (i % 17 + 1), "lang": "en"} for i in range(3000)]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cases = [
+        (["--filter", "len(nope) > 2"], "--filter 'len(nope) > 2'"),
+        (["--filter", "nope == 1"], "--filter 'nope == 1'"),
+        (["--dedup", "exact", "--dedup-columns", "nope"], "--dedup-columns"),
+    ]
+    for extra, flag in cases:
+        r = lovecraft("bucket", str(p), "-o", str(tmp_path / "o"), "--to", "memmap", "--num-buckets", "2",
+                      "--column", "text", *extra)  # fmt: skip
+        assert (r.exit_code, r.stderr) == (
+            2,
+            f"Error: {flag}: no column 'nope' in {p}; columns in the first records are text, id, lang\n",
+        )
+        assert not os.path.exists(tmp_path / "o")
+
+
 def test_shard_from_stdin_names_it_in_the_report(tmp_path):
     data = b"".join(json.dumps({"t": f"v{i % 3}"}).encode() + b"\n" for i in range(7))
     out, report = str(tmp_path / "o"), str(tmp_path / "r.jsonl")
