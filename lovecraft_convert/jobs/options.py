@@ -211,7 +211,12 @@ class ConvertOptions:
         if self.dedup_columns is not None and (
             not self.dedup_columns or not all(isinstance(c, str) and c for c in self.dedup_columns)
         ):
-            raise OptionsError(f"--dedup-columns {self.dedup_columns!r}: give column names, e.g. text or a,b")
+            given = (
+                ",".join(map(str, self.dedup_columns))
+                if isinstance(self.dedup_columns, list | tuple)
+                else self.dedup_columns
+            )
+            raise OptionsError(f"--dedup-columns {given!r}: give column names, e.g. text or a,b")
 
     def near_params(self):
         """The :class:`~lovecraft_convert.transforms.near.NearParams` of ``--dedup near`` (defaults

@@ -228,7 +228,8 @@ class Filter:
         assert schema is not None
         if name not in schema.names:
             shown = ", ".join(schema.names[:50]) + (", ..." if len(schema.names) > 50 else "")
-            self.fail(n.at, f"no column '{name}'", f'columns are {shown} (text is quoted: "{name}")')
+            quoted = "NaN is tested with isnan(COLUMN)" if name.lower() == "nan" else f'text is quoted: "{name}"'
+            self.fail(n.at, f"no column '{name}'", f"columns are {shown} ({quoted})")
         f = schema[name]
         if f.kind == STRING:
             return "string"

@@ -201,6 +201,8 @@ def test_cli_errors(tmp_path, dup_jsonl):
         2,
         "Error: --dedup-columns: no column 'txt'; columns are id, text, label",
     )
+    r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup", "exact", "--dedup-columns", "")
+    assert (r.exit_code, r.stderr.strip()) == (2, "Error: --dedup-columns '': give column names, e.g. text or a,b")
     r = lovecraft("convert", dup_jsonl, "-o", o, "--to", "parquet", "--dedup-columns", "text")
     assert (r.exit_code, r.stderr.strip()) == (2, "Error: --dedup-columns goes with --dedup; add --dedup exact")
     bad = "/nonexistent/r.jsonl"

@@ -82,6 +82,7 @@ def test_columns_read_in_order():
         ("x", OptionsError, "the expression is a number, not a condition at position 1; compare it, e.g. x > 0"),
         ("__import__('os')", OptionsError, "unknown function '__import__' at position 1"),  # never evaluated
         ("lng == 'en'", OptionsError, "no column 'lng' at position 1; columns are text, lang, label, x, seq (text is quoted: \"lng\")"),
+        ("x == nan", OptionsError, "no column 'nan' at position 6; columns are text, lang, label, x, seq (NaN is tested with isnan(COLUMN))"),
         ("text > 3", SchemaError, "cannot compare a string with a number (column 'text' is a string) at position 6; compare like with like (quote text)"),
         ("isnan(text)", SchemaError, "isnan() of column 'text', a string at position 1; isnan() takes a number column"),
         ("seq == 1", SchemaError, "cannot compare a list with a number (column 'seq' is a list) at position 5; compare len(COLUMN) for a list"),
