@@ -45,6 +45,40 @@ _MISSING_MARKS = {"NA", "N/A", "#N/A", "#NA", "<NA>", "NULL", "NONE", "NIL", "MI
 _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
 
 
+BOOL_NAN = "bool_nan"  # a widened column of booleans with a missing value: read as bool, held as float64
+_INT_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$")
+
+
+def _widened_type(cur: str, value: str) -> str:
+    """The type a column of type ``cur`` (an int, or ``null``: empty so far) widens to for a value
+    it cannot take: float64 for a number, but an integer beyond int64 is uint64 (0 to 2**64 - 1)
+    or text (exact), and a column already uint64 (integers beyond int64) becomes text: float64
+    would round them."""
+    if _INT_RE.match(value):
+        n = int(value)
+        if cur in ("int64", "null") and 0 <= n < 1 << 64:
+            return "uint64"
+        return "string"
+    if cur.startswith("uint"):
+        return "string"
+    return "float64" if _looks_float(value) else "string"
+
+
+_ROUNDED = (
+    "column '{0}' holds integers beyond 2**53 and a missing value: read as text, exact (float64, which "
+    "holds missing numbers as NaN, would round them; --column-type {0}=... chooses)"
+)
+
+
+def _rounds(arr) -> bool:
+    """Does float64 column ``arr`` (integers widened for a missing value) hold a value beyond
+    2**53, where float64 no longer holds every integer?"""
+    import pyarrow.compute as pc
+
+    top = pc.max(pc.abs(arr)).as_py()
+    return top is not None and top > 2.0**53
+
+
 def _looks_float(v: str) -> bool:
     try:
         float(v)
@@ -151,7 +185,7 @@ class CsvReader(MatrixParsing, Reader):
         for name, t in self.column_types.items():
             types[name] = read_type(COLUMN_TYPES.get(t, t))
         for name, t in self.widened.items():
-            types[name] = getattr(self.pa, t)()
+            types[name] = self.pa.bool_() if t == BOOL_NAN else getattr(self.pa, t)()
         co = pc.ConvertOptions(
             column_types=types,
             null_values=["", *self.options.na_values],
@@ -316,7 +350,10 @@ class CsvReader(MatrixParsing, Reader):
             aschema = self.pa.schema([(n, t) for n in self.header])
         else:
             names = None if self.options.header else self.header
-            aschema = self._parse(piece, spec, names, types=False).schema
+            table = self._parse(piece, spec, names, types=False)
+            if self._big_integers(table, piece, spec, names):
+                table = self._parse(piece, spec, names, types=False)
+            aschema = table.schema
         self.header = None
         schema = self._fields(aschema, spec)
         self.schema_types = {f.name: self._arrow_type(f) for f in schema}
@@ -330,8 +367,45 @@ class CsvReader(MatrixParsing, Reader):
                 self._note(spec, "notes", [note])
         return schema
 
+    def _big_integers(self, table, piece: bytes, spec: InputSpec, names) -> bool:
+        """Columns pyarrow inferred as float64 because their integers do not fit int64 (an id of
+        2**63 or more): float64 would round them (two ids one value), so they are read as uint64
+        when every value is an integer from 0 to 2**64 - 1, else as text (exact, as JSON Lines
+        keeps such numbers), and a note says so. True when a column was retyped."""
+        pa = self.pa
+        import pyarrow.compute as pc
+
+        big = []
+        for name, col in zip(table.column_names, table.columns, strict=True):
+            if name in self.column_types or name in self.widened or not pa.types.is_floating(col.type):
+                continue
+            if col.null_count < len(col) and pc.max(pc.abs(col)).as_py() >= 2.0**63:
+                big.append(name)
+        if not big:
+            return False
+        self.widened.update(dict.fromkeys(big, "string"))
+        text = self._parse(piece, spec, names, types=False)
+        notes = []
+        for name in big:
+            values = [v for v in text.column(name).to_pylist() if v not in (None, "")]
+            if not all(_INT_RE.match(v) for v in values):
+                del self.widened[name]  # real floats (1e19): float64 it is
+                continue
+            fits = all(0 <= int(v) < 1 << 64 for v in values)
+            self.widened[name] = "uint64" if fits else "string"
+            notes.append(
+                f"column '{name}' holds integers beyond int64: read as "
+                + ("uint64" if fits else "text, exact")
+                + f" (float64 would round them; --column-type {name}=... chooses)"
+            )
+        if notes:
+            self._note(spec, "notes", notes)
+        return bool(notes)
+
     def _arrow_type(self, f: Field):
         pa = self.pa
+        if self.widened.get(f.name) == BOOL_NAN:
+            return pa.bool_()  # parsed as booleans, held as float64 (see _convert)
         if f.logical is not None:
             return read_type(f.logical.describe())
         if f.kind == STRING:
@@ -377,7 +451,9 @@ class CsvReader(MatrixParsing, Reader):
             dt = numeric.get(t)
             if dt is None and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
                 dt = numeric[t] = numpy_dtype(t).str
-            if dt is not None:
+            if self.widened.get(name) == BOOL_NAN:
+                fields.append(Field(name, FIXED, "<f8"))
+            elif dt is not None:
                 fields.append(Field(name, FIXED, dt))
             elif pa.types.is_string(t) or pa.types.is_large_string(t):
                 fields.append(Field(name, STRING, "|u1"))
@@ -552,6 +628,8 @@ class CsvReader(MatrixParsing, Reader):
                 rows += rb.num_rows
 
     def _convert(self, rb, spec: InputSpec, row0: int | None) -> Batch:
+        import pyarrow.compute as pc
+
         from ..arrowconv import column_from_arrow
 
         pa = self.pa
@@ -560,11 +638,30 @@ class CsvReader(MatrixParsing, Reader):
             arr = rb.column(f.name)
             if arr.null_count:
                 if pa.types.is_integer(arr.type) and f.name not in self.column_types:
-                    self.widened[f.name] = "float64"
+                    # a missing value: NaN in float64, unless that would round the integers (uint64:
+                    # beyond int64; others beyond 2**53, checked once widened): text then, exact
+                    self.widened[f.name] = "string" if pa.types.is_unsigned_integer(arr.type) else "float64"
+                    if self.widened[f.name] == "string":
+                        self._note(spec, "notes", [_ROUNDED.format(f.name)])
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
-                if not pa.types.is_floating(arr.type) and not (f.logical is not None and f.logical.temporal):
+                if pa.types.is_floating(arr.type) and self.widened.get(f.name) == "float64" and _rounds(arr):
+                    self.widened[f.name] = "string"
+                    self._note(spec, "notes", [_ROUNDED.format(f.name)])
+                    self.schema = self._probe()
+                    raise SchemaChanged(self.widened)
+                if pa.types.is_boolean(arr.type) and f.name not in self.column_types and f.name not in self.widened:
+                    self.widened[f.name] = BOOL_NAN  # 1.0, 0.0 and NaN, as a JSON Lines or Parquet bool
+                    self.schema = self._probe()
+                    raise SchemaChanged(self.widened)
+                if (
+                    not pa.types.is_floating(arr.type)
+                    and not (f.logical is not None and f.logical.temporal)
+                    and self.widened.get(f.name) != BOOL_NAN
+                ):
                     raise self._missing(spec, f, arr, row0)  # (a missing timestamp or date is NaT)
+            if self.widened.get(f.name) == BOOL_NAN:
+                arr = pc.fill_null(pc.cast(arr, pa.float64()), float("nan"))
             cols[f.name] = column_from_arrow(arr, f)
         return Batch(cols, rb.num_rows)
 
@@ -589,10 +686,10 @@ class CsvReader(MatrixParsing, Reader):
         else:
             where = "a row"
         what = f"missing value '{found[0]}'" if found and found[0] else "empty value"
-        return InputError(
-            f"{spec.name}, {where}, column '{f.name}': {what} in a {f.describe()} column",
-            hint=f"fill it, or pass --column-type {f.name}=float64 to read missing values as NaN",
-        )
+        hint = f"fill it, or pass --column-type {f.name}=float64 to read missing values as NaN"
+        if f.np_dtype == np.bool_:  # (a bool column is fixed by --column-type: left to itself it is float64)
+            hint = f"fill it, or leave out --column-type {f.name}=bool to read it as float64 (1, 0 and NaN)"
+        return InputError(f"{spec.name}, {where}, column '{f.name}': {what} in a {f.describe()} column", hint=hint)
 
     def _raise(self, spec: InputSpec, e: Exception, row_hint: int) -> None:
         """Turn an Arrow error into a one-line InputError (widening instead where we may)."""
@@ -608,7 +705,17 @@ class CsvReader(MatrixParsing, Reader):
             if col not in self.column_types:
                 cur = self.widened.get(col) or (str(self.schema[col].np_dtype) if col in self.schema.names else "null")
                 if cur.startswith("int") or cur.startswith("uint") or cur == "null":
-                    new = "float64" if _looks_float(value) else "string"
+                    new = _widened_type(cur, value)
+                    if _INT_RE.match(value) or cur.startswith("uint"):
+                        self._note(
+                            spec,
+                            "notes",
+                            [
+                                f"column '{col}' holds integers beyond int64: read as "
+                                + ("uint64" if new == "uint64" else "text, exact")
+                                + f" (float64 would round them; --column-type {col}=... chooses)"
+                            ],
+                        )
                 else:
                     new = "string"
                 self.widened[col] = new

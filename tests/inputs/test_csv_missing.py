@@ -155,3 +155,69 @@ def test_library_keyword_and_help(tmp_path):
         assert params["na_values"].default is None and params["column_names"].default is None, fn
     h = lovecraft("convert", "--help").stdout
     assert "--na-values" in h and "Default NA,N/A,NULL,null" in " ".join(h.split())
+
+
+def _parquet(tmp_path, name: str, text: str, *extra: str):
+    src = _write(tmp_path, text, f"{name}.csv")
+    out = str(tmp_path / name)
+    r = lovecraft("convert", src, "-o", out, "--to", "parquet", *extra)
+    return r, out
+
+
+def test_a_bool_column_with_a_missing_value_is_float64(tmp_path):
+    """An empty field or NA in a column of booleans is NaN in a float64 column (1.0, 0.0), as the
+    docs say and as JSON Lines and Parquet bools with nulls are; it was refused with a hint,
+    --column-type b=float64, that failed on 'true'. A fixed --column-type b=bool still refuses it,
+    with a hint that works."""
+    text = "b,x\ntrue,1\n,2\nfalse,3\nNA,4\n"
+    r, out = _parquet(tmp_path, "b", text, "-q")
+    assert r.exit_code == 0, r.stderr
+    t = pq.read_table(os.path.join(out, "data.parquet"))
+    assert str(t.schema.field("b").type) == "double"
+    np.testing.assert_array_equal(t.column("b").to_numpy(), [1.0, np.nan, 0.0, np.nan])
+    r, _ = _parquet(tmp_path, "b2", text, "--column-type", "b=bool")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {tmp_path / 'b2.csv'}, row 2 (line 3), column 'b': empty value in a bool column; fill it, or leave "
+        "out --column-type b=bool to read it as float64 (1, 0 and NaN)\n",
+    )
+    r, out = _parquet(tmp_path, "b3", text + "maybe,5\n", "-q")  # not a boolean: text
+    assert r.exit_code == 0, r.stderr
+    assert pq.read_table(os.path.join(out, "data.parquet")).column("b").to_pylist() == [
+        "true", "", "false", "NA", "maybe"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name,text,arrow_type,values,note",
+    [
+        # pyarrow infers float64 for integers past int64: 2**63 and 2**63 + 1 were one value
+        ("u64", "id,v\n9223372036854775808,1\n9223372036854775809,2\n1,3\n", "uint64",
+         [2**63, 2**63 + 1, 1], "read as uint64"),
+        ("neg", "id,v\n-9223372036854775809,1\n5,2\n", "string", ["-9223372036854775809", "5"], "read as text, exact"),
+        # one late in an int64 column: uint64 (it widened to float64)
+        ("late", "id,v\n" + "".join(f"{i},{i}\n" for i in range(400_000)) + "18446744073709551615,1\n", "uint64",
+         None, "read as uint64"),
+        # integers past 2**53 and a missing value: text (float64 rounded them)
+        ("nulls", "id,v\n" + "".join(f"{2**60 + i},{i}\n" for i in range(400_000)) + ",1\n", "string", None,
+         "beyond 2**53 and a missing value"),
+        ("small", "id,v\n" + "".join(f"{i},{i}\n" for i in range(400_000)) + ",1\n", "double", None, None),
+        ("floats", "id,v\n1e19,1\n2.5,2\n", "double", [1e19, 2.5], None),
+    ],
+)  # fmt: skip
+def test_integers_past_int64_are_kept_exact(tmp_path, name, text, arrow_type, values, note):
+    r, out = _parquet(tmp_path, name, text)
+    assert r.exit_code == 0, r.stderr
+    col = pq.read_table(os.path.join(out, "data.parquet")).column("id")
+    assert str(col.type) == arrow_type
+    want = values if values is not None else [row.split(",")[0] for row in text.splitlines()[1:]]
+    got = col.to_pylist()
+    if arrow_type == "uint64":
+        want = [int(v) for v in want]
+    elif arrow_type == "double":
+        want = [float(v) if v else None for v in want]
+        got = [None if v != v else v for v in got]
+    assert got == want
+    notes = [n for n in manifest(out)["sources"][0].get("notes", []) if "integers beyond" in n]
+    assert (note is None and notes == []) or (note is not None and note in " ".join(notes)), notes
+    assert note is None or note in r.stderr
