@@ -3,7 +3,10 @@ than the comma, and first lines that are probably not a header.
 
 Decided, and why:
 
-* Delimiter (only when ``--delimiter`` is not given and the file is not a ``.tsv``): when no line of
+* Delimiter (only when ``--delimiter`` is not given and the file is not a ``.tsv``): when every one
+  of the first lines holds the same number of semicolons (outside quotes) and either no comma or
+  not the same number of commas (a European spreadsheet's export, whose decimal commas vary), the
+  file is semicolon-separated; when no line of
   the first ones holds a comma or a quote (so commas would give one column) and every one holds the
   same number of tabs, the file is tab-separated; with spaces, the same holds, no field is empty
   (no runs of spaces, none leading or trailing), and every field of the data lines is a number
@@ -51,9 +54,28 @@ def head_lines(data: bytes, skip_rows: int, comment: str | None, at_end: bool) -
     return out
 
 
+def _outside_quotes(line: str, ch: str) -> int:
+    """How many ``ch`` a line holds outside double-quoted fields."""
+    n, quoted = 0, False
+    for c in line:
+        if c == '"':
+            quoted = not quoted
+        elif c == ch and not quoted:
+            n += 1
+    return n
+
+
 def sniff_delimiter(lines: list[str], header: bool) -> str | None:
-    """Tab or space when the first ``lines`` are separated so (see the module's rules), else None."""
-    if not lines or any("," in s or '"' in s for s in lines):
+    """Semicolon, tab or space when the first ``lines`` are separated so (see the module's rules),
+    else None."""
+    if not lines:
+        return None
+    semis = {_outside_quotes(s, ";") for s in lines}
+    if len(semis) == 1 and semis.pop() > 0:
+        commas = {_outside_quotes(s, ",") for s in lines}
+        if commas == {0} or len(commas) > 1:  # no commas, or not the same number a line (decimal commas)
+            return ";"
+    if any("," in s or '"' in s for s in lines):
         return None
     tabs = {s.count("\t") for s in lines}
     if len(tabs) == 1 and tabs.pop() > 0:
@@ -73,6 +95,11 @@ def sniff_delimiter(lines: list[str], header: bool) -> str | None:
 def delimiter_note(spec_name: str, delimiter: str, fields: int) -> str:
     what = "tabs" if delimiter == "\t" else "spaces"
     flag = "'\\t'" if delimiter == "\t" else "' '"
+    if delimiter == ";":
+        return (
+            f"{spec_name}: the fields are separated by semicolons ({fields} per line), so it is read so "
+            "(--delimiter ';' says so; --delimiter , reads commas); a decimal comma (3,14) stays text"
+        )
     return (
         f"{spec_name}: no commas; the fields are separated by {what} ({fields} per line), so it is read so "
         f"(--delimiter {flag} says so; --delimiter , keeps one column)"

@@ -204,6 +204,49 @@ def test_tabs_in_a_csv_named_file_are_detected(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "text,want",
+    [
+        ("a;b;c\n1;x;2.5\n2;y;3.5\n", {"a": [1, 2], "b": ["x", "y"], "c": [2.5, 3.5]}),
+        # a European export: decimal commas (not the same number a line), quoted text with a ';'
+        ('id;price;name\n1;3,14;"a;b"\n2;2;c\n3;10,5;d\n',
+         {"id": [1, 2, 3], "price": ["3,14", "2", "10,5"], "name": ["a;b", "c", "d"]}),
+    ],
+)  # fmt: skip
+def test_semicolons_are_detected_and_said(tmp_path, text, want):
+    """A semicolon-separated file was read as one column, and a European one with decimal commas
+    refused with a hint to --skip-rows (an outside trial): the delimiter is detected, with a note."""
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "s.csv"
+    src.write_text(text)
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", "parquet")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines()[0] == (
+        f"note: {src}: the fields are separated by semicolons (3 per line), so it is read so (--delimiter ';' says "
+        "so; --delimiter , reads commas); a decimal comma (3,14) stays text"
+    )
+    assert pq.read_table(out).to_pydict() == want
+    assert manifest(out)["sources"][0]["delimiter"] == ";"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a,b;c\n1,x;y\n2,z;w\n",  # commas, the same number a line, and a ';' in every line: commas
+        "a,b\n1,x;y\n2,z\n",  # a ';' in some values
+    ],
+)
+def test_a_comma_file_with_semicolons_in_its_text_keeps_commas(tmp_path, text):
+    src = tmp_path / "c.csv"
+    src.write_text(text)
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", "parquet", "-q")
+    assert (r.exit_code, r.stderr) == (0, "")
+    assert len(manifest(out)["schema"]) == 2 and "delimiter" not in manifest(out)["sources"][0]
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "name\nann lee\nbo kim\n",  # one column of text with spaces: never split
