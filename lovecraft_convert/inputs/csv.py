@@ -202,7 +202,9 @@ class CsvReader(MatrixParsing, Reader):
         pyarrow's multi-threaded ``read_csv``. ``first``: the stream starts at the start of the
         input (a BOM and ``--skip-rows`` lines are dropped); ``base``: its offset in the input."""
         chunk = self.options.piece_bytes or chunk
-        max_record = max(4 * chunk, 64 << 20)
+        # a record is parsed whole, in about six times its size: one must fit in a batch (1/16 of
+        # the budget; a fixed 64 MiB floor let a 50 MB field take 361 MB at a 256 MiB budget)
+        max_record = max(chunk, self.options.batch_bytes)
         if stream is None:
             stream = open_stream(spec, max_ratio=self.options.max_ratio)
         syntax = self._syntax(spec)
@@ -229,7 +231,7 @@ class CsvReader(MatrixParsing, Reader):
             except RecordTooLong as e:
                 raise InputError(
                     f"{self._where(spec, base + e.offset)}: a record longer than {e.limit} bytes (unbalanced quote?)",
-                    hint="check the quoting, or raise --max-memory",
+                    hint="check the quoting, or raise --max-memory (a record must fit in 1/16 of it)",
                 ) from None
             except SkippedPastEnd as e:
                 n = self.options.skip_rows
@@ -282,9 +284,17 @@ class CsvReader(MatrixParsing, Reader):
             co.column_types = self.schema_types
         if b'"' not in piece:  # no quotes, so no newline inside a value: pyarrow's faster chunking
             po.newlines_in_values = False
+        source = arrow_owned(piece) if ro.use_threads else pa.py_buffer(piece)
         try:
-            source = arrow_owned(piece) if ro.use_threads else pa.py_buffer(piece)
-            return pc.read_csv(source, read_options=ro, parse_options=po, convert_options=co)
+            try:
+                return pc.read_csv(source, read_options=ro, parse_options=po, convert_options=co)
+            except pa.ArrowInvalid as e:
+                if "straddl" not in str(e) or ro.block_size > len(piece):
+                    raise
+                # a record longer than a parse block (a field of megabytes; the piece holds it whole,
+                # within the budget): the piece as one block
+                ro.block_size = len(piece) + 1
+                return pc.read_csv(source, read_options=ro, parse_options=po, convert_options=co)
         except pa.ArrowInvalid as e:
             self._raise(spec, e, 0)
             raise

@@ -105,3 +105,42 @@ def test_a_csv_record_that_never_ends_is_refused_inside_the_budget(memcap, bombs
     code, err, peak = _run("convert", src, "-o", str(tmp_path / "out"), "--to", "parquet", "--max-expansion", "0", "-q")
     assert code == 1 and err.startswith(f"Error: {src}, line 2: a record longer than "), err
     assert peak < 512
+
+
+@pytest.mark.parametrize("newlines", [False, True])
+def test_a_field_of_megabytes_is_read_and_one_past_a_batch_is_refused_in_the_budget(memcap, tmp_path, newlines):
+    """A CSV field of 10 MB could not be read at any --max-memory (pyarrow's parse block was at most
+    4 MiB: "straddling object ... (try to increase block size?)"); it is now, its piece parsed as
+    one block. A record must fit a batch (1/16 of --max-memory): one of 50 MB (with newlines in its
+    quotes, which cost 545 MB and a kill under this cap) is refused in one line inside the cap, and
+    read with --max-memory 1GiB."""
+    import pyarrow.parquet as pq
+
+    unit = b'ab,""c\n' if newlines else b"abcdefg"
+    quote = b'"' if newlines else b""
+
+    def make(name: str, mib: int) -> str:
+        p = tmp_path / name
+        body = unit * (mib * (1 << 20) // len(unit))
+        p.write_bytes(b"id,text,n\n1,short,1\n2," + quote + body + quote + b",2\n3,tail,3\n")
+        return str(p)
+
+    ten = make("ten.csv", 10)
+    code, err, peak = _run("convert", ten, "-o", str(tmp_path / "o10"), "--to", "parquet", "-q")
+    assert (code, err) == (0, "")
+    t = pq.read_table(str(tmp_path / "o10" / "data.parquet"))
+    assert t.column("n").to_pylist() == [1, 2, 3]
+    want = (unit * (10 * (1 << 20) // len(unit))).replace(b'""', b'"').decode()
+    assert t.column("text").to_pylist() == ["short", want, "tail"]
+    fifty = make("fifty.csv", 50)
+    code, err, peak = _run("convert", fifty, "-o", str(tmp_path / "o50"), "--to", "parquet", "-q")
+    assert (code, err) == (
+        1,
+        f"Error: {fifty}, line 3: a record longer than 16777216 bytes (unbalanced quote?); check the quoting, or "
+        "raise --max-memory (a record must fit in 1/16 of it)",
+    )
+    assert peak < 256 and not os.path.exists(tmp_path / "o50")
+    code, err, peak = _run(
+        "convert", fifty, "-o", str(tmp_path / "o50"), "--to", "parquet", "-q", "--max-memory", "1GiB"
+    )
+    assert (code, err) == (0, "")
