@@ -332,6 +332,12 @@ class CsvReader(MatrixParsing, Reader):
                 break
         if not piece:
             raise InputError(f"{spec.name}: empty input (no header, no rows)", hint="check the file")
+        first_line = piece.split(b"\n", 1)[0].rstrip(b"\r")
+        if piece.count(b"\n") <= 1 and b"\r" in first_line and b'"' not in first_line:  # one line: a header alone
+            raise InputError(
+                f"{spec.name}: its lines end with a carriage return alone (classic Mac OS), not a newline",
+                hint=f"convert them, e.g. tr '\\r' '\\n' < {spec.name} > fixed.csv",
+            )
         end = self._first_record_end(piece, spec) or len(piece)
         if self.options.header:
             _header_utf8(spec, piece[:end])

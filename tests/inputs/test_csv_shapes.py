@@ -295,3 +295,19 @@ def test_column_names_errors(tmp_path):
     j.write_text('{"a": 1}\n')
     r = lovecraft("convert", str(j), "-o", str(tmp_path / "o"), "--to", "parquet", "--column-names", "a")
     assert (r.exit_code, r.stderr) == (2, "Error: --column-names applies to CSV inputs only\n")
+
+
+def test_carriage_returns_alone_are_named(tmp_path):
+    """Classic Mac OS line endings (CR alone) read as one header line: "no data rows (header
+    only)" misled; the line names the line endings and how to convert them."""
+    src = tmp_path / "cr.csv"
+    src.write_bytes(b"a,b\r1,2\r3,4\r")
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "o"), "--to", "parquet")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {src}: its lines end with a carriage return alone (classic Mac OS), not a newline; convert them, "
+        f"e.g. tr '\\r' '\\n' < {src} > fixed.csv\n",
+    )
+    crlf = tmp_path / "crlf.csv"
+    crlf.write_bytes(b"a,b\r\n1,2\r\n")
+    assert lovecraft("convert", str(crlf), "-o", str(tmp_path / "o2"), "--to", "parquet", "-q").exit_code == 0
