@@ -120,7 +120,7 @@ class Column:
         return self.how == "refused"
 
 
-def _refuse(c: Column, problem: str, hint: str | None = None) -> Column:
+def refuse(c: Column, problem: str, hint: str | None = None) -> Column:
     c.how = "refused"
     c.problem = problem
     c.hint = hint
@@ -186,7 +186,7 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
             shape.append(v.list_size)
             v = v.value_type
         if not _numeric(v):
-            return _refuse(c, f"holds {type_name(c.atype)} (fixed-size lists of {type_name(v, 40)})", _leave_out())
+            return refuse(c, f"holds {type_name(c.atype)} (fixed-size lists of {type_name(v, 40)})", _leave_out())
         return _fixed(c, "fixed", v, tuple(shape), to_float)
     if _listlike(t):
         v = t.value_type
@@ -201,13 +201,13 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
             c.how, c.field = "string_list", Field(c.name, STRING_LIST, "|u1")
             return c
         if _binary(v):
-            return _refuse(
+            return refuse(
                 c,
                 f"holds {type_name(c.atype)} (lists of binary values), which the output formats cannot hold yet",
                 _leave_out(),
             )
         what = "lists of lists" if (_listlike(v) or pa.types.is_fixed_size_list(v)) else f"lists of {type_name(v, 40)}"
-        return _refuse(c, f"holds {type_name(c.atype)} ({what}), which no output format can hold", _leave_out())
+        return refuse(c, f"holds {type_name(c.atype)} ({what}), which no output format can hold", _leave_out())
     if _temporal(t):
         c.how, c.value, c.target = "temporal", t, pa.int64()
         c.field = Field(c.name, FIXED, "<i8", logical=logical_of(t))
@@ -216,18 +216,18 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
             c.note["timezone"] = t.tz
         return c
     if pa.types.is_decimal(t):
-        return _refuse(
+        return refuse(
             c,
             f"holds {type_name(c.atype)}, which no output format holds exactly",
             f"read it as --column-type {c.name}=float64 (the nearest double) or --column-type {c.name}=string, "
             "or leave it out with --columns",
         )
     if pa.types.is_null(t):
-        return _refuse(c, "holds only nulls (type null)", _leave_out())
+        return refuse(c, "holds only nulls (type null)", _leave_out())
     if pa.types.is_struct(t):
         what = "a struct without fields" if not t.num_fields else "a struct inside another type"
-        return _refuse(c, f"holds {type_name(c.atype)} ({what})", _leave_out())
-    return _refuse(c, f"holds {type_name(c.atype)}, which no output format can hold", _leave_out())
+        return refuse(c, f"holds {type_name(c.atype)} ({what})", _leave_out())
+    return refuse(c, f"holds {type_name(c.atype)}, which no output format can hold", _leave_out())
 
 
 def _leave_out() -> str:
@@ -244,7 +244,7 @@ def _fixed(c: Column, how: str, v: pa.DataType, shape: tuple[int, ...], to_float
 def _tensor(c: Column, t: pa.FixedShapeTensorType, to_float: bool) -> Column:
     v = t.value_type
     if not _numeric(v):
-        return _refuse(c, f"holds {type_name(c.atype)} (tensors of {type_name(v, 40)})", _leave_out())
+        return refuse(c, f"holds {type_name(c.atype)} (tensors of {type_name(v, 40)})", _leave_out())
     physical = tuple(int(s) for s in t.shape)  # the row-major layout of the storage
     perm = tuple(int(p) for p in t.permutation) if t.permutation else None
     if perm == tuple(range(len(physical))):
@@ -262,14 +262,14 @@ def _hf_array(c: Column, t: pa.DataType, ext_meta: bytes | None, to_float: bool)
         shape, _dtype = json.loads(ext_meta)
         shape = tuple(shape)
     except (ValueError, TypeError):
-        return _refuse(c, "holds a Hugging Face array whose shape cannot be read", _leave_out())
+        return refuse(c, "holds a Hugging Face array whose shape cannot be read", _leave_out())
     v = t
     while _listlike(v) or pa.types.is_fixed_size_list(v):
         v = v.value_type
     if any(not isinstance(s, int) or s < 0 for s in shape):
-        return _refuse(c, f"holds Hugging Face arrays of shape {list(shape)} (a dimension varies)", _leave_out())
+        return refuse(c, f"holds Hugging Face arrays of shape {list(shape)} (a dimension varies)", _leave_out())
     if not _numeric(v):
-        return _refuse(c, f"holds Hugging Face arrays of {type_name(v, 40)}", _leave_out())
+        return refuse(c, f"holds Hugging Face arrays of {type_name(v, 40)}", _leave_out())
     _fixed(c, "hfarray", v, shape, to_float)
     c.note["extension"] = "Hugging Face Array" + str(len(shape)) + "D"
     target = v
@@ -283,7 +283,7 @@ def _cast(c: Column, t: pa.DataType, want: str) -> Column:
     """``--column-type NAME=TYPE`` (decimals, or any scalar read as text or another number type)."""
     scalar = _numeric(t) or _stringy(t) or _binary(t) or pa.types.is_decimal(t) or _temporal(t)
     if not scalar:
-        return _refuse(c, f"holds {type_name(c.atype)}, which cannot be read as {want}", _leave_out())
+        return refuse(c, f"holds {type_name(c.atype)}, which cannot be read as {want}", _leave_out())
     c.how, c.value = "cast", t
     c.note.update(stored_as=want)
     lg = Logical.parse(want)
@@ -320,6 +320,14 @@ def leaf_array(rb: pa.RecordBatch, path: tuple[str, ...]) -> pa.Array:
     for name in path[1:]:
         arr = pc.struct_field(arr, [arr.type.get_field_index(name)])
     return arr
+
+
+class NotExact(InputError):
+    """An int column with nulls (read as float64) holding an integer float64 cannot hold exactly:
+    ``column``, and the ``problem`` as ``inspect`` lists it."""
+
+    column = ""
+    problem = ""
 
 
 class Converter:
@@ -372,11 +380,17 @@ class Converter:
         v = arrow_to_numpy(arr.fill_null(0))
         bad = v > EXACT if v.dtype.kind == "u" else (v > EXACT) | (v < -EXACT)
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(
+        e = NotExact(
             f"{self._where(source, row0, i // per_row, c)}: {int(v[i])} is beyond +-2**53, so the column cannot be "
             "float64 (which holds its nulls as NaN) without changing it",
             hint=f"read it as text with --column-type {c.name}=string, or leave it out with --columns",
         )
+        e.column = c.name
+        e.problem = (
+            f"holds integers beyond +-2**53 and nulls, which float64 (nulls as NaN) would change: read it as text "
+            f"with --column-type {c.name}=string"
+        )
+        raise e
 
     def _number(self, arr: pa.Array, c: Column, source: str, row0: int) -> np.ndarray:
         dt = c.field.np_dtype

@@ -17,7 +17,18 @@ from dataclasses import dataclass, field
 from ..errors import InputError, SchemaError
 from ..schema import Batch, Schema
 from ..selection import ColumnTypes
-from .arrowtypes import ARROW_ERRORS, Column, Converter, NeedsFloat, check_names, plan_columns, refusal, type_name
+from .arrowtypes import (
+    ARROW_ERRORS,
+    Column,
+    Converter,
+    NeedsFloat,
+    NotExact,
+    check_names,
+    plan_columns,
+    refusal,
+    refuse,
+    type_name,
+)
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .spec import InputSpec
 
@@ -93,6 +104,7 @@ class ColumnarReader(Reader):
         if not self.files:
             raise InputError(f"{', '.join(s.name for s in specs)}: no data files", hint="check the input")
         self.widened: dict[str, str] = {}
+        self.value_refused: dict[str, str] = {}  # (inspect) column -> why its values cannot be read
         self._done = 0
         self._plan()
         notes = {c.name: {"input_type": type_name(c.atype), **c.note} for c in self.read_columns if c.note}
@@ -122,6 +134,9 @@ class ColumnarReader(Reader):
             leaves = [c.name for c in plan_columns(first.schema, {}, {})]
             types = ColumnTypes(types).resolve(leaves, first.name)
         cols = plan_columns(first.schema, types, self.widened)
+        for c in cols:  # (inspect) columns whose values no output can hold, found while reading
+            if c.name in self.value_refused:
+                refuse(c, self.value_refused[c.name])
         check_names(cols, first.name)
         early = {
             c.name: "float64"
@@ -185,6 +200,12 @@ class ColumnarReader(Reader):
             return self.converter.batch(rb, f.name, row0)
         except NeedsFloat as e:  # met a null in an int/bool column: start over reading it as float64
             self.widened[e.name] = "float64"
+            self._plan()
+            raise SchemaChanged(dict(self.widened)) from None
+        except NotExact as e:  # inspect lists the column it cannot read (and why) and reads the others
+            if not self.options.lenient or e.column in self.value_refused:
+                raise
+            self.value_refused[e.column] = e.problem
             self._plan()
             raise SchemaChanged(dict(self.widened)) from None
         except pa.ArrowException as e:  # whatever pyarrow refuses in these values: one line, no traceback

@@ -546,3 +546,22 @@ def test_inspect_says_what_a_temporal_columns_integers_count(tmp_path):
     assert "(days since the epoch, null" in lines["d"], text
     assert "(us since midnight, null" in lines["t"], text
     assert "(us, null = -2**63 as NumPy's NaT)" in lines["dur"], text
+
+
+def test_inspect_lists_a_column_whose_values_no_output_can_hold_and_reads_the_others(tmp_path):
+    """An int64 column with a null (read as float64) and 2**62: convert refuses it in one line;
+    inspect refused the whole file with that line, where the docs say it lists such columns (and
+    why) and reads the rest."""
+    src = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"bigi": pa.array([2**62, 1, None], pa.int64()), "a": [1, 2, 3]}), src)
+    r = lovecraft("inspect", src, "-q")
+    assert r.exit_code == 0, r.stderr
+    assert (
+        "column 'bigi' not read: it holds integers beyond +-2**53 and nulls, which float64 (nulls as NaN) would "
+        "change: read it as text with --column-type bigi=string"
+    ) in r.stdout.splitlines()
+    assert "column 'a': int64" in r.stdout
+    r = lovecraft("convert", src, "-o", str(tmp_path / "o"), "--to", "parquet")
+    assert r.exit_code == 1 and "4611686018427387904 is beyond +-2**53" in r.stderr
+    r = lovecraft("convert", src, "-o", str(tmp_path / "o"), "--to", "parquet", "--column-type", "bigi=string", "-q")
+    assert r.exit_code == 0, r.stderr
