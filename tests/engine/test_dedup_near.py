@@ -100,3 +100,42 @@ def test_a_scan_writes_a_signature_per_row_read(tmp_path):
     assert (sig[0:50:2] == sig[50::2]).all()  # the same text, the same signature
     assert os.path.getsize(tmp_path / "h00003-b0000.bin") == 50 * 4 * ENTRY.itemsize  # one entry per band
     assert res["runs"] > 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300)), max_size=200),
+    window=st.integers(1, 64),
+    block=st.sampled_from([1, 3, 1 << 13]),
+    need=st.integers(1, 4),
+)
+def test_agreeing_pairs_read_in_windows_equal_pair_by_pair(pairs, window, block, need):
+    """The pairs whose signatures agree, read window by window in position order (the signature
+    file read in order, two windows held), equal the lookup pair by pair, for any window, block
+    and parts (positions of two parts)."""
+    from lovecraft_convert.engine.near import agreeing
+
+    rng = np.random.default_rng(len(pairs) * 7 + window)
+    sig = rng.integers(0, 3, size=(302, 4)).astype(np.uint32)  # few values: many agree
+
+    class Sigs:
+        def __init__(self):
+            self.calls = []
+
+        def get(self, pos):
+            self.calls.append(np.asarray(pos).copy())
+            part, row = pos >> PART_SHIFT, pos & ((1 << PART_SHIFT) - 1)
+            return sig[row + 151 * part]
+
+    def posn(x):
+        return (x // 151 << PART_SHIFT) | (x % 151)
+
+    ab = sorted({(min(x, y), max(x, y)) for x, y in pairs if x != y})
+    a = np.array([posn(x) for x, _ in ab], dtype=np.int64)
+    b = np.array([posn(y) for _, y in ab], dtype=np.int64)
+    s = Sigs()
+    got = agreeing(s, a, b, need, window, block)
+    want = [(sig[x] == sig[y]).sum() >= need for x, y in ab]
+    assert got.tolist() == want
+    for c in s.calls:  # every read in position order, a window at most
+        assert len(c) <= window and (np.diff(c) > 0).all()
