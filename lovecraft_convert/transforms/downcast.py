@@ -232,6 +232,9 @@ class Downcast:
         self.source = ""
         self.rows_done = 0
         self.row_offset: int | None = 0
+        # where rows were removed before (--filter, --dedup): a row of this stream -> its row in the
+        # part read (None: no longer known); None: none removed (the same numbers)
+        self.translate = None
 
     @classmethod
     def for_dtype(
@@ -273,6 +276,9 @@ class Downcast:
         1-based global row or None, local row). With ``row_offset`` None the global row is not known
         here (a part of the input read by a worker): the error carries the local row, and the caller
         that knows the rows before the part places it (:meth:`OverflowErrorF16.at_row`)."""
+        if self.translate is not None:
+            read = self.translate(row)
+            row = read if read is not None else row
         row_g = None if self.row_offset is None else self.row_offset + row + 1
         return self.source, name, row_g, row
 

@@ -4,6 +4,9 @@ are read without a plan (:mod:`lovecraft_convert.jobs.sequences`)."""
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,15 +16,44 @@ import numpy as np
 from ..schema import Batch
 from .filter import Filter
 
+LOG_BATCHES = 256  # batches whose kept rows :meth:`Keep.read_row` can place (a few are in flight)
+
 
 @dataclass
 class Keep:
     """The filter (None: none) and what the step counted: rows removed per reason (``filter``,
-    ``duplicate``) and the rows read."""
+    ``duplicate``) and the rows read. Where rows are removed, the rows kept of the last
+    :data:`LOG_BATCHES` batches are logged, so that a later step's error about a kept row names the
+    row it was in the input (:meth:`read_row`), not its place among the rows kept."""
 
     filter: Filter | None = None
     removed: dict[str, int] = field(default_factory=dict)
     rows_read: int = 0
+    kept: int = 0
+    log: deque = field(default_factory=lambda: deque(maxlen=LOG_BATCHES))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __getstate__(self) -> dict:  # (sent to a worker: the lock and the log stay here)
+        return {k: v for k, v in self.__dict__.items() if k not in ("log", "lock")}
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self.log = deque(maxlen=LOG_BATCHES)
+        self.lock = threading.Lock()
+
+    def read_row(self, kept_row: int) -> int | None:
+        """The row of the part (0-based, every row read counted) that kept row ``kept_row`` was;
+        None when its batch is no longer logged."""
+        with self.lock:
+            entries = list(self.log)
+        starts = [e[0] for e in entries]
+        k = bisect.bisect_right(starts, kept_row) - 1
+        if k < 0:
+            return None
+        start, rows = entries[k]
+        if kept_row - start >= len(rows):
+            return None
+        return int(rows[kept_row - start])
 
     def __call__(self, batches: Iterator[Batch], drops=None, part: int = 0) -> Iterator[Batch]:
         """The reader's ``batches`` (of part ``part``, every row as read) without the rows the filter
@@ -51,11 +83,15 @@ class Keep:
                 d = drops.between(base + read, base + read + n) - (base + read)
                 mask[d] = False
                 self.removed["duplicate"] = self.removed.get("duplicate", 0) + len(d)
+            idx = np.flatnonzero(mask)
+            with self.lock:
+                self.log.append((self.kept, idx + read))
+            self.kept += len(idx)
             read += n
-            if mask.all():
+            if len(idx) == n:
                 yield b
-            elif mask.any():
-                yield b.take(np.flatnonzero(mask))
+            elif len(idx):
+                yield b.take(idx)
 
     def extra(self, removed: dict[str, int], read: int, dedup: dict | None = None) -> dict[str, Any]:
         """The manifest's ``removed`` section: the rows ``read``, and per reason (``removed``: the

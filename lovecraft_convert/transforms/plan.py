@@ -118,7 +118,9 @@ class OutputPlan:
 
     def keep_rows(self, batches: Iterator[Batch], drops=None, part: int = 0) -> Iterator[Batch]:
         """:class:`~.keep.Keep`: the rows of ``batches`` (part ``part``) the filter keeps and
-        ``drops`` does not hold."""
+        ``drops`` does not hold. A row a later step names in an error is then the row read."""
+        if self.down is not None and (self.keep.filter is not None or drops is not None):
+            self.down.translate = self.keep.read_row
         return self.keep(batches, drops, part)
 
     def removed_extra(self, removed: dict[str, int], read: int, dedup: dict | None = None) -> dict[str, Any]:

@@ -410,6 +410,9 @@ class SourceComparer:
         for i in bad[: max(0, MAX_REPORTED_ROWS - self.reported)].tolist():
             f = self.schema.fields[int(first_col[i])]
             g = self.src_rows + i
+            if self.plan.filter is not None or self.drops is not None:  # the row read, not its place among those kept
+                read = self.plan.keep.read_row(g)
+                g = read if read is not None else g
             self._source_problem(
                 f"row {g + 1}, column '{f.name}': {_show(src.columns[f.name], i, f.kind)} in the source, "
                 f"{_show(data.columns[f.name], i, f.kind)} in the dataset ({file_of(file, f.name)}, row {row0 + i + 1})",

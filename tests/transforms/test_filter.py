@@ -363,3 +363,38 @@ def test_a_type_error_that_reading_on_does_not_lift(tmp_path, late):
         "4; compare like with like (quote text)\n",
     )
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_errors_after_rows_were_removed_name_the_row_read(tmp_path):
+    """With --filter or --dedup before it, a float16 overflow (and verify --against's difference)
+    named the row's place among the rows kept ("row 41" for line 81) as if it were the file's
+    row; it names the row read."""
+    src = tmp_path / "ovf.jsonl"
+    src.write_text(
+        "".join(json.dumps({"id": i, "x": 1e6 if i == 80 else 1.0, "keep": i % 2}) + "\n" for i in range(100))
+    )
+    line = (
+        f"Error: {src}, row 81, column 'x': value 1000000.0 overflows float16 (max 65504.0); scale the data, keep a "
+        "wider type, or pass --on-overflow clip\n"
+    )
+    for cmd, extra in (("convert", []), ("shard", ["--num-shards", "2"])):
+        r = lovecraft(cmd, str(src), "-o", str(tmp_path / cmd), "--to", "parquet", "--dtype", "float16",
+                      "--filter", "keep == 0", "-q", *extra)  # fmt: skip
+        assert (r.exit_code, r.stderr) == (1, line), cmd
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"text": "a", "x": 1}\n{"text": "a", "x": 1}\n{"text": "b", "x": 1e6}\n')
+    r = lovecraft("convert", str(dup), "-o", str(tmp_path / "d"), "--to", "parquet", "--dtype", "float16",
+                  "--dedup", "exact", "--dedup-columns", "text", "-q")  # fmt: skip
+    assert r.exit_code == 1 and r.stderr.startswith(f"Error: {dup}, row 3, column 'x':"), r.stderr
+    # verify --against: the source's row, not its place among those kept
+    v = tmp_path / "v.jsonl"
+    rows = [{"id": i, "t": f"x{i % 7}", "keep": i % 3} for i in range(40)]
+    v.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = str(tmp_path / "vf")
+    assert lovecraft("convert", str(v), "-o", out, "--to", "memmap", "--filter", "keep != 1", "--dedup", "exact",
+                     "--dedup-columns", "t", "-q").exit_code == 0  # fmt: skip
+    rows[11]["id"] = 111  # the 7th row kept: x4 first met, its keep 2
+    v.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = lovecraft("verify", out, "--against", str(v))
+    assert r.exit_code == 1
+    assert r.stdout.splitlines()[0] == f"{v}: row 12, column 'id': 111 in the source, 11 in the dataset (id.npy, row 7)"
