@@ -94,8 +94,19 @@ def _warn_exact(ds: Parts, limit: int, left: list) -> None:
         "nearby rows: far slower than streaming; shuffle='blocks' streams them, or raise cache_limit to twice "
         "the dataset's size",
         SlowReadWarning,
-        stacklevel=2,
+        stacklevel=_callers_level(),
     )
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside this package (the line of the user's loop
+    that asked for the batch), so that the warning names it, not ours."""
+    import sys
+
+    f, level = sys._getframe(2), 2  # the warn call's caller is level 1 from _warn_exact
+    while f is not None and str(f.f_globals.get("__name__", "")).startswith("lovecraft_convert"):
+        f, level = f.f_back, level + 1
+    return level
 
 
 LIST_THREADS = 16  # parts whose blocks are listed at once (a Parquet footer each: one GET)
