@@ -322,14 +322,6 @@ def leaf_array(rb: pa.RecordBatch, path: tuple[str, ...]) -> pa.Array:
     return arr
 
 
-class NotExact(InputError):
-    """An int column with nulls (read as float64) holding an integer float64 cannot hold exactly:
-    ``column``, and the ``problem`` as ``inspect`` lists it."""
-
-    column = ""
-    problem = ""
-
-
 class Converter:
     """Record batches of one schema to :class:`Batch`es of the planned columns. ``nulls`` counts
     the null values met per column (every value of a null row of a fixed-shape column counts)."""
@@ -380,15 +372,16 @@ class Converter:
         v = arrow_to_numpy(arr.fill_null(0))
         bad = v > EXACT if v.dtype.kind == "u" else (v > EXACT) | (v < -EXACT)
         i = int(np.flatnonzero(bad)[0])
-        e = NotExact(
+        e = InputError(
             f"{self._where(source, row0, i // per_row, c)}: {int(v[i])} is beyond +-2**53, so the column cannot be "
             "float64 (which holds its nulls as NaN) without changing it",
             hint=f"read it as text with --column-type {c.name}=string, or leave it out with --columns",
         )
-        e.column = c.name
-        e.problem = (
+        # (the column, and why, as inspect lists a column it cannot read: columnar.py)
+        e.not_exact = (
+            c.name,
             f"holds integers beyond +-2**53 and nulls, which float64 (nulls as NaN) would change: read it as text "
-            f"with --column-type {c.name}=string"
+            f"with --column-type {c.name}=string",
         )
         raise e
 

@@ -22,7 +22,6 @@ from .arrowtypes import (
     Column,
     Converter,
     NeedsFloat,
-    NotExact,
     check_names,
     plan_columns,
     refusal,
@@ -202,10 +201,11 @@ class ColumnarReader(Reader):
             self.widened[e.name] = "float64"
             self._plan()
             raise SchemaChanged(dict(self.widened)) from None
-        except NotExact as e:  # inspect lists the column it cannot read (and why) and reads the others
-            if not self.options.lenient or e.column in self.value_refused:
+        except InputError as e:  # inspect lists a column it cannot read (and why) and reads the others
+            name, problem = getattr(e, "not_exact", (None, None))
+            if name is None or not self.options.lenient or name in self.value_refused:
                 raise
-            self.value_refused[e.column] = e.problem
+            self.value_refused[name] = problem
             self._plan()
             raise SchemaChanged(dict(self.widened)) from None
         except pa.ArrowException as e:  # whatever pyarrow refuses in these values: one line, no traceback

@@ -25,6 +25,7 @@ from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvmatrix import MatrixParsing, record_line
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
+from .csvtypes import BOOL_NAN, INT_RE, ROUNDED, big_integers, rounds, widened_type
 from .csvwide import MAX_COLUMNS, WideHeader, count_fields, too_wide
 from .spec import InputSpec
 from .streams import open_range, open_stream
@@ -43,48 +44,6 @@ _CONV_RE = re.compile(
 # values that mark a missing value in some tool's output: an error on one names --na-values
 _MISSING_MARKS = {"NA", "N/A", "#N/A", "#NA", "<NA>", "NULL", "NONE", "NIL", "MISSING", "-", "--", "?", "."}
 _COLS_RE = re.compile(r"Expected (\d+) columns, got (\d+)")
-
-
-BOOL_NAN = "bool_nan"  # a widened column of booleans with a missing value: read as bool, held as float64
-_INT_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$")
-
-
-def _widened_type(cur: str, value: str) -> str:
-    """The type a column of type ``cur`` (an int, or ``null``: empty so far) widens to for a value
-    it cannot take: float64 for a number, but an integer beyond int64 is uint64 (0 to 2**64 - 1)
-    or text (exact), and a column already uint64 (integers beyond int64) becomes text: float64
-    would round them."""
-    if _INT_RE.match(value):
-        n = int(value)
-        if cur in ("int64", "null") and 0 <= n < 1 << 64:
-            return "uint64"
-        return "string"
-    if cur.startswith("uint"):
-        return "string"
-    return "float64" if _looks_float(value) else "string"
-
-
-_ROUNDED = (
-    "column '{0}' holds integers beyond 2**53 and a missing value: read as text, exact (float64, which "
-    "holds missing numbers as NaN, would round them; --column-type {0}=... chooses)"
-)
-
-
-def _rounds(arr) -> bool:
-    """Does float64 column ``arr`` (integers widened for a missing value) hold a value beyond
-    2**53, where float64 no longer holds every integer?"""
-    import pyarrow.compute as pc
-
-    top = pc.max(pc.abs(arr)).as_py()
-    return top is not None and top > 2.0**53
-
-
-def _looks_float(v: str) -> bool:
-    try:
-        float(v)
-        return True
-    except ValueError:
-        return False
 
 
 class CsvReader(MatrixParsing, Reader):
@@ -367,7 +326,11 @@ class CsvReader(MatrixParsing, Reader):
         else:
             names = None if self.options.header else self.header
             table = self._parse(piece, spec, names, types=False)
-            if self._big_integers(table, piece, spec, names):
+            notes = big_integers(
+                table, lambda: self._parse(piece, spec, names, types=False), self.column_types, self.widened
+            )
+            if notes:
+                self._note(spec, "notes", notes)
                 table = self._parse(piece, spec, names, types=False)
             aschema = table.schema
         self.header = None
@@ -382,41 +345,6 @@ class CsvReader(MatrixParsing, Reader):
             if note is not None:
                 self._note(spec, "notes", [note])
         return schema
-
-    def _big_integers(self, table, piece: bytes, spec: InputSpec, names) -> bool:
-        """Columns pyarrow inferred as float64 because their integers do not fit int64 (an id of
-        2**63 or more): float64 would round them (two ids one value), so they are read as uint64
-        when every value is an integer from 0 to 2**64 - 1, else as text (exact, as JSON Lines
-        keeps such numbers), and a note says so. True when a column was retyped."""
-        pa = self.pa
-        import pyarrow.compute as pc
-
-        big = []
-        for name, col in zip(table.column_names, table.columns, strict=True):
-            if name in self.column_types or name in self.widened or not pa.types.is_floating(col.type):
-                continue
-            if col.null_count < len(col) and pc.max(pc.abs(col)).as_py() >= 2.0**63:
-                big.append(name)
-        if not big:
-            return False
-        self.widened.update(dict.fromkeys(big, "string"))
-        text = self._parse(piece, spec, names, types=False)
-        notes = []
-        for name in big:
-            values = [v for v in text.column(name).to_pylist() if v not in (None, "")]
-            if not all(_INT_RE.match(v) for v in values):
-                del self.widened[name]  # real floats (1e19): float64 it is
-                continue
-            fits = all(0 <= int(v) < 1 << 64 for v in values)
-            self.widened[name] = "uint64" if fits else "string"
-            notes.append(
-                f"column '{name}' holds integers beyond int64: read as "
-                + ("uint64" if fits else "text, exact")
-                + f" (float64 would round them; --column-type {name}=... chooses)"
-            )
-        if notes:
-            self._note(spec, "notes", notes)
-        return bool(notes)
 
     def _arrow_type(self, f: Field):
         pa = self.pa
@@ -658,12 +586,12 @@ class CsvReader(MatrixParsing, Reader):
                     # beyond int64; others beyond 2**53, checked once widened): text then, exact
                     self.widened[f.name] = "string" if pa.types.is_unsigned_integer(arr.type) else "float64"
                     if self.widened[f.name] == "string":
-                        self._note(spec, "notes", [_ROUNDED.format(f.name)])
+                        self._note(spec, "notes", [ROUNDED.format(f.name)])
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
-                if pa.types.is_floating(arr.type) and self.widened.get(f.name) == "float64" and _rounds(arr):
+                if pa.types.is_floating(arr.type) and self.widened.get(f.name) == "float64" and rounds(arr):
                     self.widened[f.name] = "string"
-                    self._note(spec, "notes", [_ROUNDED.format(f.name)])
+                    self._note(spec, "notes", [ROUNDED.format(f.name)])
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
                 if pa.types.is_boolean(arr.type) and f.name not in self.column_types and f.name not in self.widened:
@@ -721,8 +649,8 @@ class CsvReader(MatrixParsing, Reader):
             if col not in self.column_types:
                 cur = self.widened.get(col) or (str(self.schema[col].np_dtype) if col in self.schema.names else "null")
                 if cur.startswith("int") or cur.startswith("uint") or cur == "null":
-                    new = _widened_type(cur, value)
-                    if _INT_RE.match(value) or cur.startswith("uint"):
+                    new = widened_type(cur, value)
+                    if INT_RE.match(value) or cur.startswith("uint"):
                         self._note(
                             spec,
                             "notes",

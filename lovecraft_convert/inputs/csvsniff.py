@@ -4,9 +4,10 @@ than the comma, and first lines that are probably not a header.
 Decided, and why:
 
 * Delimiter (only when ``--delimiter`` is not given and the file is not a ``.tsv``): when every one
-  of the first lines holds the same number of semicolons (outside quotes) and either no comma or
-  not the same number of commas (a European spreadsheet's export, whose decimal commas vary), the
-  file is semicolon-separated; when no line of
+  of the first lines holds the same number of semicolons (outside quotes, no quoted field spanning
+  lines) and either no comma or not the same number of commas and never more than the semicolons
+  (a European spreadsheet's export, whose decimal commas vary), the file is semicolon-separated;
+  when no line of
   the first ones holds a comma or a quote (so commas would give one column) and every one holds the
   same number of tabs, the file is tab-separated; with spaces, the same holds, no field is empty
   (no runs of spaces, none leading or trailing), and every field of the data lines is a number
@@ -71,9 +72,12 @@ def sniff_delimiter(lines: list[str], header: bool) -> str | None:
     if not lines:
         return None
     semis = {_outside_quotes(s, ";") for s in lines}
-    if len(semis) == 1 and semis.pop() > 0:
-        commas = {_outside_quotes(s, ",") for s in lines}
-        if commas == {0} or len(commas) > 1:  # no commas, or not the same number a line (decimal commas)
+    balanced = all(s.count('"') % 2 == 0 for s in lines)  # no quoted field spans lines
+    if balanced and len(semis) == 1 and (k := semis.pop()) > 0:
+        commas = [_outside_quotes(s, ",") for s in lines]
+        # no commas, or not the same number a line and never more than the semicolons (a decimal
+        # comma a field at most)
+        if set(commas) == {0} or (len(set(commas)) > 1 and max(commas) <= k):
             return ";"
     if any("," in s or '"' in s for s in lines):
         return None

@@ -1,0 +1,87 @@
+"""How the CSV reader types what pyarrow would read wrong: integers past int64 (uint64, or text:
+float64 would round them), integers past 2**53 with a missing value (text), and a column of
+booleans with a missing value (float64: 1, 0, NaN). Used by :mod:`.csv` as it infers and widens
+its columns."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+BOOL_NAN = "bool_nan"  # a widened column of booleans with a missing value: read as bool, held as float64
+INT_RE = re.compile(r"^\s*[+-]?[0-9]+\s*$")
+
+
+def widened_type(cur: str, value: str) -> str:
+    """The type a column of type ``cur`` (an int, or ``null``: empty so far) widens to for a value
+    it cannot take: float64 for a number, but an integer beyond int64 is uint64 (0 to 2**64 - 1)
+    or text (exact), and a column already uint64 (integers beyond int64) becomes text: float64
+    would round them."""
+    if INT_RE.match(value):
+        n = int(value)
+        if cur in ("int64", "null") and 0 <= n < 1 << 64:
+            return "uint64"
+        return "string"
+    if cur.startswith("uint"):
+        return "string"
+    return "float64" if looks_float(value) else "string"
+
+
+ROUNDED = (
+    "column '{0}' holds integers beyond 2**53 and a missing value: read as text, exact (float64, which "
+    "holds missing numbers as NaN, would round them; --column-type {0}=... chooses)"
+)
+
+
+def rounds(arr) -> bool:
+    """Does float64 column ``arr`` (integers widened for a missing value) hold a value beyond
+    2**53, where float64 no longer holds every integer?"""
+    import pyarrow.compute as pc
+
+    top = pc.max(pc.abs(arr)).as_py()
+    return top is not None and top > 2.0**53
+
+
+def looks_float(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
+def big_integers(table, reparse: Callable[[], Any], fixed: dict, widened: dict[str, str]) -> list[str]:
+    """Columns of ``table`` (the first piece, types inferred) that pyarrow made float64 because
+    their integers do not fit int64 (an id of 2**63 or more): float64 would round them (two ids one
+    value), so they are read as uint64 when every value is an integer from 0 to 2**64 - 1, else as
+    text (exact, as JSON Lines keeps such numbers). ``widened`` gets their types (``fixed``: the
+    columns typed by ``--column-type``, left alone); ``reparse()``: the piece parsed again with
+    ``widened``'s types. Returns the notes saying so (none: nothing retyped)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    big = []
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if name in fixed or name in widened or not pa.types.is_floating(col.type):
+            continue
+        if col.null_count < len(col) and pc.max(pc.abs(col)).as_py() >= 2.0**63:
+            big.append(name)
+    if not big:
+        return []
+    widened.update(dict.fromkeys(big, "string"))
+    text = reparse()
+    notes = []
+    for name in big:
+        values = [v for v in text.column(name).to_pylist() if v not in (None, "")]
+        if not all(INT_RE.match(v) for v in values):
+            del widened[name]  # real floats (1e19): float64 it is
+            continue
+        fits = all(0 <= int(v) < 1 << 64 for v in values)
+        widened[name] = "uint64" if fits else "string"
+        notes.append(
+            f"column '{name}' holds integers beyond int64: read as "
+            + ("uint64" if fits else "text, exact")
+            + f" (float64 would round them; --column-type {name}=... chooses)"
+        )
+    return notes
