@@ -182,19 +182,11 @@ def candidates(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decide_near_group(
-    spill_dir: str,
-    group: int,
-    lo: int,
-    hi: int,
-    scans: list[dict],
-    near: NearParams,
-    block: int = 1 << 13,
-    window_bytes: int = 32 << 20,
+    spill_dir: str, group: int, lo: int, hi: int, scans: list[dict], near: NearParams, block: int = 1 << 13
 ) -> dict[str, Any]:
     """Decide group ``group`` (fine partitions [lo, hi)): its candidate pairs whose signatures agree
     on at least :meth:`~lovecraft_convert.transforms.near.NearParams.need` values are written to
-    ``e<group>-edges.npy`` (``[edges, 2]`` positions, sorted). ``block``: pairs compared at once;
-    ``window_bytes``: the signatures held at once (:func:`agreeing`)."""
+    ``e<group>-edges.npy`` (``[edges, 2]`` positions, sorted). ``block``: pairs compared at once."""
     pieces = []
     for s in sorted(scans, key=lambda s: s["part"]):
         pieces.extend(entries(spill_dir, s, lo, hi))
@@ -203,8 +195,11 @@ def decide_near_group(
     a, b = candidates(e)
     del e
     sigs = Signatures(spill_dir, scans, near.hashes)
-    window = max(1, window_bytes // 2 // (4 * near.hashes))
-    keep = agreeing(sigs, a, b, near.need(), window, block)
+    need = near.need()
+    keep = np.zeros(len(a), dtype=bool)
+    for x in range(0, len(a), block):
+        y = min(len(a), x + block)
+        keep[x:y] = (sigs.get(a[x:y]) == sigs.get(b[x:y])).sum(axis=1) >= need
     edges = np.stack([a[keep], b[keep]], axis=1).astype("<i8")
     name = f"e{group:04d}-edges.npy"
     path = os.path.join(spill_dir, name)
@@ -216,36 +211,6 @@ def decide_near_group(
         "edges": int(len(edges)),
         "files": {name: {"size": os.path.getsize(path), "crc32c": file_crc(path)}},
     }
-
-
-def agreeing(sigs: Signatures, a: np.ndarray, b: np.ndarray, need: int, window: int, block: int) -> np.ndarray:
-    """Which pairs (``a[i] < b[i]``, positions; ``a`` sorted) have signatures agreeing on ``need``
-    values or more. The signatures are read in position order, never by the pairs' random ``b``:
-    looked up pair by pair, a signature file larger than the page cache was read from the disk
-    page by page, again and again (an outside trial under a 200 MiB cap read 480 GB in 14 minutes
-    where 27 s sufficed). The rows the pairs name, sorted, are cut into windows of ``window`` rows
-    read in order; the pairs are taken by (window of ``a``, window of ``b``), two windows held."""
-    keep = np.zeros(len(a), dtype=bool)
-    if not len(a):
-        return keep
-    rows = np.unique(np.concatenate([a, b]))
-    ia, ib = np.searchsorted(rows, a), np.searchsorted(rows, b)
-    wa, wb = ia // window, ib // window
-    order = np.lexsort((wb, wa))
-    cut = np.flatnonzero((np.diff(wa[order]) != 0) | (np.diff(wb[order]) != 0)) + 1
-    del wa, wb
-    held: dict[int, np.ndarray] = {}
-    for idx in np.split(order, cut):
-        i, j = int(ia[idx[0]]) // window, int(ib[idx[0]]) // window
-        for w in [w for w in held if w not in (i, j)]:
-            del held[w]
-        for w in (i, j):
-            if w not in held:
-                held[w] = sigs.get(rows[w * window : (w + 1) * window])
-        for x in range(0, len(idx), block):
-            k = idx[x : x + block]
-            keep[k] = (held[i][ia[k] - i * window] == held[j][ib[k] - j * window]).sum(axis=1) >= need
-    return keep
 
 
 # -- 3. components ---------------------------------------------------------------------------------
@@ -359,14 +324,12 @@ def components(spill_dir: str, scans: list[dict], groups: int, block: int = 1 <<
     return {"drops": count, "files": files}
 
 
-def decide_near_here(
-    spill_dir: str, scans: list[dict], cap_entries: int, near: NearParams, window_bytes: int = 32 << 20
-) -> int:
+def decide_near_here(spill_dir: str, scans: list[dict], cap_entries: int, near: NearParams) -> int:
     """Plan the groups, decide them and join the components in this process (``convert``,
     ``verify``); returns the drop set's number of partitions (1)."""
     groups = plan_groups(spill_dir, scans, cap_entries)
     for k, (lo, hi) in enumerate(groups):
-        decide_near_group(spill_dir, k, lo, hi, scans, near, window_bytes=window_bytes)
+        decide_near_group(spill_dir, k, lo, hi, scans, near)
     components(spill_dir, scans, len(groups))
     return 1
 
@@ -402,4 +365,4 @@ def decide_for(dedup: Dedup, spill_dir: str, scans: list[dict], unit_budget: int
         from .dedup import decide_here
 
         return decide_here(spill_dir, scans, group_cap(dedup, unit_budget))
-    return decide_near_here(spill_dir, scans, group_cap(dedup, unit_budget), dedup.near, unit_budget // 4)
+    return decide_near_here(spill_dir, scans, group_cap(dedup, unit_budget), dedup.near)

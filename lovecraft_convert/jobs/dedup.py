@@ -48,7 +48,7 @@ def decide_unit(ctx, group: int, lo: int, hi: int, scans: list[dict]) -> dict[st
     spill = os.path.join(ctx.work, SPILL)
     near = Dedup.from_dict(ctx.dedup).near
     if near is not None:
-        return {"phase": DECIDE, **decide_near_group(spill, group, lo, hi, scans, near, window_bytes=ctx.budget() // 4)}
+        return {"phase": DECIDE, **decide_near_group(spill, group, lo, hi, scans, near)}
     return {"phase": DECIDE, **decide_partition(spill, group, lo, hi, scans)}
 
 
