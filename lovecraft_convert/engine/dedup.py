@@ -270,18 +270,16 @@ def check_report(report: str | None, output: str, inputs: list[str]) -> None:
         return
     from ..errors import OptionsError
     from ..storage import is_remote
+    from ..storage.overlap import inside, same_file
 
-    where = os.path.realpath(report)
     for p in inputs:
-        if p and not is_remote(p) and os.path.exists(p) and os.path.realpath(p) == where:
+        if p and not is_remote(p) and os.path.exists(p) and same_file(p, report):
             raise OptionsError(f"--dedup-report {report}: is an input of this run", hint="name another file")
-    if output and not is_remote(output):
-        out = os.path.realpath(output)
-        if where == out or where.startswith(out.rstrip(os.sep) + os.sep):
-            raise OptionsError(
-                f"--dedup-report {report}: is inside the output {output}, which this run replaces",
-                hint="name a file outside it",
-            )
+    if output and not is_remote(output) and inside(report, output):
+        raise OptionsError(
+            f"--dedup-report {report}: is inside the output {output}, which this run replaces",
+            hint="name a file outside it",
+        )
     if os.path.isdir(report):  # found before the run, not when the report is written at its end
         raise OptionsError(
             f"--dedup-report {report}: is a directory; the report is a file",

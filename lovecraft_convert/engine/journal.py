@@ -101,17 +101,16 @@ def difference(old: dict, new: dict) -> tuple[str, str] | None:
 
 def _resolved(opts: dict) -> dict:
     """``opts`` with ``--dedup near``'s parameters that were not given set to what the run uses
-    (the defaults; ``--dedup-seed`` from ``--seed``), so that giving a default explicitly is the
-    same command as leaving it out ("made with --threshold unset, this run has 0.8" refused it)."""
+    (:meth:`~lovecraft_convert.transforms.near.NearParams.given`), so that giving a default
+    explicitly is the same command as leaving it out ("made with --threshold unset, this run has
+    0.8" refused it)."""
     if opts.get("dedup") != "near":
         return opts
     from ..transforms.near import NearParams
 
-    d = NearParams()
-    seed = opts.get("seed") if opts.get("seed") is not None else d.seed
-    used = {"threshold": d.threshold, "ngram": d.ngram, "ngram_unit": d.unit, "bands": d.bands,
-            "band_rows": d.band_rows, "dedup_seed": seed}  # fmt: skip
-    return {**opts, **{k: v for k, v in used.items() if opts.get(k) is None}}
+    used = NearParams.given(opts).to_dict()
+    used["dedup_seed"] = used.pop("seed")
+    return {**opts, **used}
 
 
 def _shown(v) -> str:

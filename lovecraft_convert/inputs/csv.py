@@ -25,7 +25,7 @@ from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvmatrix import MatrixParsing, record_line
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
-from .csvtypes import BOOL_NAN, INT_RE, ROUNDED, big_integers, rounds, widened_type
+from .csvtypes import BOOL_NAN, INT_RE, ROUNDED, big_integers, big_note, rounds, widened_type
 from .csvwide import MAX_COLUMNS, WideHeader, count_fields, too_wide
 from .spec import InputSpec
 from .streams import open_range, open_stream
@@ -651,15 +651,7 @@ class CsvReader(MatrixParsing, Reader):
                 if cur.startswith("int") or cur.startswith("uint") or cur == "null":
                     new = widened_type(cur, value)
                     if INT_RE.match(value) or cur.startswith("uint"):
-                        self._note(
-                            spec,
-                            "notes",
-                            [
-                                f"column '{col}' holds integers beyond int64: read as "
-                                + ("uint64" if new == "uint64" else "text, exact")
-                                + f" (float64 would round them; --column-type {col}=... chooses)"
-                            ],
-                        )
+                        self._note(spec, "notes", [big_note(col, new)])
                 else:
                     new = "string"
                 self.widened[col] = new

@@ -79,9 +79,11 @@ def big_integers(table, reparse: Callable[[], Any], fixed: dict, widened: dict[s
             continue
         fits = all(0 <= int(v) < 1 << 64 for v in values)
         widened[name] = "uint64" if fits else "string"
-        notes.append(
-            f"column '{name}' holds integers beyond int64: read as "
-            + ("uint64" if fits else "text, exact")
-            + f" (float64 would round them; --column-type {name}=... chooses)"
-        )
+        notes.append(big_note(name, widened[name]))
     return notes
+
+
+def big_note(name: str, read_as: str) -> str:
+    """The note on column ``name`` of integers beyond int64, read as ``read_as`` (uint64 or string)."""
+    what = "uint64" if read_as == "uint64" else "text, exact"
+    return f"column '{name}' holds integers beyond int64: read as {what} (float64 would round them; --column-type {name}=... chooses)"

@@ -223,15 +223,7 @@ class ConvertOptions:
         where not given), checked."""
         from ..transforms.near import NearParams
 
-        d = NearParams()
-        return NearParams(
-            d.threshold if self.threshold is None else self.threshold,
-            d.ngram if self.ngram is None else self.ngram,
-            d.unit if self.ngram_unit is None else self.ngram_unit,
-            d.bands if self.bands is None else self.bands,
-            d.band_rows if self.band_rows is None else self.band_rows,
-            d.seed if self.dedup_seed is None else self.dedup_seed,
-        ).check()
+        return NearParams.given(vars(self)).check()
 
     def keep_columns(self) -> list[str]:
         """The columns the keep step reads besides those written: the filter's and --dedup-columns."""

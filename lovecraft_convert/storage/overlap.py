@@ -64,6 +64,21 @@ def check_remote(output: str, inputs: list[str]) -> None:
             )
 
 
+def same_file(a: str, b: str) -> bool:
+    """Are local paths ``a`` and ``b`` one file (by real path, or by device and inode: a hard link,
+    a bind mount)?"""
+    ra, rb = os.path.realpath(a), os.path.realpath(b)
+    if ra == rb:
+        return True
+    ia = _identity(ra)
+    return ia is not None and ia == _identity(rb)
+
+
+def inside(path: str, directory: str) -> bool:
+    """Is local ``path`` ``directory`` itself or under it (by real paths)?"""
+    return _within(os.path.realpath(path), os.path.realpath(directory))
+
+
 def _uri(u: str) -> str:
     scheme, _, rest = u.partition("://")
     parts = [x for x in rest.split("/") if x]  # s3://b//k and s3://b/k/ name the prefix of s3://b/k

@@ -29,6 +29,7 @@ with probability ``1 - (1 - s**band_rows)**bands`` (:func:`candidate_probability
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,26 @@ class NearParams:
             "band_rows": self.band_rows,
             "seed": self.seed,
         }
+
+    @classmethod
+    def given(cls, options: Mapping[str, Any]) -> NearParams:
+        """The parameters a run with these ``options`` (the jobs' fields: ``threshold``, ``ngram``,
+        ``ngram_unit``, ``bands``, ``band_rows``, ``dedup_seed``) uses: the defaults where one is
+        None (not given)."""
+        d = cls()
+
+        def get(key: str, default):
+            v = options.get(key)
+            return default if v is None else v
+
+        return cls(
+            get("threshold", d.threshold),
+            get("ngram", d.ngram),
+            get("ngram_unit", d.unit),
+            get("bands", d.bands),
+            get("band_rows", d.band_rows),
+            get("dedup_seed", d.seed),
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NearParams:

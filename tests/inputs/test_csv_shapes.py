@@ -231,36 +231,23 @@ def test_semicolons_are_detected_and_said(tmp_path, text, want):
 
 
 @pytest.mark.parametrize(
-    "text",
+    "text,columns",
     [
-        "a,b;c\n1,x;y\n2,z;w\n",  # commas, the same number a line, and a ';' in every line: commas
-        "a,b\n1,x;y\n2,z\n",  # a ';' in some values
+        ("a,b;c\n1,x;y\n2,z;w\n", 2),  # commas, the same number a line, and a ';' in every line: commas
+        ("a,b\n1,x;y\n2,z\n", 2),  # a ';' in some values
+        ("name\nann lee\nbo kim\n", 1),  # one column of text with spaces: never split
+        ("a b\n1 2\n3  4\n", 1),  # a run of spaces: not a delimiter we can read
+        ("x\n1\n2\n", 1),  # one column of numbers
     ],
 )
-def test_a_comma_file_with_semicolons_in_its_text_keeps_commas(tmp_path, text):
+def test_no_other_delimiter_is_taken_where_none_is(tmp_path, text, columns):
+    """Commas kept where semicolons are only in the text; text with spaces stays one column."""
     src = tmp_path / "c.csv"
     src.write_text(text)
     out = str(tmp_path / "o")
     r = lovecraft("convert", str(src), "-o", out, "--to", "parquet", "-q")
     assert (r.exit_code, r.stderr) == (0, "")
-    assert len(manifest(out)["schema"]) == 2 and "delimiter" not in manifest(out)["sources"][0]
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "name\nann lee\nbo kim\n",  # one column of text with spaces: never split
-        "a b\n1 2\n3  4\n",  # a run of spaces: not a delimiter we can read
-        "x\n1\n2\n",  # one column of numbers
-    ],
-)
-def test_text_with_spaces_stays_one_column(tmp_path, text):
-    src = tmp_path / "one.csv"
-    src.write_text(text)
-    out = str(tmp_path / "o")
-    r = lovecraft("convert", str(src), "-o", out, "--to", "parquet", "-q")
-    assert (r.exit_code, r.stderr) == (0, "")
-    assert len(manifest(out)["schema"]) == 1 and "delimiter" not in manifest(out)["sources"][0]
+    assert len(manifest(out)["schema"]) == columns and "delimiter" not in manifest(out)["sources"][0]
 
 
 # -- --column-names ------------------------------------------------------------------------------
