@@ -327,7 +327,11 @@ class CsvReader(MatrixParsing, Reader):
             names = None if self.options.header else self.header
             table = self._parse(piece, spec, names, types=False)
             notes = big_integers(
-                table, lambda: self._parse(piece, spec, names, types=False), self.column_types, self.widened
+                table,
+                lambda: self._parse(piece, spec, names, types=False),
+                self.column_types,
+                self.widened,
+                hexed=b"0x" in piece or b"0X" in piece,
             )
             if notes:
                 self._note(spec, "notes", notes)

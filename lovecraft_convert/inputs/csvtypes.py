@@ -51,21 +51,29 @@ def looks_float(v: str) -> bool:
         return False
 
 
-def big_integers(table, reparse: Callable[[], Any], fixed: dict, widened: dict[str, str]) -> list[str]:
-    """Columns of ``table`` (the first piece, types inferred) that pyarrow made float64 because
-    their integers do not fit int64 (an id of 2**63 or more): float64 would round them (two ids one
-    value), so they are read as uint64 when every value is an integer from 0 to 2**64 - 1, else as
-    text (exact, as JSON Lines keeps such numbers). ``widened`` gets their types (``fixed``: the
-    columns typed by ``--column-type``, left alone); ``reparse()``: the piece parsed again with
-    ``widened``'s types. Returns the notes saying so (none: nothing retyped)."""
+def big_integers(
+    table, reparse: Callable[[], Any], fixed: dict, widened: dict[str, str], hexed: bool = False
+) -> list[str]:
+    """Columns of ``table`` (the first piece, types inferred) whose integers pyarrow would change:
+    float64 for integers that do not fit int64 (an id of 2**63 or more: float64 rounds them, two
+    ids one value), and, where the piece holds ``0x`` (``hexed``), int64 for hexadecimal integers
+    (pyarrow parses ``0xa475f55fbb6bc638`` as int64 and wraps it to a negative number, without a
+    word: numpy's own test CSVs hold such seeds). They are read as uint64 when every value is an
+    integer from 0 to 2**64 - 1, else as text, exact (as JSON Lines keeps such numbers).
+    ``widened`` gets their types (``fixed``: the columns typed by ``--column-type``, left alone);
+    ``reparse()``: the piece parsed again with ``widened``'s types. Returns the notes saying so
+    (none: nothing retyped)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     big = []
     for name, col in zip(table.column_names, table.columns, strict=True):
-        if name in fixed or name in widened or not pa.types.is_floating(col.type):
+        if name in fixed or name in widened:
             continue
-        if col.null_count < len(col) and pc.max(pc.abs(col)).as_py() >= 2.0**63:
+        if pa.types.is_floating(col.type):
+            if col.null_count < len(col) and pc.max(pc.abs(col)).as_py() >= 2.0**63:
+                big.append(name)
+        elif hexed and pa.types.is_integer(col.type):
             big.append(name)
     if not big:
         return []
@@ -74,16 +82,32 @@ def big_integers(table, reparse: Callable[[], Any], fixed: dict, widened: dict[s
     notes = []
     for name in big:
         values = [v for v in text.column(name).to_pylist() if v not in (None, "")]
-        if not all(INT_RE.match(v) for v in values):
-            del widened[name]  # real floats (1e19): float64 it is
+        hex_ = any(HEX_RE.match(v) for v in values)
+        if not all(INT_RE.match(v) or HEX_RE.match(v) for v in values) or (
+            pa.types.is_integer(table.column(name).type) and not hex_
+        ):
+            del widened[name]  # real floats (1e19), or decimal integers of int64: as inferred
             continue
-        fits = all(0 <= int(v) < 1 << 64 for v in values)
+        fits = all(0 <= _integer(v) < 1 << 64 for v in values)
         widened[name] = "uint64" if fits else "string"
-        notes.append(big_note(name, widened[name]))
+        notes.append(big_note(name, widened[name], hex_))
     return notes
 
 
-def big_note(name: str, read_as: str) -> str:
-    """The note on column ``name`` of integers beyond int64, read as ``read_as`` (uint64 or string)."""
+HEX_RE = re.compile(r"^\s*0[xX][0-9a-fA-F]+\s*$")
+
+
+def _integer(v: str) -> int:
+    return int(v, 16) if HEX_RE.match(v) else int(v)
+
+
+def big_note(name: str, read_as: str, hexadecimal: bool = False) -> str:
+    """The note on column ``name`` of integers beyond int64 (or hexadecimal), read as ``read_as``
+    (uint64 or string)."""
     what = "uint64" if read_as == "uint64" else "text, exact"
+    if hexadecimal:
+        return (
+            f"column '{name}' holds hexadecimal integers: read as {what} (int64 would wrap those past 2**63 to "
+            f"negative numbers; --column-type {name}=... chooses)"
+        )
     return f"column '{name}' holds integers beyond int64: read as {what} (float64 would round them; --column-type {name}=... chooses)"
