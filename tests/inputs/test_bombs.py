@@ -113,7 +113,7 @@ def test_a_field_of_megabytes_is_read_and_one_past_a_batch_is_refused_in_the_bud
     4 MiB: "straddling object ... (try to increase block size?)"); it is now, its piece parsed as
     one block. A record must fit a batch (1/16 of --max-memory): one of 50 MB (with newlines in its
     quotes, which cost 545 MB and a kill under this cap) is refused in one line inside the cap, and
-    read with --max-memory 1GiB."""
+    one of 20 MB refused at the default budget is read at --max-memory 512MiB."""
     import pyarrow.parquet as pq
 
     unit = b'ab,""c\n' if newlines else b"abcdefg"
@@ -140,7 +140,12 @@ def test_a_field_of_megabytes_is_read_and_one_past_a_batch_is_refused_in_the_bud
         "raise --max-memory (a record must fit in 1/16 of it)",
     )
     assert peak < 256 and not os.path.exists(tmp_path / "o50")
+    # past a batch of the default budget, read with a larger one (20 MB at 512MiB: its batch is 32 MiB;
+    # under this cap, not 50 MB at 1GiB: 50 MB of quoted newlines take about 545 MB)
+    twenty = make("twenty.csv", 20)
+    code, err, peak = _run("convert", twenty, "-o", str(tmp_path / "o20"), "--to", "parquet", "-q")
+    assert code == 1 and "a record longer than 16777216 bytes" in err
     code, err, peak = _run(
-        "convert", fifty, "-o", str(tmp_path / "o50"), "--to", "parquet", "-q", "--max-memory", "1GiB"
+        "convert", twenty, "-o", str(tmp_path / "o20"), "--to", "parquet", "-q", "--max-memory", "512MiB"
     )
     assert (code, err) == (0, "")
