@@ -14,11 +14,16 @@ import click
 
 from ..version import __version__
 from .helptext import examples, inputs_block, outputs_block
+from .options import JSON_META
 
 
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # in the order of a workflow (inspect, convert, shard, bucket, verify)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGS] = list(args)  # for a usage error's JSON: the flags are not parsed then
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         from ..errors import LovecraftError, surface
@@ -26,12 +31,32 @@ class _Group(click.Group):
         with surface("cli"):  # hints name flags (--on-overflow clip), not keyword arguments
             try:
                 return super().invoke(ctx)
+            except click.UsageError as e:  # click prints it and exits 2
+                if "--json" in ctx.meta.get(_ARGS, ()):
+                    ctx.meta[JSON_META] = True
+                _json_error(ctx, e.format_message(), "usage", e.exit_code)
+                raise
             except LovecraftError as e:  # OptionsError exits 2, as a bad flag does
                 click.echo(f"Error: {e.one_line()}", err=True)
+                _json_error(ctx, e.one_line(), e.kind, e.exit_code)
                 sys.exit(e.exit_code)
             except KeyboardInterrupt:
                 click.echo("Error: interrupted", err=True)
+                _json_error(ctx, "interrupted", "interrupted", 130)
                 sys.exit(130)
+
+
+_ARGS = "lovecraft.args"
+
+
+def _json_error(ctx: click.Context, message: str, kind: str, code: int) -> None:
+    """With --json, a failed run prints its error on stdout as JSON as well (the line stays on
+    stderr): a script reading stdout gets an object whichever way the run ended, not nothing."""
+    if ctx.meta.get(JSON_META):
+        import json
+
+        error = {"message": message, "kind": kind, "exit_code": code}
+        click.echo(json.dumps({"ok": False, "error": error}, indent=1))
 
 
 def _ignore_interrupts() -> None:

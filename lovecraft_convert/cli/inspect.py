@@ -7,7 +7,7 @@ import json
 import click
 
 from .helptext import examples, inputs_block
-from .options import ON_BAD_FILE, SizeParam, input_options, parse_delimiter, parse_list
+from .options import ON_BAD_FILE, SizeParam, input_options, json_option, parse_delimiter, parse_list
 
 HELP = f"""Describe INPUTS before converting them, or a dataset directory from its manifest.
 
@@ -60,7 +60,7 @@ made it, and the code that loads it. For a .tfrecord file or a Megatron .idx: wh
 @click.option("--bos", metavar="TOKEN", help="With --tokenizer: a token before every document.")
 @ON_BAD_FILE
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@json_option("Print the report as JSON on stdout (on failure: the error, as JSON).")
 def inspect(**params) -> None:
     """``lovecraft inspect`` (the library's :func:`lovecraft_convert.inspect`)."""
     from ..inspection import format_text

@@ -122,9 +122,23 @@ def output_options(f: Callable) -> Callable:
         click.option("--hash", type=click.Choice(HASHES), default=HASHES[0], show_default=True, help="How the manifest hashes every file (blake3 is several times faster; sha256 for tools that want it)."),
         click.option("--overwrite", is_flag=True, help="Replace an existing output (atomically, once the new one is complete)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
-        click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout."),
+        json_option("Print a machine-readable summary on stdout (on failure: the error, as JSON)."),
     ]  # fmt: skip
     return _stack(f, opts)
+
+
+JSON_META = "lovecraft.json"  # set in the context's meta when --json was given: errors are printed as JSON too
+
+
+def _mark_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_META] = True
+    return value
+
+
+def json_option(help: str) -> Callable:
+    """``--json``: eager, so a failure of any later step is reported as JSON (see cli.json_error)."""
+    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_mark_json, help=help)
 
 
 ON_BAD_FILE = click.option("--on-bad-file", "on_bad_file", type=click.Choice(["error", "skip"]), default="error", show_default=True, help="Files inputs: a file that cannot be read or decoded (or has no --metadata row) is an error, or is left out and counted in the manifest and summary.")  # fmt: skip
@@ -275,6 +289,7 @@ def parse_delimiter(d: str | None) -> str | None:
 
 def summary(manifest: Mapping, output: str) -> dict:
     return {
+        "ok": True,
         "output": output,
         "format": manifest["output_format"],
         "rows": manifest["rows"],

@@ -7,7 +7,7 @@ import json
 import click
 
 from .helptext import examples
-from .options import SizeParam
+from .options import SizeParam, json_option
 
 HELP = """Check that DATASET holds exactly what its manifest says.
 
@@ -41,7 +41,7 @@ Files no reader of the dataset would read (a README, .DS_Store) are warnings on 
     "--max-memory", type=SizeParam(), default="256MiB", show_default=True, help="Memory budget for every buffer."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary line.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@json_option("Print the report as JSON on stdout (on failure: the error, as JSON).")
 def verify(paths: tuple[str, ...], against: bool, max_memory: int, quiet: bool, as_json: bool) -> None:
     """``lovecraft verify`` (the library's :func:`lovecraft_convert.verify`)."""
     from ..verification import verify as run
