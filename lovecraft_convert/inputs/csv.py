@@ -25,7 +25,7 @@ from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvmatrix import MatrixParsing, record_line
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
 from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
-from .csvtypes import BOOL_NAN, INT_RE, ROUNDED, big_integers, big_note, rounds, widened_type
+from .csvtypes import BOOL_NAN, INT_RE, ROUNDED, WRAPS_RE, big_integers, big_note, rounds, widened_type, wrapped_hex
 from .csvwide import MAX_COLUMNS, WideHeader, count_fields, too_wide
 from .spec import InputSpec
 from .streams import open_range, open_stream
@@ -560,6 +560,8 @@ class CsvReader(MatrixParsing, Reader):
                 piece = piece[end:]
                 if not piece:
                     continue
+            if b"0x" in piece or b"0X" in piece:
+                self._late_hex(piece, spec)
             if self.wide is not None:
                 batch = self._parse_wide(piece, spec, None if row0 is None else row0 + rows)
                 yield batch
@@ -574,6 +576,36 @@ class CsvReader(MatrixParsing, Reader):
             for rb in table.to_batches(max_chunksize=max(1, table.num_rows)):
                 yield self._convert(rb, spec, None if row0 is None else row0 + rows)
                 rows += rb.num_rows
+
+    def _late_hex(self, piece: bytes, spec: InputSpec) -> None:
+        """A piece holding a hexadecimal integer past 2**63 - 1 in a column typed int64 (the first
+        piece held no ``0x`` there): pyarrow would wrap it to a negative number. Such a column is
+        widened as the first piece's are (uint64, or text where a value is not an integer from 0 to
+        2**64 - 1) and the read starts again. Hexadecimal values below 2**63 are read right."""
+        if not WRAPS_RE.search(piece):
+            return
+        ints = [
+            f.name
+            for f in self.schema
+            if f.kind == FIXED
+            and f.np_dtype == np.int64
+            and f.name not in self.column_types
+            and f.name not in self.widened
+        ]
+        if not ints or self.header is None:
+            return
+        typed = self.schema_types
+        self.schema_types = {**typed, **{n: self.pa.string() for n in ints}}
+        try:
+            table = self._parse(piece, spec, self.header)
+        finally:
+            self.schema_types = typed
+        hexed = wrapped_hex(table, ints)
+        if hexed:
+            self.widened.update(hexed)
+            self._note(spec, "notes", [big_note(n, t, True) for n, t in hexed.items()])
+            self.schema = self._probe()
+            raise SchemaChanged(self.widened)
 
     def _convert(self, rb, spec: InputSpec, row0: int | None) -> Batch:
         import pyarrow.compute as pc

@@ -88,16 +88,19 @@ def big_integers(
         ):
             del widened[name]  # real floats (1e19), or decimal integers of int64: as inferred
             continue
-        fits = all(0 <= _integer(v) < 1 << 64 for v in values)
+        fits = all(0 <= parse_int(v) < 1 << 64 for v in values)
         widened[name] = "uint64" if fits else "string"
         notes.append(big_note(name, widened[name], hex_))
     return notes
 
 
 HEX_RE = re.compile(r"^\s*0[xX][0-9a-fA-F]+\s*$")
+# a hexadecimal integer of 2**63 or more in raw CSV bytes: what pyarrow's int64 wraps
+WRAPS_RE = re.compile(rb"0[xX]0*[89a-fA-F][0-9a-fA-F]{15}(?![0-9a-fA-F])")
 
 
-def _integer(v: str) -> int:
+def parse_int(v: str) -> int:
+    """An integer of INT_RE or HEX_RE."""
     return int(v, 16) if HEX_RE.match(v) else int(v)
 
 
@@ -111,3 +114,16 @@ def big_note(name: str, read_as: str, hexadecimal: bool = False) -> str:
             f"negative numbers; --column-type {name}=... chooses)"
         )
     return f"column '{name}' holds integers beyond int64: read as {what} (float64 would round them; --column-type {name}=... chooses)"
+
+
+def wrapped_hex(table, names: list[str]) -> dict[str, str]:
+    """Of int64 columns ``names`` (``table``: a piece with them read as text), those holding a
+    hexadecimal integer of 2**63 or more (which int64 wraps), and the type each is read as: uint64
+    when every value is an integer from 0 to 2**64 - 1, else text."""
+    found = {}
+    for name in names:
+        values = [v.strip() for v in table.column(name).to_pylist() if v]
+        if any(HEX_RE.match(v) and parse_int(v) >= 1 << 63 for v in values):
+            fits = all((INT_RE.match(v) or HEX_RE.match(v)) and 0 <= parse_int(v) < 1 << 64 for v in values)
+            found[name] = "uint64" if fits else "string"
+    return found

@@ -207,6 +207,14 @@ def test_a_bool_column_with_a_missing_value_is_float64(tmp_path):
         # (numpy's random test CSVs: seeds 0xa475f55fbb6bc638...)
         ("hex", "id,v\n0xa475f55fbb6bc638,1\n0x10,2\n", "uint64", [0xA475F55FBB6BC638, 16], "hexadecimal integers"),
         ("decimal", "id,t\n5,0xzz\n-7,a\n", "int64", [5, -7], None),  # a 0x in the text: ids stay int64
+        # first met after the first piece, in a column typed int64 from it: widened, the read begun again
+        ("late_hex", "id,v\n" + "".join(f"{i},{i}\n" for i in range(400_000)) + "0xa475f55fbb6bc638,1\n",
+         "uint64", list(range(400_000)) + [0xA475F55FBB6BC638], "hexadecimal integers"),
+        ("late_hex_neg", "id,v\n-1,0\n" + "".join(f"{i},{i}\n" for i in range(400_000)) + "0x8000000000000000,1\n",
+         "string", None, "hexadecimal integers"),
+        # a late hexadecimal value int64 holds is read right: no retyping
+        ("late_small_hex", "id,v\n" + "".join(f"{i},{i}\n" for i in range(400_000)) + "0x10,1\n",
+         "int64", list(range(400_000)) + [16], None),
     ],
 )  # fmt: skip
 def test_integers_past_int64_are_kept_exact(tmp_path, name, text, arrow_type, values, note):

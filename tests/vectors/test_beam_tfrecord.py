@@ -95,7 +95,10 @@ def test_inspect_fails_cleanly_on_damage(beam, name):
     r = lovecraft("inspect", os.path.join(beam, "foo.tfrecord"), path, "--json", "-q")  # after a good file
     assert (r.exit_code, r.stderr) == (1, f"Error: {path}: {BAD[name]}\n")
     # no report of the good file: the error, as JSON
-    assert json.loads(r.stdout) == {"ok": False, "error": {"message": f"{path}: {BAD[name]}", "kind": "input", "exit_code": 1}}
+    assert json.loads(r.stdout) == {
+        "ok": False,
+        "error": {"message": f"{path}: {BAD[name]}", "kind": "input", "exit_code": 1},
+    }
 
 
 @pytest.mark.parametrize("name", list(BAD))
