@@ -21,11 +21,11 @@ from ..arrowconv import arrow_owned, read_type
 from ..errors import UTF8_HINT, InputError, OptionsError, SchemaError, invalid_utf8
 from ..schema import BINARY, FIXED, STRING, WIDE_COLUMNS, Batch, Field, Schema, typed_field
 from ..selection import ColumnTypes
+from . import csvsniff as sniff
 from .base import Part, Reader, ReadOptions, SchemaChanged
 from .csvmatrix import MatrixParsing, record_line
 from .csvquote import QuoteScan, RecordTooLong, SkippedPastEnd, Syntax, UnclosedQuote, record_pieces
-from .csvsniff import SNIFF_BYTES, delimiter_note, head_lines, header_note, is_number, looks_like_data, sniff_delimiter
-from .csvtypes import BOOL_NAN, INT_RE, ROUNDED, WRAPS_RE, big_integers, big_note, rounds, widened_type, wrapped_hex
+from .csvtypes import BOOL_NAN, INT_RE, ROUNDED, big_integers, big_note, rounds, widened_type, wrapped_hex
 from .csvwide import MAX_COLUMNS, WideHeader, count_fields, too_wide
 from .spec import InputSpec
 from .streams import open_range, open_stream
@@ -85,22 +85,22 @@ class CsvReader(MatrixParsing, Reader):
         try:
             with open_stream(spec, max_ratio=self.options.max_ratio) as f:
                 parts, got = [], 0
-                while got < SNIFF_BYTES:
-                    part = f.read(SNIFF_BYTES - got)
+                while got < sniff.SNIFF_BYTES:
+                    part = f.read(sniff.SNIFF_BYTES - got)
                     if not part:
                         break
                     parts.append(part)
                     got += len(part)
                 data = b"".join(parts)
-                at_end = got < SNIFF_BYTES or not f.read(1)
+                at_end = got < sniff.SNIFF_BYTES or not f.read(1)
         except InputError:
             return ","  # reading it again reports the problem
-        lines = head_lines(data, self.options.skip_rows, self.options.comment, at_end)
-        found = sniff_delimiter(lines, self.options.header and not self.options.column_names)
+        lines = sniff.head_lines(data, self.options.skip_rows, self.options.comment, at_end)
+        found = sniff.sniff_delimiter(lines, self.options.header and not self.options.column_names)
         if found is None:
             return ","
         self._note(spec, "delimiter", found)
-        self._note(spec, "notes", [delimiter_note(spec.name, found, lines[0].count(found) + 1)])
+        self._note(spec, "notes", [sniff.delimiter_note(spec.name, found, lines[0].count(found) + 1)])
         return found
 
     def _note(self, spec: InputSpec, key: str, value) -> None:
@@ -264,8 +264,13 @@ class CsvReader(MatrixParsing, Reader):
         column: 2,000 columns, 26 ms), else as pyarrow parses it."""
         text = line[: -2 if line.endswith(b"\r\n") else -1 if line.endswith(b"\n") else None]
         if not any(c in text for c in (b'"', b"\r", b"\n")):
-            return text.decode("utf-8").split(self._delimiter(spec))
-        return list(self._parse(line, spec, None, types=False).schema.names)
+            names = text.decode("utf-8").split(self._delimiter(spec))
+        else:
+            names = list(self._parse(line, spec, None, types=False).schema.names)
+        names, note = sniff.name_blanks(names)
+        if note:
+            self._note(spec, "notes", [note])
+        return names
 
     # -- schema ---------------------------------------------------------------------------------
     def widen(self, widened: dict[str, str]) -> None:
@@ -324,18 +329,19 @@ class CsvReader(MatrixParsing, Reader):
         if t is not None:
             aschema = self.pa.schema([(n, t) for n in self.header])
         else:
-            names = None if self.options.header else self.header
-            table = self._parse(piece, spec, names, types=False)
+            # the body, named by the header as we read it (header only: no rows, said below)
+            body = (piece[end:] if self.options.header else piece) or b"\n"
+            table = self._parse(body, spec, self.header, types=False)
             notes = big_integers(
                 table,
-                lambda: self._parse(piece, spec, names, types=False),
+                lambda: self._parse(body, spec, self.header, types=False),
                 self.column_types,
                 self.widened,
-                hexed=b"0x" in piece or b"0X" in piece,
+                hexed=b"0x" in body or b"0X" in body,
             )
             if notes:
                 self._note(spec, "notes", notes)
-                table = self._parse(piece, spec, names, types=False)
+                table = self._parse(body, spec, self.header, types=False)
             aschema = table.schema
         self.header = None
         schema = self._fields(aschema, spec)
@@ -345,7 +351,9 @@ class CsvReader(MatrixParsing, Reader):
             numeric = first.kind == FIXED and first.np_dtype.kind in "iuf"
             rest = piece[end:].lstrip(b"\r\n").decode("utf-8", "replace").splitlines()[:1]
             row = next(pycsv.reader(rest, delimiter=self._delimiter(spec)), None)
-            note = header_note(spec.name, schema.names, numeric, row, self.options.skip_rows, self._delimiter(spec))
+            note = sniff.header_note(
+                spec.name, schema.names, numeric, row, self.options.skip_rows, self._delimiter(spec)
+            )
             if note is not None:
                 self._note(spec, "notes", [note])
         return schema
@@ -367,7 +375,7 @@ class CsvReader(MatrixParsing, Reader):
         names = list(aschema.names)
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
-            if looks_like_data(names):
+            if sniff.looks_like_data(names):
                 raise SchemaError(
                     f"{spec.name}: column name '{dup}' appears twice in the header, whose names are all numbers "
                     "(is the first line data?)",
@@ -560,8 +568,6 @@ class CsvReader(MatrixParsing, Reader):
                 piece = piece[end:]
                 if not piece:
                     continue
-            if b"0x" in piece or b"0X" in piece:
-                self._late_hex(piece, spec)
             if self.wide is not None:
                 batch = self._parse_wide(piece, spec, None if row0 is None else row0 + rows)
                 yield batch
@@ -573,34 +579,33 @@ class CsvReader(MatrixParsing, Reader):
                 rows += batch.num_rows
                 continue
             table = self._parse(piece, spec, self.header)
+            if b"0x" in piece or b"0X" in piece:
+                self._late_hex(piece, spec, table)
             for rb in table.to_batches(max_chunksize=max(1, table.num_rows)):
                 yield self._convert(rb, spec, None if row0 is None else row0 + rows)
                 rows += rb.num_rows
 
-    def _late_hex(self, piece: bytes, spec: InputSpec) -> None:
-        """A piece holding a hexadecimal integer past 2**63 - 1 in a column typed int64 (the first
-        piece held no ``0x`` there): pyarrow would wrap it to a negative number. Such a column is
+    def _late_hex(self, piece: bytes, spec: InputSpec, table) -> None:
+        """A piece after the first holding ``0x`` and a negative number in a column typed int64:
+        pyarrow wraps a hexadecimal integer past 2**63 - 1 to a negative number. Such a column is
         widened as the first piece's are (uint64, or text where a value is not an integer from 0 to
         2**64 - 1) and the read starts again. Hexadecimal values below 2**63 are read right."""
-        if not WRAPS_RE.search(piece):
-            return
+        import pyarrow.compute as pc
+
+        skip = {*self.column_types, *self.widened}
         ints = [
             f.name
             for f in self.schema
-            if f.kind == FIXED
-            and f.np_dtype == np.int64
-            and f.name not in self.column_types
-            and f.name not in self.widened
-        ]
-        if not ints or self.header is None:
+            if f.kind == FIXED and f.np_dtype == np.int64 and f.name not in skip
+            and (pc.min(table.column(f.name)).as_py() or 0) < 0
+        ]  # fmt: skip
+        if not ints:
             return
-        typed = self.schema_types
-        self.schema_types = {**typed, **{n: self.pa.string() for n in ints}}
+        typed, self.schema_types = self.schema_types, {**self.schema_types, **dict.fromkeys(ints, self.pa.string())}
         try:
-            table = self._parse(piece, spec, self.header)
+            hexed = wrapped_hex(self._parse(piece, spec, self.header), ints)
         finally:
             self.schema_types = typed
-        hexed = wrapped_hex(table, ints)
         if hexed:
             self.widened.update(hexed)
             self._note(spec, "notes", [big_note(n, t, True) for n, t in hexed.items()])
@@ -727,7 +732,7 @@ class CsvReader(MatrixParsing, Reader):
             hint = "fix the row (is a quote unbalanced or a delimiter missing?)"
             if row == 1 and self.options.header:
                 # the first row after the header: is the "header" a line before the data?
-                then = " --no-header" if all(is_number(v) for v in seen[-1]) else ""
+                then = " --no-header" if all(sniff.is_number(v) for v in seen[-1]) else ""
                 hint = (
                     f"if the header line is a line before the data instead (scikit-learn's CSVs begin with one), "
                     f"pass --skip-rows {self.options.skip_rows + 1}{then}; else {hint}"

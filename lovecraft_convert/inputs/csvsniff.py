@@ -130,3 +130,29 @@ def header_note(
 def looks_like_data(names: list[str]) -> bool:
     """Every name a number: a header line that is more probably the first row."""
     return bool(names) and all(is_number(n) for n in names)
+
+
+def name_blanks(names: list[str]) -> tuple[list[str], str | None]:
+    """Header ``names`` with the empty ones named as ``--no-header`` names columns (``f<i>``, 0-based;
+    ``_`` added while the name is taken), and a note saying so (None: none was empty). A trailing
+    delimiter (``a,b,``) makes one: HDF5 cannot name a dataset ``''``, a memmap file would be ``.npy``."""
+    if all(names):
+        return names, None
+    taken = set(names)
+    out = []
+    for i, n in enumerate(names):
+        if not n:
+            n = f"f{i}"
+            while n in taken:
+                n += "_"
+            taken.add(n)
+        out.append(n)
+    blank = [i for i, n in enumerate(names) if not n]
+    fields = ", ".join(str(i + 1) for i in blank)
+    called = ", ".join(f"'{out[i]}'" for i in blank)
+    many = len(blank) > 1
+    return out, (
+        f"the header gives no name to field{'s' if many else ''} {fields}: "
+        f"{'their columns are' if many else 'its column is'} called {called}, as --no-header names columns"
+        + (" (a delimiter at the end of every line makes an empty last field)" if not names[-1] else "")
+    )

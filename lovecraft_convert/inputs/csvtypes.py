@@ -95,8 +95,6 @@ def big_integers(
 
 
 HEX_RE = re.compile(r"^\s*0[xX][0-9a-fA-F]+\s*$")
-# a hexadecimal integer of 2**63 or more in raw CSV bytes: what pyarrow's int64 wraps
-WRAPS_RE = re.compile(rb"0[xX]0*[89a-fA-F][0-9a-fA-F]{15}(?![0-9a-fA-F])")
 
 
 def parse_int(v: str) -> int:

@@ -297,7 +297,7 @@ CASES: dict[str, Case] = {
     "csv int then string after 2 MB, --column-type": Case(_file("w.csv", _big_csv_then_string()), "memmap", "Error: {d}/w.csv, row 300001 (line 300002), column 'b': 'oops' is not a valid int64; fix the value or choose another --column-type", input_opts=["--column-type", "b=int64"]),
     "csv header not utf-8": Case(_file("hu.csv", b"id,n\xe9me\n1,2\n"), "parquet", "Error: {d}/hu.csv, line 1 (the header): invalid UTF-8 (invalid continuation byte at byte 5 of the line); fix the file or pass --errors replace"),
     "csv column name escaping the output (memmap)": Case(_file("ev.csv", b"../../evil,b\n1,2\n"), "memmap", None, check=_check_escaped, inspect=_cannot_hold("hdf5")),
-    "csv empty column name (hdf5)": Case(_file("em.csv", b",a\n0,1\n1,2\n"), "hdf5", f"Error: {{d}}/em.csv, column '': cannot be the name of an HDF5 dataset (empty, '.', '..', or holding '/' or NUL); {RENAME}", inspect=_cannot_hold("hdf5")),
+    "csv column name '.' (hdf5)": Case(_file("em.csv", b".,a\n0,1\n1,2\n"), "hdf5", f"Error: {{d}}/em.csv, column '.': cannot be the name of an HDF5 dataset (empty, '.', '..', or holding '/' or NUL); {RENAME}", inspect=_cannot_hold("hdf5")),
     "csv column name with a slash (hdf5)": Case(_file("sl.csv", b"a/b,c\n1,2\n"), "hdf5", f"Error: {{d}}/sl.csv, column 'a/b': cannot be the name of an HDF5 dataset (empty, '.', '..', or holding '/' or NUL); {RENAME}", inspect=_cannot_hold("hdf5")),
     "csv column name with a slash (parquet)": Case(_file("sl.csv", b"a/b,c\n1,2\n"), "parquet", None, check=_check_slash),
     "csv float16 overflow": Case(_file("f.csv", b"x,y\n1.5,2\n1e6,3\n"), "hdf5", f"Error: {{d}}/f.csv, row 2, column 'x': value 1000000.0 {F16}", output_opts=["--dtype", "float16"], inspect=_overflow_reported(1, "x")),
@@ -403,7 +403,8 @@ def _run_case(tmp_path, c: Case, case: str) -> None:
         assert r.exit_code == 0, r.stderr
     else:
         want = c.inspect if isinstance(c.inspect, str) else c.expect
-        assert (r.exit_code, r.stderr, r.stdout) == (1, want.format(d=d) + "\n", ""), case
+        assert (r.exit_code, r.stderr) == (1, want.format(d=d) + "\n"), case
+        assert json.loads(r.stdout)["error"]["message"] == want.format(d=d).removeprefix("Error: "), case
     assert leftovers(d) == []
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import lovecraft_convert as lc
 from tests.conftest import leftovers, lovecraft
-from tests.readback import manifest
+from tests.readback import manifest, read_back
 
 # palmerpenguins' shape: NA in four numeric columns and in the text column sex
 PENGUINS = (
@@ -233,3 +233,26 @@ def test_integers_past_int64_are_kept_exact(tmp_path, name, text, arrow_type, va
     notes = [n for n in manifest(out)["sources"][0].get("notes", []) if " integers" in n]
     assert (note is None and notes == []) or (note is not None and note in " ".join(notes)), notes
     assert note is None or note in r.stderr
+
+
+@pytest.mark.parametrize("to", ["hdf5", "memmap", "parquet"])
+def test_a_header_field_without_a_name_is_named_as_no_header_would(tmp_path, to):
+    """A delimiter at the end of every line (`a,b,`) gave a column named '': HDF5 refused it and
+    memmap wrote `~.values.npy`. Such a field is named f<i> (0-based, as --no-header names
+    columns), with a note; a blank name in the middle too, without the trailing-delimiter hint."""
+    src = tmp_path / "t.csv"
+    src.write_text("a,b,\n1,2,\n3,4,\n")
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", to, "-q")
+    note = (
+        "note: the header gives no name to field 3: its column is called 'f2', as --no-header names columns "
+        "(a delimiter at the end of every line makes an empty last field)\n"
+    )
+    assert (r.exit_code, r.stderr) == (0, note)
+    cols = read_back(out, to)
+    assert list(cols) == ["a", "b", "f2"] and np.asarray(cols["b"]).tolist() == [2, 4]
+    src.write_text(",f0,\n1,2,x\n")  # names taken are not reused
+    r = lovecraft("convert", str(src), "-o", out, "--to", to, "-q", "--overwrite")
+    assert r.exit_code == 0, r.stderr
+    assert "no name to fields 1, 3: their columns are called 'f0_', 'f2'" in r.stderr
+    assert list(read_back(out, to)) == ["f0_", "f0", "f2"]
