@@ -131,7 +131,9 @@ class Field:
             return self.logical.describe()
         if self.kind == FIXED:
             shape = f"[{','.join(map(str, self.shape))}]" if self.shape else ""
-            return f"{np.dtype(self.dtype).name}{shape}"
+            dt = np.dtype(self.dtype)
+            # fixed-width bytes and text as NumPy spells them (S6, U6), not by bits ('bytes48')
+            return f"{dt.str.lstrip('<>|=') if dt.kind in 'SU' else dt.name}{shape}"
         if self.kind == SEQUENCE:
             return f"sequence<{np.dtype(self.dtype).name}>"
         if self.kind == STRING_LIST:

@@ -155,3 +155,24 @@ def test_npz_members_claiming_rows_of_nothing_are_one_line(tmp_path, to):
     r = lovecraft("convert", none, "-o", str(tmp_path / "o2"), "--to", to)
     assert (r.exit_code, r.stderr) == (1, f"Error: {none}: empty input (no records); check the file\n")
     assert leftovers(tmp_path) == []
+
+
+def test_fixed_width_bytes_and_dates_are_named_as_numpy_spells_them(tmp_path):
+    """inspect showed an S6 column as 'bytes48' (NumPy's name counts bits); HDF5's refusal of a
+    datetime64 column named no file."""
+    import json
+
+    s6 = tmp_path / "s6.npy"
+    np.save(s6, np.array([b"abc", b"defghi"], dtype="S6"))
+    r = lovecraft("inspect", str(s6), "-q")
+    assert r.exit_code == 0 and "column 's6': S6\n" in r.stdout, r.stdout
+    r = lovecraft("inspect", str(s6), "-q", "--json")
+    assert json.loads(r.stdout)["columns"][0]["type"] == "S6"
+    dt = tmp_path / "dt.npy"
+    np.save(dt, np.array(["2020-01-01", "2021-02-03"], dtype="datetime64[D]"))
+    r = lovecraft("convert", str(dt), "-o", str(tmp_path / "o"), "--to", "hdf5")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {dt}, column 'dt' has dtype datetime64[D], which HDF5 cannot hold; write it to memmap or parquet\n",
+    )
+    assert not (tmp_path / "o").exists()

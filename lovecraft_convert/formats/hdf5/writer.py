@@ -147,7 +147,8 @@ class Hdf5Writer(Writer):
                 if dt.kind == "U":
                     continue  # stored as UTF-8 strings
                 raise SchemaError(
-                    f"column '{f.name}' has dtype {dt}, which HDF5 cannot hold", hint="write it to memmap"
+                    f"{source}, column '{f.name}' has dtype {dt}, which HDF5 cannot hold",
+                    hint="write it to memmap or parquet",
                 )
 
     def __init__(self, directory: str, stem: str, schema: Schema, options: WriteOptions) -> None:
