@@ -186,7 +186,25 @@ class Sequences:
         check = getattr(self.reader, "check_columns", None)
         if check is not None:
             check()
-        self.keep = Keep(Filter(self.o.filter).check(self.reader.schema) if self.o.filter else None)
+        if not self.o.filter:
+            self.keep = Keep(None)
+            return
+        f = Filter(self.o.filter)
+        while True:
+            try:
+                self.keep = Keep(f.check(self.reader.schema))
+                return
+            except (OptionsError, SchemaError):
+                # a key first met late (typed from nothing so far) or a type that widens later: as
+                # convert does, the input is read once to settle the types (only this error path)
+                if not getattr(self.reader, "widens", False):
+                    raise
+                try:
+                    for _ in self.reader.batches():
+                        pass
+                except SchemaChanged:
+                    continue  # the reader holds the wider types now: check again
+                raise
 
     def dedup(self):
         """The :class:`~lovecraft_convert.transforms.dedup.Dedup` of ``--dedup`` (None without it):

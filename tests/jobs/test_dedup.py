@@ -187,6 +187,26 @@ def test_bucket_a_filter_column_widened_late_is_one_line(tmp_path):
     assert not os.path.exists(tmp_path / "o")
 
 
+def test_bucket_filters_on_a_json_lines_key_first_met_late(tmp_path):
+    """A filter key absent from the first records was typed from nothing (a number) and
+    `lang == 'en'` refused as comparing a number with a string; bucket now reads the input once
+    to settle its types, as convert does, and keeps what polars keeps."""
+    p = tmp_path / "late.jsonl"
+    with open(p, "w") as f:
+        for i in range(40_000):
+            rec = {"text": "w " * (i % 30 + 1)}
+            if i >= 30_000:
+                rec["lang"] = "en" if i % 3 else "de"
+            f.write(json.dumps(rec) + "\n")
+    out = str(tmp_path / "o")
+    r = lovecraft("bucket", str(p), "-o", out, "--to", "parquet", "--num-buckets", "2", "--filter", "lang == 'en'",
+                  "--workers", "1", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    want = pl.read_ndjson(p, infer_schema_length=None).filter(pl.col("lang") == "en").height
+    assert manifest(out)["rows"] == want == sum(1 for i in range(30_000, 40_000) if i % 3)
+    assert lovecraft("verify", out, "--against", str(p)).exit_code == 0
+
+
 def test_bucket_of_json_lines_names_the_flag_of_a_column_it_does_not_find(tmp_path):
     """bucket reads a JSON Lines text key and the keys the keep step needs, looked for in the whole
     file when the first records lack them: one that is nowhere was blamed on --columns (not given),
