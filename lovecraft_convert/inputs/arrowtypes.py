@@ -443,8 +443,7 @@ class Converter:
         return v.reshape((n, *c.shape))
 
     def _sequence(self, arr: pa.Array, c: Column) -> VarColumn:
-        if pa.types.is_list_view(arr.type) or pa.types.is_large_list_view(arr.type):
-            arr = arr.cast(pa.large_list(arr.type.value_type))
+        arr = as_list(arr)
         n = len(arr)
         offs = np.zeros(n + 1, dtype=np.int64)
         if arr.null_count:
@@ -471,8 +470,7 @@ class Converter:
     def _string_list(self, arr: pa.Array, c: Column, source: str, row0: int) -> VarColumn:
         """Lists of strings (kind string_list: a VarColumn of strings per row). A missing list is
         an empty one and a missing string an empty string, as the JSON Lines reader holds them."""
-        if pa.types.is_list_view(arr.type) or pa.types.is_large_list_view(arr.type):
-            arr = arr.cast(pa.large_list(arr.type.value_type))
+        arr = as_list(arr)
         offs = np.zeros(len(arr) + 1, dtype=np.int64)
         if arr.null_count:
             self.nulls[c.name] += arr.null_count
@@ -572,6 +570,26 @@ class Converter:
                 )
         v = arrow_to_numpy(out)
         return v if v.dtype == c.field.np_dtype else v.astype(c.field.np_dtype)
+
+
+def as_list(arr: pa.Array) -> pa.Array:
+    """A list_view array (any list_view or large_list_view) as a large_list of the same rows; any
+    other array as it is. Each row is a view (an offset and a size into the values, in any order,
+    possibly overlapping); pyarrow's own cast to a list left offsets past the values for an empty
+    last view (an invalid array, read as garbage). Gathered here: the rows' values in row order."""
+    if not (pa.types.is_list_view(arr.type) or pa.types.is_large_list_view(arr.type)):
+        return arr
+    sizes = arrow_to_numpy(arr.sizes.fill_null(0)).astype(np.int64)  # (a null row: size 0)
+    starts = arrow_to_numpy(arr.offsets).astype(np.int64)
+    if arr.null_count:
+        sizes[arrow_to_numpy(arr.is_null())] = 0
+    offsets = np.zeros(len(arr) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    # element j of row i sits at starts[i] + j in the values: one take of every row's elements
+    index = np.repeat(starts - offsets[:-1], sizes) + np.arange(int(offsets[-1]), dtype=np.int64)
+    values = arr.values.take(pa.array(index))
+    mask = arr.is_null() if arr.null_count else None
+    return pa.LargeListArray.from_arrays(pa.array(offsets), values, mask=mask)
 
 
 def _var_bytes(arr: pa.Array) -> VarColumn:
