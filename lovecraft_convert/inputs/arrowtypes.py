@@ -350,7 +350,7 @@ class Converter:
         if c.how in ("fixed", "hfarray"):
             return self._fixed(arr, c, source, row0)
         if c.how == "sequence":
-            return self._sequence(arr, c)
+            return self._sequence(arr, c, source, row0)
         if c.how == "string_list":
             return self._string_list(arr, c, source, row0)
         if c.how in ("string", "binary"):
@@ -362,8 +362,9 @@ class Converter:
     def _where(self, source: str, row0: int, i: int, c: Column) -> str:
         return f"{source}, row {row0 + i + 1}, column '{c.name}'"
 
-    def _exact(self, arr: pa.Array, c: Column, source: str, row0: int, per_row: int = 1) -> None:
-        """Integers read as float64 (their column has nulls) must be exact in float64."""
+    def _exact(self, arr: pa.Array, c: Column, source: str, row0: int, per_row: int = 1, offsets=None) -> None:
+        """Integers read as float64 (their column has nulls) must be exact in float64 (``offsets``:
+        the rows' first elements, for the elements of lists)."""
         if not pa.types.is_integer(arr.type) or len(arr) == arr.null_count:
             return
         mm = pc.min_max(arr)
@@ -372,16 +373,17 @@ class Converter:
         v = arrow_to_numpy(arr.fill_null(0))
         bad = v > EXACT if v.dtype.kind == "u" else (v > EXACT) | (v < -EXACT)
         i = int(np.flatnonzero(bad)[0])
+        row = i // per_row if offsets is None else int(np.searchsorted(offsets, i, side="right")) - 1
+        fix = f"read it as text with --column-type {c.name}=string" if offsets is None else "fill its missing elements"
         e = InputError(
-            f"{self._where(source, row0, i // per_row, c)}: {int(v[i])} is beyond +-2**53, so the column cannot be "
+            f"{self._where(source, row0, row, c)}: {int(v[i])} is beyond +-2**53, so the column cannot be "
             "float64 (which holds its nulls as NaN) without changing it",
-            hint=f"read it as text with --column-type {c.name}=string, or leave it out with --columns",
+            hint=f"{fix}, or leave it out with --columns",
         )
         # (the column, and why, as inspect lists a column it cannot read: columnar.py)
         e.not_exact = (
             c.name,
-            f"holds integers beyond +-2**53 and nulls, which float64 (nulls as NaN) would change: read it as text "
-            f"with --column-type {c.name}=string",
+            f"holds integers beyond +-2**53 and nulls, which float64 (nulls as NaN) would change: {fix}",
         )
         raise e
 
@@ -442,7 +444,7 @@ class Converter:
             return np.ascontiguousarray(phys.transpose(0, *[1 + p for p in c.permutation]))
         return v.reshape((n, *c.shape))
 
-    def _sequence(self, arr: pa.Array, c: Column) -> VarColumn:
+    def _sequence(self, arr: pa.Array, c: Column, source: str, row0: int) -> VarColumn:
         arr = as_list(arr)
         n = len(arr)
         offs = np.zeros(n + 1, dtype=np.int64)
@@ -462,6 +464,7 @@ class Converter:
             if not pa.types.is_floating(values.type) and not c.to_float:
                 raise NeedsFloat(c.name)
         if c.to_float and not pa.types.is_floating(values.type):
+            self._exact(values, c, source, row0, offsets=offs)  # as a column of numbers: exact, or refused
             v = arrow_to_numpy(pc.cast(values, pa.float64(), safe=False))
         else:
             v = arrow_to_numpy(values)

@@ -296,8 +296,13 @@ class SourceComparer:
             want = self.schema[f.name]
             if want.kind in ("string", "binary") and f.kind == FIXED:
                 forced[f.name] = "string"
-            elif want.kind == FIXED and want.np_dtype.kind == "f" and f.np_dtype.kind in "iub":
-                forced[f.name] = "float64"
+            elif (
+                want.kind == f.kind
+                and want.kind in (FIXED, SEQUENCE)
+                and want.np_dtype.kind == "f"
+                and f.np_dtype.kind in "iub"
+            ):
+                forced[f.name] = "float64"  # ints or bools with a null (for a sequence: an element), read as float64
         if reader.late_columns:  # JSON Lines: keys met late in the input, sequences widened
             forced = self._dataset_types(reader)
         reader.widen(forced)
