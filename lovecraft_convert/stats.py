@@ -43,9 +43,10 @@ class ColumnStats:
             lo, hi = np.nanmin(a), np.nanmax(a)
         if cast is not None:
             # rounding (and clipping) to a narrower float is monotonic: the extremes of the
-            # narrowed values are the narrowed extremes, so they are computed on the wide source
+            # narrowed values are the narrowed extremes, so they are computed on the wide source.
+            # Only finite values are clipped (an overflow); an infinity stays one (it was 65504)
             lim = float(np.finfo(cast).max)
-            lo, hi = (np.asarray(np.clip(x, -lim, lim)).astype(cast) for x in (lo, hi))
+            lo, hi = (np.asarray(np.clip(x, -lim, lim) if np.isfinite(x) else x).astype(cast) for x in (lo, hi))
         lo, hi = lo.item(), hi.item()
         self.min = lo if self.min is None else min(self.min, lo)
         self.max = hi if self.max is None else max(self.max, hi)

@@ -636,3 +636,31 @@ def test_a_schema_claiming_huge_rows_is_refused(datasets, tmp_path):
     assert lc.verify(ds).lines() == [
         f"{ds}/_manifest.json: unreadable schema (column 'x': one row of {4 * 10**12} bytes (refused))"
     ]
+
+
+@pytest.mark.parametrize("fmt", ["memmap", "tfrecord", "parquet", "hdf5"])
+def test_float16_infinities_are_infinities_in_the_statistics(tmp_path, fmt):
+    """The manifest's min and max of a float16 column holding -inf and inf said -65504 and 65504
+    (the extremes were clipped to float16's range as an overflow is), and verify of the TFRecord
+    dataset then failed on the file it had just written. A --dtype float16 clip still clips."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "h.parquet"
+    pq.write_table(pa.table({"h": pa.array(np.array([1.0, np.inf, -np.inf, 2.0], np.float16))}), src)
+    out = tmp_path / "o"
+    assert lovecraft("convert", str(src), "-o", str(out), "--to", fmt, "-q").exit_code == 0
+    st = json.loads((out / "_manifest.json").read_text())["stats"]["h"]
+    assert (st["min"], st["max"]) == ("-inf", "inf")
+    r = lovecraft("verify", str(out))
+    assert r.exit_code == 0, r.stdout
+    wide = tmp_path / "f.parquet"
+    pq.write_table(pa.table({"f": pa.array([1.0, 7e4, -np.inf], pa.float32())}), wide)
+    out = tmp_path / "c"
+    r = lovecraft(
+        "convert", str(wide), "-o", str(out), "--to", fmt, "--dtype", "float16", "--on-overflow", "clip", "-q"
+    )
+    assert r.exit_code == 0, r.stderr
+    st = json.loads((out / "_manifest.json").read_text())["stats"]["f"]
+    assert (st["min"], st["max"]) == ("-inf", 65504.0)
+    assert lovecraft("verify", str(out)).exit_code == 0
