@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ..schema import FIXED, Batch, row_nbytes
+from ..schema import FIXED, SEQUENCE, Batch, row_nbytes
 from .buckets import BucketEmitter
 from .common import Group, Parts, Permutation, convert_column, target_dtype
 from .fetch import attach, list_blocks
@@ -275,6 +275,7 @@ class Plan:
     # -- output -------------------------------------------------------------------------------
 
     def _emitter(self, g: Group):
+        self._check_added(g)
         if g.bucket is not None:
             return BucketEmitter(self, g)
         steps = []
@@ -291,6 +292,22 @@ class Plan:
         if simple:
             return None
         return steps
+
+    def _check_added(self, g: Group) -> None:
+        """A sequence's lengths are added to a batch as ``<name>_length``: that must not be a
+        column's name, or the column would take the key and the true lengths be lost without a
+        word. (A bucketed dataset's ``length`` is its own column: the lengths.)"""
+        if g.bucket is not None:
+            return
+        names = set(self.ds.schema.names)
+        for f in self.ds.schema:
+            key = f"{f.name}_length"
+            if f.kind == SEQUENCE and key in names:
+                raise DatasetError(
+                    f"{self.ds.path}: batches hold column '{f.name}' padded and its lengths as '{key}', which is "
+                    "also a column of the dataset",
+                    hint="open it with the columns to read, without one of them (open_dataset(path, columns=[...]))",
+                )
 
     def emit(self, g: Group, batch: Batch) -> dict[str, np.ndarray]:
         """An internal batch as the output dict."""

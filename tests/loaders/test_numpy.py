@@ -13,6 +13,7 @@ import lovecraft_convert as lc
 from lovecraft_convert.errors import DatasetError
 from lovecraft_convert.loaders import open_dataset
 from lovecraft_convert.loaders.common import Permutation
+from tests.conftest import lovecraft
 
 from .helpers import (
     FORMATS,
@@ -458,3 +459,24 @@ def test_numpy_batches_import_no_framework(datasets):
     paths = [datasets[fmt] for fmt in FORMATS]
     out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_column_named_like_the_lengths_a_batch_adds_is_refused(tmp_path):
+    """A sequence column 'seq' beside a column 'seq_length': the batch's key for seq's lengths was
+    taken by the column, and the true lengths lost without a word. Refused, naming both; reading
+    without one of them works."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"seq": pa.array([[1, 2], [3]]), "seq_length": pa.array([100, 200])}), src)
+    out = str(tmp_path / "o")
+    assert lovecraft("convert", str(src), "-o", out, "--to", "memmap", "-q").exit_code == 0
+    with pytest.raises(lc.DatasetError) as e:
+        next(iter(lc.open_dataset(out).batches(2)))
+    assert str(e.value) == (
+        f"{out}: batches hold column 'seq' padded and its lengths as 'seq_length', which is also a column of the "
+        "dataset; open it with the columns to read, without one of them (open_dataset(path, columns=[...]))"
+    )
+    b = next(iter(lc.open_dataset(out, columns=["seq"]).batches(2)))
+    assert b["seq"].tolist() == [[1, 2], [3, 0]] and b["seq_length"].tolist() == [2, 1]
