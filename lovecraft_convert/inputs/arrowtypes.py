@@ -552,12 +552,24 @@ class Converter:
         if c.field.kind == STRING and _binary(arr.type):  # checked (or repaired) as UTF-8 below
             return self._bytes(arr.cast(pa.large_binary()).view(pa.large_string()), c, source, row0)
         try:
+            if pa.types.is_decimal(arr.type) and pa.types.is_floating(c.target):
+                # through the decimal text: the nearest double (Arrow's decimal cast is not: 0.57 ->
+                # 0.5700000000000001), as float(Decimal(text)) gives
+                arr = arr.cast(pa.large_string())
             out = arr.cast(c.target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise InputError(
                 f"{source}, column '{c.name}': a value cannot be read as {c.note.get('stored_as')} ({_first_line(e)})",
                 hint="choose another --column-type",
             ) from None
+        if pa.types.is_boolean(c.target) and _numeric(arr.type):  # 0 and 1 only (Arrow makes 1.5 true)
+            bad = arrow_to_numpy(pc.fill_null(pc.and_(pc.not_equal(arr, 0), pc.not_equal(arr, 1)), False))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InputError(
+                    f"{self._where(source, row0, i, c)}: {arr[i].as_py()!r} is not a valid bool",
+                    hint="fix the value or choose another --column-type",
+                )
         if c.field.kind == STRING:
             return self._bytes(out, c, source, row0)
         if c.field.logical is not None:  # int64 counts, a null as NaT

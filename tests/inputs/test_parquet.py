@@ -592,3 +592,29 @@ def test_int_lists_with_a_missing_element(tmp_path, fmt):
         "(which holds its nulls as NaN) without changing it; fill its missing elements, or leave it out with --columns\n",
     )
     assert not (tmp_path / "b").exists()
+
+
+def test_column_types_from_numbers_are_exact(tmp_path):
+    """--column-type NAME=bool on numbers takes 0 and 1 only (Arrow's cast made 1.5 and -0.7 true,
+    where JSON Lines refuses them); a decimal read as float64 is the nearest double of its text
+    (Arrow's decimal cast gives 0.5700000000000001 for 0.57)."""
+    import decimal
+
+    src = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"f": pa.array([1.0, 0.0, 1.5]), "i": pa.array([0, 1, 1])}), src)
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "a"), "--to", "parquet", "--column-type", "f=bool", "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {src}, row 3, column 'f': 1.5 is not a valid bool; fix the value or choose another --column-type\n",
+    )
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "b"), "--to", "parquet", "--column-type", "i=bool",
+                  "--columns", "i", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert pq.read_table(tmp_path / "b").column("i").to_pylist() == [False, True, True]
+    texts = [f"{i // 100}.{i % 100:02d}" for i in range(0, 100_000, 37)]
+    dec = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"p": pa.array([decimal.Decimal(t) for t in texts], pa.decimal128(10, 2))}), dec)
+    out = tmp_path / "c"
+    r = lovecraft("convert", str(dec), "-o", str(out), "--to", "memmap", "--column-type", "p=float64", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert np.load(out / "p.npy").tolist() == [float(t) for t in texts]
