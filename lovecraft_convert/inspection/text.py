@@ -44,7 +44,7 @@ def format_text(r: dict[str, Any]) -> str:
             comp = f"{i['compression_inside']}-compressed inside"
         size = format_size(i["size"]) if i["size"] is not None else "size unknown"
         more = "".join(
-            f", {counted(i[k], k.replace('_', ' ')[:-1])}"
+            f", {counted(i[k], k.replace('_', ' ').removesuffix('es' if k.endswith('ches') else 's'))}"
             for k in ("row_groups", "record_batches", "files", "shards", "arrays", "datasets")
             if k in i
         )

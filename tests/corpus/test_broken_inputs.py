@@ -263,7 +263,7 @@ def _jsonl_late_widening() -> bytes:
 
 HUGE_LINE = b"a\n" + b"x" * (20 << 20) + b"\nc\n"
 NOT_CLOSED = "a quoted field opened here is never closed (unterminated quote); fix the quoting (a quote inside a quoted field is written twice)"
-RENAME = "rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord"
+RENAME = "rename the column in the input (a CSV: its header, or read it with --no-header), or write memmap, parquet or tfrecord"
 RAGGED = "fix the row (is a quote unbalanced or a delimiter missing?)"
 F16 = "overflows float16 (max 65504.0); scale the data, keep a wider type, or pass --on-overflow clip"
 REDOWNLOAD = "re-create or re-download the file"

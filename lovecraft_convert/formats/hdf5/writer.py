@@ -140,7 +140,7 @@ class Hdf5Writer(Writer):
                 raise SchemaError(
                     f"{source}, column {f.name!r}: cannot be the name of an HDF5 dataset "
                     "(empty, '.', '..', or holding '/' or NUL)",
-                    hint="rename the column (in the CSV header, or read it with --no-header) or write parquet/tfrecord",
+                    hint="rename the column in the input (a CSV: its header, or read it with --no-header), or write memmap, parquet or tfrecord",
                 )
             dt = f.np_dtype
             if f.kind in (FIXED, SEQUENCE) and dt.kind in "MmUO":
