@@ -275,6 +275,15 @@ class Filter:
                 self._comparable(t, self._type(it), it.at, left)
             return "bool"
         a, b = n.args
+        if {self._type(a), self._type(b)} == {"temporal", "string"} and {a.op, b.op} == {"col", "lit"}:
+            col, lit = (a, b) if a.op == "col" else (b, a)  # a date or time written as text: checked now
+            lg = self.schema[col.args[0]].logical
+            try:
+                temporal_value(lit.args[0], lg.type, lg.tz)
+            except ValueError as e:
+                self.fail(lit.at, f"'{lit.args[0]}' is not a {lg.describe()} for column '{col.args[0]}'", str(e),
+                          SchemaError)  # fmt: skip
+            return "bool"
         self._comparable(self._type(a), self._type(b), n.at, a if a.op == "col" else b)
         if n.op not in ("==", "!=") and "bool" in (self._type(a), self._type(b)):
             self.fail(n.at, f"'{n.op}' between true/false values", "use == or !=", SchemaError)
@@ -286,6 +295,8 @@ class Filter:
             return
         what = f"column '{about.args[0]}' is a {ta if about.op == 'col' else tb}" if about.op == "col" else ""
         hint = "compare len(COLUMN) for a list" if "list" in (ta, tb) else "compare like with like (quote text)"
+        if "temporal" in (ta, tb) and "list" not in (ta, tb):
+            hint = "write a date or time as quoted ISO 8601 text, e.g. ts > '2020-01-31' (isnull() tests a missing one)"
         self.fail(at, f"cannot compare a {ta} with a {tb}" + (f" ({what})" if what else ""), hint, SchemaError)
 
     # -- evaluation ------------------------------------------------------------------------------
@@ -383,11 +394,17 @@ def _value_set(values: list, t):
 
 
 def _aligned(a, b):
-    """Make a binary column comparable with a string literal (and a NaN-free number with a bool)."""
+    """Make a binary column comparable with a string literal, a date or time column with an ISO
+    8601 one (and a NaN-free number with a bool)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     for x, y in ((a, b), (b, a)):
+        t = x.type
+        if (pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t)) and isinstance(y, pa.Scalar):
+            kind = "timestamp" if pa.types.is_timestamp(t) else "date" if pa.types.is_date(t) else "time"
+            y2 = pa.scalar(temporal_value(y.as_py(), kind, getattr(t, "tz", None)), t)
+            return (x, y2) if x is a else (y2, x)
         if pa.types.is_binary(x.type) and pa.types.is_string(y.type) and isinstance(y, pa.Scalar):
             y2 = pa.scalar(y.as_py().encode(), pa.binary())
             return (x, y2) if x is a else (y2, x)
@@ -397,6 +414,46 @@ def _aligned(a, b):
             x2 = pc.cast(x, y.type)
             return (x2, y) if x is a else (y, x2)
     return a, b
+
+
+def temporal_value(text: str, kind: str, tz: str | None = None):
+    """The Python value of ISO 8601 ``text`` for a column of ``kind`` (``date``: 2020-01-31;
+    ``time``: 12:30:00; ``timestamp``: 2020-01-31 or 2020-01-31T12:30:00, with an offset or ``Z``
+    only for a column with a time zone ``tz``, where a time without one is in that zone); a
+    ValueError saying what to write otherwise."""
+    import datetime as dt
+
+    examples = {"date": "'2020-01-31'", "time": "'12:30:00'", "timestamp": "'2020-01-31' or '2020-01-31T12:30:00'"}
+    if kind not in examples:
+        raise ValueError(f"a {kind} column is not compared with text")
+    try:
+        if kind == "date":
+            return dt.date.fromisoformat(text)
+        if kind == "time":
+            return dt.time.fromisoformat(text)
+        v = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"write an ISO 8601 {kind}, e.g. {examples[kind]}") from None
+    if tz is None:
+        if v.tzinfo is not None:
+            raise ValueError("the column's times have no time zone: write the time without an offset")
+        return v
+    return v if v.tzinfo is not None else v.replace(tzinfo=_zone(tz))
+
+
+def _zone(tz: str):
+    """A column's time zone (a name such as Europe/Paris, UTC, or an offset such as +02:00)."""
+    import datetime as dt
+
+    m = re.fullmatch(r"([+-])(\d\d):?(\d\d)", tz)
+    if m:
+        sign = -1 if m.group(1) == "-" else 1
+        return dt.timezone(sign * dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3))))
+    if tz.upper() in ("UTC", "Z"):
+        return dt.UTC
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(tz)
 
 
 def _tokenize(text: str) -> list[tuple[str, str, int]]:

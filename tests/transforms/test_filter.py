@@ -398,3 +398,56 @@ def test_errors_after_rows_were_removed_name_the_row_read(tmp_path):
     r = lovecraft("verify", out, "--against", str(v))
     assert r.exit_code == 1
     assert r.stdout.splitlines()[0] == f"{v}: row 12, column 'id': 111 in the source, 11 in the dataset (id.npy, row 7)"
+
+
+def test_dates_and_times_compare_with_iso_text(tmp_path):
+    """A timestamp, date or time column had no literal it could be compared with ("compare like
+    with like" led nowhere): ISO 8601 text is parsed for the column's type, a zone's offset honoured,
+    and the rows kept are polars' (a naive time against a zoned column is in the column's zone)."""
+    import datetime as dt
+
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 500
+    base = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    stamps = [base + dt.timedelta(hours=7 * i) for i in range(n)]
+    src = tmp_path / "t.parquet"
+    pq.write_table(
+        pa.table({
+            "id": pa.array(range(n)),
+            "ts": pa.array(stamps, pa.timestamp("us", tz="Europe/Paris")),
+            "naive": pa.array([s.replace(tzinfo=None) for s in stamps], pa.timestamp("ns")),
+            "day": pa.array([s.date() for s in stamps], pa.date32()),
+            "at": pa.array([s.time() for s in stamps], pa.time64("us")),
+        }),
+        src,
+    )  # fmt: skip
+    paris = dt.timezone(dt.timedelta(hours=1))  # Paris in winter (every case's bound is in winter)
+    naive = [s.replace(tzinfo=None) for s in stamps]
+    cases = {
+        "ts >= '2020-02-01T00:00:00+01:00'": lambda i: stamps[i] >= dt.datetime(2020, 2, 1, tzinfo=paris),
+        "ts < '2020-01-10'": lambda i: stamps[i] < dt.datetime(2020, 1, 10, tzinfo=paris),  # the column's zone
+        "naive > '2020-03-01T06:00'": lambda i: naive[i] > dt.datetime(2020, 3, 1, 6),
+        "day == '2020-01-31' or day > \"2020-04-01\"": lambda i: (
+            stamps[i].date() == dt.date(2020, 1, 31) or stamps[i].date() > dt.date(2020, 4, 1)
+        ),
+        "at <= '06:00:00' and id > 10": lambda i: stamps[i].time() <= dt.time(6) and i > 10,
+    }
+    for k, (expr, keep) in enumerate(cases.items()):
+        out = tmp_path / f"o{k}"
+        r = lovecraft("convert", str(src), "-o", str(out), "--to", "parquet", "--filter", expr, "-q")
+        assert r.exit_code == 0, (expr, r.stderr)
+        got = pl.read_parquet(out / "data.parquet")["id"].to_list()
+        assert got == [i for i in range(n) if keep(i)] and 0 < len(got) < n, expr
+    for expr, msg in {
+        "day > '2020-02-30'": "'2020-02-30' is not a date for column 'day' at position 7; write an ISO 8601 date, "
+        "e.g. '2020-01-31'",
+        "naive > '2020-01-01T00:00:00Z'": "'2020-01-01T00:00:00Z' is not a timestamp[ns] for column 'naive' at "
+        "position 9; the column's times have no time zone: write the time without an offset",
+        "day > 18000": "cannot compare a temporal with a number (column 'day' is a temporal) at position 5; write a "
+        "date or time as quoted ISO 8601 text, e.g. ts > '2020-01-31' (isnull() tests a missing one)",
+    }.items():
+        r = lovecraft("convert", str(src), "-o", str(tmp_path / "bad"), "--to", "parquet", "--filter", expr, "-q")
+        assert (r.exit_code, r.stderr) == (1, f"Error: --filter {expr!r}: {msg}\n")
