@@ -81,7 +81,8 @@ class ColumnTypeParam(click.ParamType):
             from ..schema import Logical
 
             if Logical.parse(typ) is None:
-                choices = ", ".join((*COLUMN_TYPES, "timestamp[s|ms|us|ns]", "date", "category"))
+                temporal = ("timestamp[UNIT[, TZ]]", "date", "time[UNIT]", "duration[UNIT]")  # UNIT: s, ms, us, ns
+                choices = ", ".join((*COLUMN_TYPES, *temporal, "category"))
                 self.fail(f"{value!r}: unknown type {typ!r} (choose from {choices})", param, ctx)
         return name, typ
 
