@@ -207,7 +207,7 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
                 _leave_out(),
             )
         what = "lists of lists" if (_listlike(v) or pa.types.is_fixed_size_list(v)) else f"lists of {type_name(v, 40)}"
-        return refuse(c, f"holds {type_name(c.atype)} ({what}), which no output format can hold", _leave_out())
+        return refuse(c, f"holds {type_name(c.atype)} ({what}), which lovecraft does not convert yet", _leave_out())
     if _temporal(t):
         c.how, c.value, c.target = "temporal", t, pa.int64()
         c.field = Field(c.name, FIXED, "<i8", logical=logical_of(t))
@@ -218,7 +218,7 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
     if pa.types.is_decimal(t):
         return refuse(
             c,
-            f"holds {type_name(c.atype)}, which no output format holds exactly",
+            f"holds {type_name(c.atype)} (a decimal is read as a number or as text, as you choose)",
             f"read it as --column-type {c.name}=float64 (the nearest double) or --column-type {c.name}=string, "
             "or leave it out with --columns",
         )
@@ -227,7 +227,7 @@ def _leaf(c: Column, f: pa.Field, want: str | None, to_float: bool) -> Column:
     if pa.types.is_struct(t):
         what = "a struct without fields" if not t.num_fields else "a struct inside another type"
         return refuse(c, f"holds {type_name(c.atype)} ({what})", _leave_out())
-    return refuse(c, f"holds {type_name(c.atype)}, which no output format can hold", _leave_out())
+    return refuse(c, f"holds {type_name(c.atype)}, which lovecraft does not convert yet", _leave_out())
 
 
 def _leave_out() -> str:

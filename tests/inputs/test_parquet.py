@@ -204,7 +204,7 @@ def test_columns_reads_only_their_column_chunks(tmp_path):
     assert not os.path.exists(out)
     r = lovecraft("convert", src, "-o", out, "--to", "parquet", "-q")
     assert r.stderr == (
-        f"Error: {src}, column 'm': holds map<string, int64 ('m')>, which no output format can hold; "
+        f"Error: {src}, column 'm': holds map<string, int64 ('m')>, which lovecraft does not convert yet; "
         "leave it out with --columns, e.g. --columns text,other\n"
     )
     r = lovecraft("convert", src, "-o", out, "--to", "memmap", "-q", "--columns", "text")
@@ -231,7 +231,7 @@ def test_lists_of_strings_and_decimals(tmp_path):
     )
     r = lovecraft("convert", src, "-o", out, "--to", "parquet", "-q", "--columns", "price,n")
     assert r.stderr == (
-        f"Error: {src}, column 'price': holds decimal128(6, 2), which no output format holds exactly; read it as "
+        f"Error: {src}, column 'price': holds decimal128(6, 2) (a decimal is read as a number or as text, as you choose); read it as "
         "--column-type price=float64 (the nearest double) or --column-type price=string, or leave it out with --columns, e.g. --columns tags,n\n"
     )
     for typ, want in (("float64", [1.25, NAN, -3.5]), ("string", ["1.25", "", "-3.50"])):
