@@ -144,6 +144,9 @@ class Signatures:
             if size != rows * self.hashes * 4:
                 raise _damaged(path, f"is cut short or missing ({size} bytes, not {rows * self.hashes * 4})")
             m = self.maps[part] = np.memmap(path, dtype="<u4", mode="r", shape=(rows, self.hashes))
+            # read at random, both sides of the pairs: the first rows ascend in each group, but
+            # each group spans the file again (with read-ahead on them: 28 GB read, not 7)
+            _random_access(m)
         return m
 
     def get(self, pos: np.ndarray) -> np.ndarray:
@@ -155,6 +158,21 @@ class Signatures:
             m = part == p
             out[m] = self._map(p)[row[m]]
         return out
+
+
+def _random_access(m: np.memmap) -> None:
+    """Tell the kernel a map is read at random (a signature of 4 * hashes bytes per candidate): no
+    read-ahead around each fault. With read-ahead, a spill larger than the page cache can keep (a
+    memory cap counts it) read ~128 KiB per signature looked up: 331 GB for 400,000 rows under a
+    120 MiB cap, still going after 5 minutes; without, 7 GB in 103 s (uncapped: 12 s)."""
+    import mmap
+
+    mm = getattr(m, "_mmap", None)
+    if mm is not None and hasattr(mmap, "MADV_RANDOM"):
+        try:
+            mm.madvise(mmap.MADV_RANDOM)
+        except (OSError, ValueError):  # an empty map, or a kernel without it: read as it comes
+            pass
 
 
 # -- 2. decide -------------------------------------------------------------------------------------

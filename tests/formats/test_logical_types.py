@@ -184,4 +184,8 @@ def test_timestamp_errors_name_the_fix(tmp_path):
         f"Error: {j}, line 1, key 'ts': 5 is not a valid timestamp (a string is); fix the value\n",
     )
     r = lovecraft("convert", str(j), "-o", str(tmp_path / "o3"), "--to", "parquet", "--column-type", "ts=datetime")
-    assert r.exit_code == 2 and "unknown type 'datetime'" in r.stderr and "timestamp[UNIT[, TZ]], date, time[UNIT], duration[UNIT], category" in r.stderr
+    assert (
+        r.exit_code == 2
+        and "unknown type 'datetime'" in r.stderr
+        and "timestamp[UNIT[, TZ]], date, time[UNIT], duration[UNIT], category" in r.stderr
+    )
