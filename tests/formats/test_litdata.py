@@ -145,7 +145,7 @@ def test_what_litdata_cannot_hold_is_refused_in_one_line(tmp_path):
     r = lovecraft("convert", str(tmp_path / "s.npy"), "-o", str(tmp_path / "o"), "--to", "litdata", "-q")
     assert r.exit_code == 1, r.stderr
     assert r.stderr == (
-        f"Error: {tmp_path / 's.npy'}, column 's': rows of str64[2] text; litdata holds one text value per row, not "
+        f"Error: {tmp_path / 's.npy'}, column 's': rows of U2[2] text; litdata holds one text value per row, not "
         "arrays of them; leave the column out with --columns, or write another format\n"
     )
     assert not os.path.exists(tmp_path / "o")
