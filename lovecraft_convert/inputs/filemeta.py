@@ -5,7 +5,8 @@ The sidecar is read by the CSV or JSON Lines reader (its types inferred over the
 ``--column-type`` applying to its columns). Its key column is the first of :data:`KEYS` it has
 (``file_name`` as Hugging Face's ImageFolder writes it, ``path``, ...), always read as text. A file
 ``cat/001.jpg`` takes the row keyed ``cat/001.jpg``, else ``cat/001``, else ``001.jpg``, else
-``001`` (a WebDataset sample: its key, else the key's last component).
+``001`` (a WebDataset sample: its key, else the key's last component), but not a shorter key that
+is another file's relative path, and a row is one file's (:class:`Lookup`).
 
 Memory: a sidecar up to :func:`whole_limit` of ``--max-memory`` is held whole (one pass, a dict
 of its keys); a larger one is joined a window of files at a time, each window's keys looked up in
@@ -41,17 +42,31 @@ def candidates(rel: str) -> tuple[str, ...]:
 
 
 class Lookup:
-    """Rows of the sidecar by key: ``rows`` (a Batch of the kept rows) and ``index`` (key -> row)."""
+    """Rows of the sidecar by key: ``rows`` (a Batch of the kept rows) and ``index`` (key -> row).
+    A row is one file's: a file takes it by its own path, or by a shorter key no other file of the
+    input has as its path (``taken``); a second file that would take a row already taken is an
+    error naming both keys' files (stems repeated across folders), not a silent copy."""
 
-    def __init__(self, rows: Batch | None, index: dict[str, int]) -> None:
+    def __init__(self, rows: Batch | None, index: dict[str, int], path: str = "") -> None:
         self.rows = rows
         self.index = index
+        self.path = path
+        self.owner: dict[int, str] = {}  # row -> the file that took it (rows held: bounded by them)
 
-    def find(self, keys: tuple[str, ...]) -> int:
-        for k in keys:
+    def find(self, keys: tuple[str, ...], taken=None) -> int:
+        """The row of the file whose candidate keys are ``keys`` (its own relative path first), or
+        -1; ``taken(key)``: is ``key`` the relative path of another file of the input?"""
+        for j, k in enumerate(keys):
             i = self.index.get(k)
-            if i is not None:
-                return i
+            if i is None or (j and taken is not None and taken(k)):
+                continue  # (a shorter key that is another file's path is that file's row)
+            first = self.owner.setdefault(i, keys[0])
+            if first != keys[0]:
+                raise InputError(
+                    f"--metadata {self.path}: the row keyed '{k}' matches both {first} and {keys[0]}",
+                    hint="key the sidecar by each file's relative path (cat/001.jpg), or give each a row",
+                )
+            return i
         return -1
 
 
@@ -139,7 +154,7 @@ class Sidecar:
                 pieces.append(Batch({n: sub.columns[n] for n in names}, len(take)))
                 kept += len(take)
         rows = Batch.concat(pieces) if pieces else None
-        out = Lookup(rows, index)
+        out = Lookup(rows, index, self.path)
         if wanted is None:
             self._whole = out
         return out

@@ -530,7 +530,9 @@ class FilesReader(Reader):
             keys = [candidates(e.relpath) for _, e in window]
             wanted = None if self.sidecar.whole else {k for ks in keys for k in ks}
             lookup = self.sidecar.lookup(wanted)
-        rows_of = [lookup.find(k) for k in keys] if lookup is not None else None
+        rows_of = None
+        if lookup is not None:
+            rows_of = [lookup.find(k, _other_file(e)) for k, (_, e) in zip(keys, window, strict=True)]
         loaded = self._loads(window, pool, threads)
         held: list = []
         held_bytes = 0
@@ -626,3 +628,11 @@ class FilesReader(Reader):
             out["skipped_files"] = self.skipped.to_dict()
             out["notes"] = self.skipped.note()
         return out
+
+
+def _other_file(e: Entry):
+    """``taken(key)`` for the sidecar lookup of ``e``: is ``key`` the relative path of another file
+    under ``e``'s root (that file's row, not a shorter key of ``e``'s)?"""
+    root = e.path[: len(e.path) - len(os.sep.join(e.rel))]
+    return lambda key: key != e.relpath and os.path.isfile(os.path.join(root, *key.split("/")))
+

@@ -200,6 +200,48 @@ def test_a_file_without_a_sidecar_row(tmp_path, tree):
     assert f"note: skipped 1 file (--on-bad-file skip): {root}/cat/001.png (no row in --metadata" in r.stderr
 
 
+def test_a_sidecar_row_is_one_files(tmp_path):
+    """A file with no row of its own took another file's by a shorter key (dog/001.jpg took the row
+    of the root's 001.jpg), and one stem row was copied to every file of that stem in any folder,
+    exit 0 both times. A shorter key that is another file's path is that file's; a row two files
+    would take is refused, naming both."""
+    root = tmp_path / "tree"
+    for rel in ("001.jpg", "cat/001.jpg", "dog/001.jpg", "dog/002.jpg"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(rel.encode())
+    paths = tmp_path / "paths.csv"
+    paths.write_text("file_name,caption\n001.jpg,root\ncat/001.jpg,a cat\ndog/002.jpg,dog two\n")
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(root), "-o", out, "--to", "parquet", "--metadata", str(paths), "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {root}/dog/001.jpg: no row in --metadata {paths} (looked up as dog/001.jpg, dog/001, 001.jpg, 001); "
+        "fix or remove it, or pass --on-bad-file skip to leave such files out (counted)\n",
+    )
+    r = lovecraft("convert", str(root), "-o", out, "--to", "parquet", "--metadata", str(paths), "--on-bad-file", "skip",
+                  "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    got = read_back(out, "parquet")
+    assert list(zip(got["path"], got["caption"], strict=True)) == [
+        ("001.jpg", "root"), ("cat/001.jpg", "a cat"), ("dog/002.jpg", "dog two")
+    ]  # fmt: skip
+    stems = tmp_path / "stems.csv"
+    stems.write_text("file_name,caption\n001,one\n002,two\n")
+    r = lovecraft("convert", str(root), "-o", str(tmp_path / "s"), "--to", "parquet", "--metadata", str(stems), "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: --metadata {stems}: the row keyed '001' matches both 001.jpg and cat/001.jpg; key the sidecar by "
+        "each file's relative path (cat/001.jpg), or give each a row\n",
+    )
+    assert not os.path.exists(tmp_path / "s")
+    shutil.rmtree(root / "cat")
+    shutil.rmtree(root / "dog")
+    (root / "002.jpg").write_bytes(b"2")
+    r = lovecraft("convert", str(root), "-o", str(tmp_path / "u"), "--to", "parquet", "--metadata", str(stems), "-q")
+    assert r.exit_code == 0, r.stderr  # stems that name one file each: joined
+    assert read_back(str(tmp_path / "u"), "parquet")["caption"] == ["one", "two"]
+
+
 def test_a_key_twice_in_the_sidecar(tmp_path, tree):
     root, _, _, meta_path = tree
     with open(meta_path, "a", encoding="utf-8") as f:
