@@ -635,4 +635,3 @@ def _other_file(e: Entry):
     under ``e``'s root (that file's row, not a shorter key of ``e``'s)?"""
     root = e.path[: len(e.path) - len(os.sep.join(e.rel))]
     return lambda key: key != e.relpath and os.path.isfile(os.path.join(root, *key.split("/")))
-

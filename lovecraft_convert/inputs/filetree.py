@@ -45,10 +45,11 @@ class Entry:
         return "/".join(self.rel)
 
 
-def _kind(e: os.DirEntry) -> int:
-    """1 a directory (not through a link), 0 a regular file (or a link to one), -1 anything else."""
+def _kind(e: os.DirEntry, links: bool = False) -> int:
+    """1 a directory (not through a link, unless ``links``: a top-level folder), 0 a regular file
+    (or a link to one), -1 anything else."""
     try:
-        if e.is_dir(follow_symlinks=False):
+        if e.is_dir(follow_symlinks=links):
             return 1
         return 0 if e.is_file() else -1
     except OSError:
@@ -82,9 +83,10 @@ def _opened(path: str):
     return f
 
 
-def sorted_entries(path: str, run_names: int | None = None) -> Iterator[tuple[str, int]]:
+def sorted_entries(path: str, run_names: int | None = None, links: bool = False) -> Iterator[tuple[str, int]]:
     """``(name, kind)`` of a directory's visible entries sorted by name (kind: 1 directory, 0
-    file); at most ``run_names`` names held before the sorted runs are spilled and merged."""
+    file); at most ``run_names`` names held before the sorted runs are spilled and merged.
+    ``links``: a link to a directory is a directory (the root's entries only)."""
     run_names = run_names or RUN_NAMES
     held: list[str] = []
     runs: list[str] = []
@@ -94,7 +96,7 @@ def sorted_entries(path: str, run_names: int | None = None) -> Iterator[tuple[st
             for e in it:
                 if e.name.startswith("."):
                     continue
-                kind = _kind(e)
+                kind = _kind(e, links)
                 if kind < 0:
                     continue
                 held.append(e.name + _KINDS[kind])
@@ -135,7 +137,9 @@ def walk(
 
 def _walk(top: str, prefix: tuple[str, ...], start: tuple[str, ...], run_names: int | None) -> Iterator[Entry]:
     first = start[0] if start else None
-    for name, kind in sorted_entries(top, run_names):
+    # a top-level folder that is a link is read (a class folder linked into a split, as torchvision's
+    # ImageFolder follows it); deeper links to directories are left out, as os.walk leaves them
+    for name, kind in sorted_entries(top, run_names, links=not prefix):
         if first is not None and name < first:
             continue
         path = os.path.join(top, name)
@@ -159,7 +163,7 @@ def top_directories(root: str) -> list[str]:
     out = []
     with os.scandir(root) as it:
         for e in it:
-            if not e.name.startswith(".") and _kind(e) == 1:
+            if not e.name.startswith(".") and _kind(e, links=True) == 1:
                 out.append(e.name)
     return sorted(out)
 

@@ -604,3 +604,23 @@ def test_a_name_that_is_not_utf8_is_one_line_showing_its_byte(tmp_path):
     text = (out / "_manifest.json").read_text(encoding="utf-8")
     assert "\\udc" not in text  # no lone surrogate: strict JSON readers take it
     assert manifest(str(out))["skipped_files"]["first"] == [[f"{d}/caf\\xe9.txt", "its name is not valid UTF-8"]]
+
+
+def test_a_class_folder_that_is_a_link_is_a_class(tmp_path):
+    """train/dog linked to a folder elsewhere (a split built of links): its files and its class
+    were left out with exit 0, where torchvision's ImageFolder follows the link."""
+    train, elsewhere = tmp_path / "train", tmp_path / "pool" / "dogs"
+    (train / "cat").mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
+    for i in range(2):
+        (train / "cat" / f"{i}.jpg").write_bytes(b"c%d" % i)
+    for i in range(3):
+        (elsewhere / f"{i}.jpg").write_bytes(b"d%d" % i)
+    os.symlink(elsewhere, train / "dog")
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(train), "-o", out, "--to", "parquet", "-q")
+    assert r.exit_code == 0, r.stderr
+    got = read_back(out, "parquet")
+    assert got["path"] == ["cat/0.jpg", "cat/1.jpg", "dog/0.jpg", "dog/1.jpg", "dog/2.jpg"]
+    assert list(got["label"]) == [0, 0, 1, 1, 1] and manifest(out)["labels"]["names"] == ["cat", "dog"]
+    assert list(got["bytes"])[2:] == [b"d0", b"d1", b"d2"]

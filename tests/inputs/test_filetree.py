@@ -68,11 +68,16 @@ def test_hidden_links_and_special_files(tmp_path):
     (tmp_path / ".hidden").write_bytes(b"")
     (tmp_path / ".cache").mkdir()
     (tmp_path / ".cache" / "y").write_bytes(b"")
-    os.symlink(tmp_path / "a", tmp_path / "linkdir")  # not followed, as os.walk does
+    # a top-level folder that is a link is read (a class folder linked into a split: torchvision's
+    # ImageFolder follows it; it was left out without a word); a deeper one is not, as os.walk does
+    os.symlink(tmp_path / "a", tmp_path / "linkdir")
+    os.symlink(tmp_path, tmp_path / "a" / "loop")  # (and so a loop ends one level down)
     os.symlink(tmp_path / "a" / "x", tmp_path / "linkfile")  # read through
     os.mkfifo(tmp_path / "fifo")  # reading it would block
     got = [(e.rel, e.size) for e in walk(str(tmp_path))]
-    assert got == [(("a", "x"), 2), (("linkfile",), 2)]
+    assert got == [(("a", "x"), 2), (("linkdir", "x"), 2), (("linkfile",), 2)]
+    got = [e.rel for e in walk(str(tmp_path), start=("linkdir",), stop=("linkfile",))]  # parts: the same order
+    assert got == [("linkdir", "x")]
 
 
 @pytest.mark.parametrize("run_names", [2, 1 << 16])
