@@ -50,6 +50,15 @@ class BadFile(Exception):
         self.kind = kind
 
 
+MODE_HINT = "pass --image-mode RGB (or RGBA) to keep colour, or --image-mode L to make every image grey"
+
+
+class ModeChange(Exception):
+    """An image in colour where every image is decoded as grey (L) because the first one was
+    (``--image-mode`` not given): its colour would be dropped without a word. Not a bad file: the
+    reader names it and says which ``--image-mode`` to choose."""
+
+
 class TooLarge(Exception):
     """A file whose decoded size is more than an item may take (the reader says what to raise)."""
 
@@ -161,7 +170,7 @@ def mode_for(pil_mode: str) -> str:
     RGBa) or a palette (P: it may hold a transparent colour), ``RGB`` otherwise (RGB, CMYK, YCbCr,
     LAB, HSV)."""
     if pil_mode in ("1", "L", "I", "F") or pil_mode.startswith("I;"):
-        return "L"
+        return "L"  # (I, I;16 and F, of more than 8 bits, are then refused one by one)
     if "A" in pil_mode or "a" in pil_mode or pil_mode == "P":
         return "RGBA"
     return "RGB"
@@ -202,12 +211,15 @@ def probe_image(data: bytes, limit: int) -> tuple[tuple[int, int], str]:
 class ImageDecoder:
     """bytes -> ``uint8[H, W, C]`` (C 1, 3 or 4 for L, RGB, RGBA)."""
 
-    def __init__(self, size: tuple[int, int], mode: str, resize: str | None, limit: int) -> None:
+    def __init__(
+        self, size: tuple[int, int], mode: str, resize: str | None, limit: int, first: str | None = None
+    ) -> None:
         self.size = size
         self.mode = mode
         self.resize = resize  # None: no --image-size (every image must have ``size``)
         self.limit = limit
         self.channels = len(mode)
+        self.first = first  # the first image's Pillow mode, when ``mode`` was taken from it
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -218,6 +230,16 @@ class ImageDecoder:
         from PIL import Image, ImageOps
 
         im = _decoded(data, self.limit)
+        if im.mode in ("I", "F") or im.mode.startswith("I;"):
+            raise BadFile(
+                f"is an image of mode {im.mode} (more than 8 bits a pixel): decoded pixels are 8-bit, and values above "
+                "255 would be clipped; keep its bytes (leave out --decode) and decode it yourself"
+            )
+        if self.first is not None and self.mode == "L" and im.mode not in ("1", "L", "LA", "La"):
+            raise ModeChange(
+                f"is {im.mode}, but every image is decoded as L (grey), the mode of the first image "
+                f"({self.first}): its colour would be dropped"
+            )
         try:
             if im.mode != self.mode:  # Pillow's convert to the same mode is a copy of the whole image
                 im = im.convert(self.mode)

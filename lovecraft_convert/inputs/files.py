@@ -34,10 +34,12 @@ from ..errors import InputError, OptionsError
 from ..schema import BINARY, FIXED, SEQUENCE, STRING, Batch, Field, Schema, VarColumn
 from .base import Part, Reader, ReadOptions
 from .filedecode import (
+    MODE_HINT,
     AudioDecoder,
     BadFile,
     FileOptions,
     ImageDecoder,
+    ModeChange,
     Skipped,
     TooLarge,
     mode_for,
@@ -230,7 +232,9 @@ class FilesReader(Reader):
                 open_part = "shape" if size is None else "mode"  # what the first image gives
                 got_size, got_mode = self._probe(lambda data: probe_image(data, self.decoded_limit), open_part)
                 size = size or got_size
+                first = None if mode else got_mode
                 mode = mode or mode_for(got_mode)
+                return ImageDecoder(size, mode, fo.resize if fo.image_size else None, self.decoded_limit, first)
             return ImageDecoder(size, mode, fo.resize if fo.image_size else None, self.decoded_limit)
         rate = fo.sample_rate or self._probe(probe_audio, "rate")
         return AudioDecoder(rate, self.decoded_limit)
@@ -494,6 +498,8 @@ class FilesReader(Reader):
             return self.decoder(data)
         except BadFile as e:
             return e
+        except ModeChange as e:
+            return InputError(f"{self._name(item)}: {e}", hint=MODE_HINT)
         except TooLarge as e:
             return self._too_large(item, e)
 

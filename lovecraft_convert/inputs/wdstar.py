@@ -30,10 +30,12 @@ from .base import Part, Reader, ReadOptions
 from .filedecode import (
     AUDIO_EXTENSIONS,
     IMAGE_EXTENSIONS,
+    MODE_HINT,
     AudioDecoder,
     BadFile,
     FileOptions,
     ImageDecoder,
+    ModeChange,
     Skipped,
     TooLarge,
     mode_for,
@@ -140,11 +142,13 @@ class WebDatasetReader(Reader):
 
             need("PIL.Image", "--decode image", "pip install 'lovecraft-convert[images]'")
             size, mode = fo.image_size, fo.image_mode
+            first = None
             if size is None or mode is None:
                 got = self._probe(chosen, lambda data: probe_image(data, self.decoded_limit), "image", "shape")
                 if got is not None:
+                    first = None if mode else got[1]
                     size, mode = size or got[0], mode or mode_for(got[1])
-            dec = ImageDecoder(size, mode, fo.resize if fo.image_size else None, self.decoded_limit)
+            dec = ImageDecoder(size, mode, fo.resize if fo.image_size else None, self.decoded_limit, first)
         else:
             rate = fo.sample_rate
             if rate is None:
@@ -294,6 +298,8 @@ class WebDatasetReader(Reader):
                 out[e] = dec(data)
             except BadFile as err:
                 return (f"{where}, member {key}.{e}", err.kind, str(err))
+            except ModeChange as err:
+                raise InputError(f"{where}, member {key}.{e}: {err}", hint=MODE_HINT) from None
             except TooLarge as err:
                 raise InputError(
                     f"{where}, member {key}.{e}: decodes {err} to {err.need} bytes, more than an item may take "

@@ -109,6 +109,48 @@ def test_shape_and_mode_from_the_first_image(tmp_path):
     )
 
 
+def test_a_colour_image_after_a_grey_first_one_and_16_bit_images(tmp_path):
+    """The mode taken from a grey first image made every later colour image grey without a word,
+    and a 16-bit depth map's values were clipped at 255 (L): the first is an error naming the file
+    and the flag; the second a bad file (skipped and counted with --on-bad-file skip)."""
+    from PIL import Image
+
+    from tests.inputs.filetrees import image_bytes
+
+    root = tmp_path / "mixed"
+    root.mkdir()
+    (root / "0.png").write_bytes(image_bytes("PNG", "L", (8, 8), 0))
+    (root / "1.png").write_bytes(image_bytes("PNG", "RGB", (8, 8), 1))
+    args = ["--to", "hdf5", "--decode", "image", "-q"]
+    r = lovecraft("convert", str(root), "-o", str(tmp_path / "a"), *args)
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {root}/1.png: is RGB, but every image is decoded as L (grey), the mode of the first image (L): its "
+        "colour would be dropped; pass --image-mode RGB (or RGBA) to keep colour, or --image-mode L to make every "
+        "image grey\n",
+    )
+    for mode, channels in (("RGB", 3), ("L", 1)):
+        out = str(tmp_path / mode)
+        r = lovecraft("convert", str(root), "-o", out, *args, "--image-mode", mode)
+        assert r.exit_code == 0, r.stderr
+        assert np.asarray(read_back(out, "hdf5")["image"]).shape == (2, 8, 8, channels)
+    deep = tmp_path / "depth"
+    deep.mkdir()
+    values = np.arange(64, dtype=np.uint16).reshape(8, 8) * 900
+    Image.fromarray(values).save(deep / "0.png")
+    (deep / "1.png").write_bytes(image_bytes("PNG", "L", (8, 8), 2))
+    r = lovecraft("convert", str(deep), "-o", str(tmp_path / "d"), *args)
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {deep}/0.png: is an image of mode I;16 (more than 8 bits a pixel): decoded pixels are 8-bit, and "
+        "values above 255 would be clipped; keep its bytes (leave out --decode) and decode it yourself; fix or "
+        "remove it, or pass --on-bad-file skip to leave such files out (counted)\n",
+    )
+    r = lovecraft("convert", str(deep), "-o", str(tmp_path / "d"), *args, "--on-bad-file", "skip")
+    assert r.exit_code == 0, r.stderr
+    assert manifest(str(tmp_path / "d"))["skipped_files"]["count"] == 1
+
+
 def test_a_truncated_jpeg_is_one_line_or_skipped_and_counted(tmp_path, images):
     root, files = images
     bad = os.path.join(root, "cat", "000.jpg")
