@@ -226,6 +226,17 @@ class Reader:
         skipped files), ``notes`` among them (said in the summary too)."""
         return {}
 
+    def nothing_read(self) -> str | None:
+        """Why a run that wrote no row read none, when the reader knows better than "empty input"
+        (a files or WebDataset input whose every file or sample was skipped, ``skipped``: how many,
+        and the first reasons)."""
+        skipped = getattr(self, "skipped", None)
+        if skipped is None or not skipped.count:
+            return None
+        noun = getattr(self, "skipped_noun", "file")
+        every = f"the {noun}" if skipped.count == 1 else f"all {skipped.count} {noun}s"
+        return f"{every} {'was' if skipped.count == 1 else 'were'} skipped (--on-bad-file skip): {skipped.listing()}"
+
     def input_details(self, i: int) -> dict:
         """What ``inspect`` shows of input ``i`` beyond its size (row groups, record batches...)."""
         return {}

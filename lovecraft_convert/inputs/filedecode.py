@@ -402,7 +402,10 @@ class Skipped:
         """The summary's note, when anything was skipped."""
         if not self.count:
             return []
-        shown = ", ".join(f"{p} ({r})" for p, r in self.first[:3])
-        more = f" and {self.count - 3} more" if self.count > 3 else ""
         nouns = noun if self.count == 1 else noun + "s"
-        return [f"skipped {self.count} {nouns} (--on-bad-file skip): {shown}{more}"]
+        return [f"skipped {self.count} {nouns} (--on-bad-file skip): {self.listing()}"]
+
+    def listing(self) -> str:
+        """The first skipped, each with its reason, and how many more."""
+        shown = ", ".join(f"{p} ({r})" for p, r in self.first[:3])
+        return shown + (f" and {self.count - 3} more" if self.count > 3 else "")

@@ -244,10 +244,12 @@ class FilesReader(Reader):
         rate of the clips, which the flags leave open): the first file, or with --on-bad-file skip
         the first of a hundred that decodes."""
         tries = 100 if self.fo.on_bad_file == "skip" else 1
+        first = None
         for k, item in enumerate(self._all_items()):
             try:
                 return probe(self._read(item))
             except BadFile as e:
+                first = first or f"{self._name(item)} ({e})"
                 if k + 1 >= tries:
                     noun = "clip" if what == "rate" else "image"
                     hint = f"the first {noun} gives the {what}: fix or remove it" + (
@@ -256,7 +258,12 @@ class FilesReader(Reader):
                     raise InputError(f"{self._name(item)}: {e}", hint=hint) from None
             except TooLarge as e:
                 raise self._too_large(item, e) from None
-        raise InputError(f"{', '.join(s.name for s in self.specs)}: holds no files", hint="check the path")
+        names = ", ".join(s.name for s in self.specs)
+        if first is not None:  # (--on-bad-file skip) every file failed, fewer than ``tries``
+            noun = "clip" if what == "rate" else "image"
+            raise InputError(f"{names}: no file decodes as {'a' if noun == 'clip' else 'an'} {noun}: {first}, ...",
+                             hint="check the files and --decode")  # fmt: skip
+        raise InputError(f"{names}: holds no files", hint="check the path")
 
     def _all_items(self) -> Iterator[tuple[int, Entry]]:
         """(input, file) of every file: the trees in the order given, or the files named."""

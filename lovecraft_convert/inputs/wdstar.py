@@ -63,6 +63,7 @@ def split_name(name: str) -> tuple[str, str] | None:
 
 class WebDatasetReader(Reader):
     takes_column_types = True  # the sidecar's columns
+    skipped_noun = "sample"  # what --on-bad-file skip leaves out (Reader.nothing_read)
     takes_file_options = True
 
     def __init__(self, specs: list[InputSpec], options: ReadOptions) -> None:
@@ -411,5 +412,5 @@ class WebDatasetReader(Reader):
             out["missing_members"] = dict(self.missing)
         if self.fo.on_bad_file == "skip":
             out["skipped_files"] = self.skipped.to_dict()
-            out["notes"] = self.skipped.note("sample")
+            out["notes"] = self.skipped.note(self.skipped_noun)
         return out

@@ -345,7 +345,10 @@ def _write(reader: Reader, fmt, out: OutputDir, o: ConvertOptions, budget: int, 
             hint="check --filter" if plan.removed.get("filter") else "check --dedup-columns",
         )
     if rows == 0:
-        raise InputError(f"{source}: empty input (no records)", hint="check the file")
+        why = reader.nothing_read()
+        raise InputError(
+            f"{source}: {why or 'empty input (no records)'}", hint="check the files" if why else "check the file"
+        )
     return files, plan, rows, stats.to_dict(), plan.report(), writer.manifest_extra()
 
 

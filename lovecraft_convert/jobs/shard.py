@@ -428,7 +428,11 @@ def _run(o: ShardOptions, run: Run, probe) -> dict:
         why = ", ".join(f"{n} {'by --filter' if k == 'filter' else 'as duplicates'}" for k, n in removed.items() if n)
         raise LovecraftError(f"{source}: all {read} rows were removed ({why})", hint="check --filter")
     if total == 0:
-        raise LovecraftError(f"{source}: empty input (no records)", hint="check the file")
+        reader.merge_reports([p.get("report") or {} for p in split or []])
+        why = reader.nothing_read()
+        raise LovecraftError(
+            f"{source}: {why or 'empty input (no records)'}", hint="check the files" if why else "check the file"
+        )
     trace(f"phase 1 done: {total} rows")
     bounds = _plan_shards(o, ctx, total, None if direct else split, run, reader)
     trace(f"{len(bounds)} shards planned")

@@ -624,3 +624,32 @@ def test_a_class_folder_that_is_a_link_is_a_class(tmp_path):
     assert got["path"] == ["cat/0.jpg", "cat/1.jpg", "dog/0.jpg", "dog/1.jpg", "dog/2.jpg"]
     assert list(got["label"]) == [0, 0, 1, 1, 1] and manifest(out)["labels"]["names"] == ["cat", "dog"]
     assert list(got["bytes"])[2:] == [b"d0", b"d1", b"d2"]
+
+
+def test_when_every_file_is_skipped_the_line_says_so(tmp_path):
+    """--on-bad-file skip leaving out every file ended in "empty input (no records)" or "holds no
+    files": the line says every file was skipped, and why (convert and shard alike)."""
+    root = tmp_path / "tree"
+    (root / "cat").mkdir(parents=True)
+    for i in range(2):
+        (root / "cat" / f"{i}.jpg").write_bytes(b"x")
+    meta = tmp_path / "meta.csv"
+    meta.write_text("file_name,caption\ntrain/cat/0.jpg,a\ntrain/cat/1.jpg,b\n")
+    why = (
+        f"{root}/cat/0.jpg (no row in --metadata {meta} (looked up as cat/0.jpg, cat/0, 0.jpg, 0)), "
+        f"{root}/cat/1.jpg (no row in --metadata {meta} (looked up as cat/1.jpg, cat/1, 1.jpg, 1))"
+    )
+    for cmd in (["convert"], ["shard", "--num-shards", "2"]):
+        r = lovecraft(cmd[0], str(root), "-o", str(tmp_path / "o"), "--to", "parquet", *cmd[1:], "--metadata",
+                      str(meta), "--on-bad-file", "skip", "-q")  # fmt: skip
+        assert (r.exit_code, r.stderr) == (
+            1,
+            f"Error: {root}: all 2 files were skipped (--on-bad-file skip): {why}; check the files\n",
+        ), cmd
+    r = lovecraft("convert", str(root), "-o", str(tmp_path / "d"), "--to", "hdf5", "--decode", "image",
+                  "--on-bad-file", "skip", "-q")  # fmt: skip
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {root}: no file decodes as an image: {root}/cat/0.jpg (not an image (no format Pillow reads)), ...; "
+        "check the files and --decode\n",
+    )
