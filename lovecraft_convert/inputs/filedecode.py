@@ -176,16 +176,23 @@ def mode_for(pil_mode: str) -> str:
     return "RGB"
 
 
+def _not_empty(data: bytes) -> None:
+    if not data:
+        raise BadFile("an empty file (0 bytes)")
+
+
 def _decoded(data: bytes, limit: int):
     """A Pillow image, loaded (the first frame), refused past ``limit`` bytes of pixels."""
     from PIL import Image, UnidentifiedImageError
 
+    _not_empty(data)
     try:
         im = Image.open(io.BytesIO(data))
         w, h = im.size
         need = w * h * max(len(im.getbands()), 3)  # converted to RGB(A) at worst
         if need > limit:
-            raise TooLarge(f"{w}x{h} pixels ({im.mode})", need)
+            bands = im.mode if len(im.getbands()) >= 3 else f"{im.mode}, counted as RGB: it may be converted"
+            raise TooLarge(f"{w}x{h} pixels ({bands})", need)
         im.load()
     except TooLarge:
         raise
@@ -288,6 +295,7 @@ def _soundfile():
 
 def probe_audio(data: bytes) -> int:
     """The sample rate of a clip (the default --sample-rate)."""
+    _not_empty(data)
     sf = _soundfile()
     try:
         return int(sf.info(io.BytesIO(data)).samplerate)
@@ -305,6 +313,7 @@ class AudioDecoder:
     def __call__(self, data: bytes) -> np.ndarray:
         from .resample import resample
 
+        _not_empty(data)
         sf = _soundfile()
         try:
             with sf.SoundFile(io.BytesIO(data)) as f:

@@ -370,3 +370,13 @@ def test_decoded_pixels_narrowed_to_float16(tmp_path, images):
         np.testing.assert_array_equal(got[k], want, rel)
     report = manifest(out)["float16"]["image"]
     assert report["max_abs_error"] == 0.0 and report["overflow"] == 0
+
+
+def test_an_empty_file_is_said_to_be_empty(tmp_path, images):
+    """A zero-byte file was 'not an image (no format Pillow reads)': it is an empty file."""
+    root = tmp_path / "e"
+    root.mkdir()
+    (root / "a.png").write_bytes(b"")
+    for decode in ("image", "audio"):
+        r = lovecraft("convert", str(root), "-o", str(tmp_path / "o"), "--to", "hdf5", "--decode", decode, "-q")
+        assert r.exit_code == 1 and f"Error: {root}/a.png: an empty file (0 bytes); " in r.stderr, r.stderr
