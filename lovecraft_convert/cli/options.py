@@ -138,7 +138,7 @@ def _mark_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool
 
 
 def json_option(help: str) -> Callable:
-    """``--json``: eager, so a failure of any later step is reported as JSON (see cli.json_error)."""
+    """``--json``: eager, so a failure of any later step is reported as JSON too (cli._json_error)."""
     return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_mark_json, help=help)
 
 
