@@ -53,17 +53,19 @@ class Lookup:
         self.path = path
         self.owner: dict[int, str] = {}  # row -> the file that took it (rows held: bounded by them)
 
-    def find(self, keys: tuple[str, ...], taken=None) -> int:
+    def find(self, keys: tuple[str, ...], taken=None, who: str | None = None) -> int:
         """The row of the file whose candidate keys are ``keys`` (its own relative path first), or
-        -1; ``taken(key)``: is ``key`` the relative path of another file of the input?"""
+        -1; ``taken(key)``: is ``key`` the relative path of another file of the input? ``who``:
+        the file (default: its relative path)."""
+        who = who or keys[0]
         for j, k in enumerate(keys):
             i = self.index.get(k)
             if i is None or (j and taken is not None and taken(k)):
                 continue  # (a shorter key that is another file's path is that file's row)
-            first = self.owner.setdefault(i, keys[0])
-            if first != keys[0]:
+            first = self.owner.setdefault(i, who)
+            if first != who:
                 raise InputError(
-                    f"--metadata {self.path}: the row keyed '{k}' matches both {first} and {keys[0]}",
+                    f"--metadata {self.path}: the row keyed '{k}' matches both {first} and {who}",
                     hint="key the sidecar by each file's relative path (cat/001.jpg), or give each a row",
                 )
             return i

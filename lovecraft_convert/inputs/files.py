@@ -545,7 +545,8 @@ class FilesReader(Reader):
             lookup = self.sidecar.lookup(wanted)
         rows_of = None
         if lookup is not None:
-            rows_of = [lookup.find(k, _other_file(e)) for k, (_, e) in zip(keys, window, strict=True)]
+            rows_of = [lookup.find(k, _other_file(e), self._name(it)) for k, it in zip(keys, window, strict=True)
+                       for e in (it[1],)]  # fmt: skip
         loaded = self._loads(window, pool, threads)
         held: list = []
         held_bytes = 0

@@ -230,7 +230,7 @@ def test_a_sidecar_row_is_one_files(tmp_path):
     r = lovecraft("convert", str(root), "-o", str(tmp_path / "s"), "--to", "parquet", "--metadata", str(stems), "-q")
     assert (r.exit_code, r.stderr) == (
         1,
-        f"Error: --metadata {stems}: the row keyed '001' matches both 001.jpg and cat/001.jpg; key the sidecar by "
+        f"Error: --metadata {stems}: the row keyed '001' matches both {root}/001.jpg and {root}/cat/001.jpg; key the sidecar by "
         "each file's relative path (cat/001.jpg), or give each a row\n",
     )
     assert not os.path.exists(tmp_path / "s")
