@@ -48,7 +48,7 @@ from .filedecode import (
     probe_image,
     thread_pool,
 )
-from .filetree import Entry, top_directories, walk
+from .filetree import Entry, holds_a_file, top_directories, walk
 from .sources import InputSpec
 
 PART_FILES = 16384  # files of one part at most (decoding costs per file, not per byte)
@@ -152,6 +152,10 @@ class FilesReader(Reader):
             self.skip = [self._rel_of(skip_path, s.path) for s in specs]
             self.specs = [TreeSpec(s, self._counter(i)) for i, s in enumerate(specs)]
             classes = sorted({c for s in specs for c in top_directories(s.path)})
+            # (a class folder without a file keeps its label, so that splits agree: said in a note)
+            self.empty_classes = [
+                c for c in classes if not any(holds_a_file(os.path.join(s.path, c)) for s in specs)
+            ]  # fmt: skip
             self.listed: list[Entry] = []
         else:
             self.skip = [None]
@@ -161,6 +165,7 @@ class FilesReader(Reader):
                 rel = os.path.relpath(os.path.abspath(s.path), root).split(os.sep)
                 self.listed.append(Entry(tuple(rel), s.path, s.size or 0))
             classes = sorted({e.rel[0] for e in self.listed if len(e.rel) > 1})
+            self.empty_classes = []
         self.classes = classes
         self.class_index = {c: i for i, c in enumerate(classes)}
         self.decoder = self._decoder()
@@ -636,11 +641,16 @@ class FilesReader(Reader):
         names = self.schema.names
         if "label" in names:
             out["labels"] = {"column": "label", "names": list(self.classes), "from": "top-level folder"}
+            if self.empty_classes:
+                empty = ", ".join(f"'{c}' (label {self.class_index[c]})" for c in self.empty_classes)
+                out["notes"] = [
+                    f"class folders without a file keep their labels (so that splits agree), with no rows: {empty}"
+                ]
         if self.decoder is not None and self.payload in names:
             out["decode"] = {"column": self.payload, **self.decoder.describe()}
         if self.fo.on_bad_file == "skip":
             out["skipped_files"] = self.skipped.to_dict()
-            out["notes"] = self.skipped.note()
+            out["notes"] = out.get("notes", []) + self.skipped.note()
         return out
 
 

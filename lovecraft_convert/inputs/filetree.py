@@ -168,6 +168,27 @@ def top_directories(root: str) -> list[str]:
     return sorted(out)
 
 
+def holds_a_file(path: str) -> bool:
+    """Does the tree under ``path`` hold a visible file (a directory met through a link at its top
+    counted, as the walk reads it)? Stops at the first one (unsorted scans)."""
+    pending = [path]
+    while pending:
+        top = pending.pop()
+        try:
+            with os.scandir(top) as it:
+                for e in it:
+                    if e.name.startswith("."):
+                        continue
+                    kind = _kind(e)
+                    if kind == 0:
+                        return True
+                    if kind == 1:
+                        pending.append(e.path)
+        except OSError:
+            continue
+    return False
+
+
 def holds_data_files(root: str, extensions: set[str], look: int = 1000) -> str | None:
     """The first data file (one whose extension is one of ``extensions``, the kinds recognised by
     name) among the first ``look`` entries of the tree (unsorted), when data files are at least

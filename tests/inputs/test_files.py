@@ -653,3 +653,23 @@ def test_when_every_file_is_skipped_the_line_says_so(tmp_path):
         f"Error: {root}: no file decodes as an image: {root}/cat/0.jpg (not an image (no format Pillow reads)), ...; "
         "check the files and --decode\n",
     )
+
+
+def test_a_class_folder_without_a_file_keeps_its_label_and_is_noted(tmp_path):
+    """An empty class folder (or one holding only hidden files) took a label silently; it keeps it
+    (so that train and val, one of which lacks the class, agree), and a note says so."""
+    root = tmp_path / "val"
+    for c in ("ant", "bee", "cat"):
+        (root / c).mkdir(parents=True)
+    (root / "ant" / "0.jpg").write_bytes(b"a")
+    (root / "bee" / ".DS_Store").write_bytes(b"")
+    (root / "cat" / "0.jpg").write_bytes(b"c")
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(root), "-o", out, "--to", "parquet", "-q")
+    assert r.exit_code == 0
+    assert (
+        r.stderr
+        == "note: class folders without a file keep their labels (so that splits agree), with no rows: 'bee' (label 1)\n"
+    )
+    assert list(read_back(out, "parquet")["label"]) == [0, 2]
+    assert manifest(out)["labels"]["names"] == ["ant", "bee", "cat"]
