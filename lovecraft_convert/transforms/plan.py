@@ -90,7 +90,14 @@ class OutputPlan:
             down.source = where
             out = down.schema
         keep = Filter(filter).check(schema) if filter else None
-        return cls(out, source, tokenize, stack, down, [note] if note else [], Keep(keep))
+        notes = [note] if note else []
+        ignored = getattr(tokenize.tokens.tokenizer, "ignored", None) if tokenize is not None else None
+        if ignored:
+            notes.append(
+                f"{tokenize.tokens.name} asks for {' and '.join(ignored)}, which is not applied: each document is "
+                "tokenized whole (bucket --truncate cuts sequences, and counts them)"
+            )
+        return cls(out, source, tokenize, stack, down, notes, Keep(keep))
 
     @classmethod
     def identity(cls, schema: Schema) -> OutputPlan:

@@ -75,12 +75,28 @@ class CharsTokenizer(Tokenizer):
 
     def encode(self, lines: VarColumn) -> VarColumn:
         raw = lines.values.view(np.uint8)
-        text = raw.tobytes().decode("utf-8", errors="replace")  # the reader has checked the bytes
+        try:
+            text = raw.tobytes().decode("utf-8")  # a text column's bytes are checked by the reader
+        except UnicodeDecodeError:  # a binary column: each row decoded alone, a bad byte one U+FFFD
+            return self._each_row(lines)
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int32)
-        starts = (raw & 0xC0) != 0x80  # the first byte of every character
+        starts = (raw & 0xC0) != 0x80  # the first byte of every character (valid UTF-8 only)
         before = np.zeros(len(raw) + 1, dtype=np.int64)
         np.cumsum(starts, out=before[1:])
         return VarColumn(codes, before[lines.offsets])
+
+    @staticmethod
+    def _each_row(lines: VarColumn) -> VarColumn:
+        """Rows that are not all UTF-8, decoded one by one as the tokenizer.json path decodes them
+        (counting the first bytes of characters, as the fast path does, moved characters across
+        documents: a lone 0x93 is one U+FFFD and no first byte)."""
+        data = lines.values.tobytes()
+        o = lines.offsets.tolist()
+        texts = [data[o[i] : o[i + 1]].decode("utf-8", errors="replace") for i in range(len(o) - 1)]
+        offs = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum([len(t) for t in texts], out=offs[1:])
+        codes = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32).astype(np.int32)
+        return VarColumn(codes, offs)
 
     def token_id(self, token: str) -> int | None:
         return ord(token) if len(token) == 1 else None
@@ -107,6 +123,14 @@ class HfTokenizer(Tokenizer):
                 f"{path}: not a tokenizer.json the tokenizers package can load ({first})",
                 hint="save one with Tokenizer.save(path)",
             ) from None
+        # what the file says of padding and truncation is a setting for a model's batches, not for a
+        # corpus: padded, every document took the pads of its piece's longest (and their EOS came
+        # after them); truncated, it was cut without a word. Documents are tokenized whole
+        # (bucket --truncate cuts, and counts).
+        self.ignored = [k for k, v in (("padding", self.tok.padding), ("truncation", self.tok.truncation)) if v]
+        if self.ignored:
+            self.tok.no_padding()
+            self.tok.no_truncation()
         self.path = path
         self.name = os.path.basename(path)
         self.vocab_size = int(self.tok.get_vocab_size(with_added_tokens=True))
@@ -155,7 +179,10 @@ class HfTokenizer(Tokenizer):
         return out
 
     def describe(self) -> dict:
-        return {"name": "tokenizer.json", "path": os.path.abspath(self.path), "vocab_size": self.vocab_size}
+        d = {"name": "tokenizer.json", "path": os.path.abspath(self.path), "vocab_size": self.vocab_size}
+        if self.ignored:
+            d["settings_not_applied"] = self.ignored  # the file's padding/truncation: documents whole
+        return d
 
 
 _LOADED: dict[tuple, object] = {}  # (path, size, mtime) -> the library's Tokenizer, in this process
@@ -230,7 +257,7 @@ def marker_id(tokenizer: Tokenizer, spec: str | int | None, flag: str) -> int | 
         return None
     if isinstance(spec, bool):
         raise OptionsError(f"{flag} {spec!r}: give a token of the vocabulary or an integer id")
-    if isinstance(spec, (int, np.integer)) or (isinstance(spec, str) and spec.strip().isdigit()):
+    if isinstance(spec, (int, np.integer)) or (isinstance(spec, str) and spec.isascii() and spec.isdigit()):
         i = int(spec)
         if not 0 <= i <= MAX_ID:
             raise OptionsError(f"{flag} {spec}: token ids are 0 to {MAX_ID}")

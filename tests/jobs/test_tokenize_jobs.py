@@ -14,7 +14,7 @@ import lovecraft_convert as lc
 from lovecraft_convert.schema import VarColumn
 from lovecraft_convert.transforms import tokenize as tk
 from tests.conftest import lovecraft, write
-from tests.readback import READERS
+from tests.readback import READERS, manifest, read_back
 
 FORMATS = ["memmap", "hdf5", "parquet", "tfrecord"]
 DOCS = ["the quick brown fox", "", "jumps over é the lazy dog", "a", "über naïve café " * 5] * 40
@@ -156,3 +156,67 @@ def test_bucket_takes_the_markers_too(tmp_path):
     m = lc.bucket(src, out, to="parquet", num_buckets=1, layout="ragged", eos=0, bos="\t", progress=False)
     assert sorted(READERS["parquet"](out)["tokens"]) == sorted([[9, 97, 98, 0], [9, 0], [9, 99, 100, 101, 0]])
     assert m["bucketing"]["tokenizer"]["eos_id"] == 0 and m["bucketing"]["tokenizer"]["bos_id"] == 9
+
+
+def test_a_tokenizer_files_padding_and_truncation_are_not_applied(tok, tmp_path):
+    """A tokenizer.json saved with padding on padded every document to its piece's longest (the
+    EOS after the pads); one saved with truncation cut every document without a word. Documents
+    are tokenized whole, as Tokenizer.encode does without those settings, and a note says so."""
+    import tokenizers
+
+    from tests.readback import read_megatron
+
+    path, plain = tok
+    padded = tokenizers.Tokenizer.from_file(path)
+    padded.enable_padding(pad_id=0, pad_token="[UNK]")
+    padded.enable_truncation(max_length=3)
+    p2 = str(tmp_path / "padded.json")
+    padded.save(p2)
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", "megatron", "--tokenizer", p2, "--eos", "</s>", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr == (
+        "note: padded.json asks for padding and truncation, which is not applied: each document is tokenized whole "
+        "(bucket --truncate cuts sequences, and counts them)\n"
+    )
+    eos = plain.token_to_id("</s>")
+    want = [plain.encode(d).ids + [eos] for d in DOCS]
+    assert [list(x) for x in read_megatron(out)["tokens"]] == want
+    assert manifest(out)["tokenizer"]["settings_not_applied"] == ["padding", "truncation"]
+
+
+def test_chars_of_a_binary_column_that_is_not_utf8_stay_in_their_document(tmp_path):
+    """chars counted characters by their first bytes: a lone 0x93 (cp1252's quote) is one U+FFFD
+    and no first byte, so every later document began a character early and the last lost its
+    tail (verify --against said ok). Each such row is decoded alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [b"\x93quoted\x94 \xa3 5", b"hello", b"ab\x80cd", b"world"]
+    src = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"text": pa.array(rows, pa.binary())}), src)
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", "parquet", "--tokenizer", "chars", "-q")
+    assert r.exit_code == 0, r.stderr
+    got = ["".join(map(chr, x)) for x in read_back(out, "parquet")["tokens"]]
+    assert got == [b.decode("utf-8", "replace") for b in rows]
+    assert lovecraft("verify", out, "--against", str(src)).exit_code == 0
+
+
+def test_markers_of_unicode_digits_and_documents_all_empty(tmp_path):
+    """--eos '²' passed isdigit() and broke int() (a traceback); bucket of documents all empty
+    divided by zero in its summary (a traceback after writing)."""
+    src = tmp_path / "e.jsonl"
+    src.write_text('{"text": "a²b"}\n{"text": ""}\n')
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", "parquet", "--tokenizer", "chars", "--eos", "²", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert [list(x) for x in read_back(out, "parquet")["tokens"]] == [[97, 178, 98, 178], [178]]
+    empty = tmp_path / "z.jsonl"
+    empty.write_text('{"text": ""}\n{"text": ""}\n')
+    r = lovecraft("bucket", str(empty), "-o", str(tmp_path / "b"), "--to", "memmap", "--num-buckets", "2",
+                  "--tokenizer", "bytes")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "1 buckets" in r.stderr
