@@ -53,6 +53,18 @@ class _Slot:
         self.error: BaseException | None = None
 
 
+def _refused(slot: _Slot) -> None:
+    """Raise the error of a piece whose bytes were refused (a digest that does not match after a
+    second fetch, an object shorter than the manifest says): the reader fetching the same bytes
+    itself may ask for a range of them, which no digest covers, and read the damaged bytes as good
+    (a flipped byte in a memmap file came back in an epoch without a word). Other errors (the
+    network) leave the reader to fetch it itself, once more."""
+    from ..errors import DatasetError
+
+    if slot.state == "failed" and isinstance(slot.error, DatasetError):
+        raise slot.error
+
+
 class Prefetcher:
     """Pieces of ``pieces`` (an iterable, in the order the reader reads them; or of ``(unit, piece)``
     pairs, where the pieces of one unit may be read in any order) fetched ahead of the reader by
@@ -248,6 +260,7 @@ class Prefetcher:
                     self.taken += 1
                     return slot.held
                 if slot.state != "new":
+                    _refused(slot)
                     return None
                 slot.state = "busy"
                 return self._fetch_own(slot)
@@ -285,6 +298,7 @@ class Prefetcher:
         if own:  # not fetched yet (no room for a prefetch): the reader needs it now
             return self._fetch_own(slot)
         if slot.state == "failed" or slot.held is None:
+            _refused(slot)
             return None  # the reader fetches it itself (and meets the error, if there is one)
         self.taken += 1
         return slot.held

@@ -576,6 +576,18 @@ def test_a_flipped_byte_is_caught_and_named(local, s3, bucket, tmp_path):
     with pytest.raises(DatasetError) as e:
         list(ds.batches(100))
     assert e.value.one_line().startswith(f"{victim}: fetched twice, and both times its blake3 is ")
+    # a file the prefetch fetches whole but the reader would read by ranges (larger than a demand
+    # block): its refusal is the reader's too, not a fetch of a range no digest covers (an epoch
+    # came back with the flipped byte, without a word)
+    m = local["memmap"]
+    uri = upload(s3, bucket, "m2", m)
+    victim = flipped(s3, bucket, "m2", m, lambda ps: max(ps, key=lambda q: os.path.getsize(os.path.join(m, q))))
+    assert os.path.getsize(os.path.join(m, victim.rsplit("/", 1)[1])) > 256 << 10
+    for shuffle in (False, True):
+        ds = lc.open_dataset(uri, cache_dir=str(tmp_path / f"c4{shuffle}"), cache_limit=64 << 20)
+        with pytest.raises(DatasetError) as e:
+            list(ds.batches(100, shuffle=shuffle, seed=0))
+        assert e.value.one_line().startswith(f"{victim}: fetched twice, and both times its blake3 is "), shuffle
     # byte ranges of Parquet row groups (a block shuffle): the pages' checksums catch it
     uri = upload(s3, bucket, "p", local["parquet"])
     victim = flipped(s3, bucket, "p", local["parquet"], lambda ps: sorted(ps)[3])
