@@ -30,7 +30,7 @@ def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[In
             continue
         spec = local_path(spec)
         if glob.has_magic(spec) and not os.path.exists(spec):
-            matches = sorted(glob.glob(spec))
+            matches = sorted(glob.glob(spec, recursive=True))  # ``**``: any number of folders, none included
             if not matches:
                 raise InputError(f"{spec}: no file matches this pattern", hint="check the glob")
             paths = matches

@@ -83,8 +83,15 @@ def _list_matches(uri: str) -> list[tuple[str, int]]:
         listed = store.list(key[:magic])
         pattern = key
         out = []
+        # ``**/`` is any number of folders, none included (as Python's glob(recursive=True) and the
+        # local inputs read it): fnmatch's ``**/`` needs one, so the pattern without it is tried too
+        flat = pattern.replace("**/", "") if "**/" in pattern else None
         for k, size in listed:
-            if fnmatch.fnmatchcase(k, pattern) and ("**" in pattern or k.count("/") == pattern.count("/")):
+            if "**" in pattern:
+                hit = fnmatch.fnmatchcase(k, pattern) or (flat is not None and fnmatch.fnmatchcase(k, flat))
+            else:
+                hit = fnmatch.fnmatchcase(k, pattern) and k.count("/") == pattern.count("/")
+            if hit:
                 out.append((base + k, size))
         return sorted(out)
     if key and not key.endswith("/"):

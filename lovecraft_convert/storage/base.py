@@ -15,7 +15,10 @@ class StorageError(LovecraftError):
 
 
 def named(e: StorageError, where: str) -> StorageError:
-    """The same error naming ``where`` (what the user gave) instead of the object it failed on."""
+    """The same error naming ``where`` (what the user gave) instead of the object it failed on
+    (but a bare ``s3://`` stripped of its slashes, ``s3:``, is named as the error names it)."""
+    if "://" not in where and e.where and "://" in e.where:
+        where = e.where
     return StorageError(e.detail, where=where, hint=e.hint, kind=e.kind)
 
 

@@ -16,7 +16,8 @@ def get_store(uri: str) -> Store:
 
     scheme, bucket, _ = split(uri)
     if not bucket:
-        raise StorageError(f"{uri}: no bucket named", hint="give a URI like s3://bucket/path")
+        shown = uri if "://" in uri else uri + "//"  # (a bare s3:// stripped of its slashes)
+        raise StorageError("no bucket named", where=shown, hint="give a URI like s3://bucket/path")
     k = (os.getpid(), scheme, bucket)
     with _lock:
         s = _stores.get(k)

@@ -33,7 +33,7 @@ def local_path(path: str) -> str:
 def split(uri: str) -> tuple[str, str, str]:
     """(scheme, bucket, key) of ``s3://bucket/key`` (key without a leading slash, may be empty)."""
     scheme = scheme_of(uri)
-    rest = uri.split("://", 1)[1]
+    rest = uri.split("://", 1)[1] if "://" in uri else ""  # ("s3:" left of a bare s3:// stripped of its /)
     bucket, _, key = rest.partition("/")
     return scheme or "", bucket, key
 

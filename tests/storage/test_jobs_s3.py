@@ -152,6 +152,31 @@ def test_inputs_from_prefix_and_glob(s3, bucket, tmp_path):
         same_as_local(s3, bucket, "o", str(tmp_path / "loc"))
 
 
+def test_a_double_star_glob_is_any_number_of_folders_here_and_on_s3(s3, bucket, tmp_path):
+    """d/**/*.jsonl matched only d/*/*.jsonl locally (glob without recursive=True: 1,000 rows of
+    3,000) and left out d/top.jsonl on S3 (fnmatch's **/ needs a folder: 2,000), exit 0 both."""
+    import glob
+
+    d = tmp_path / "d"
+    for k, rel in enumerate(("top.jsonl", "a/one.jsonl", "a/b/two.jsonl")):
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        body = "".join(f'{{"i": {k * 1000 + j}}}\n' for j in range(1000))
+        (d / rel).write_text(body)
+        s3.put_object(Bucket=bucket, Key=f"d/{rel}", Body=body.encode())
+    assert len(glob.glob(str(d / "**" / "*.jsonl"), recursive=True)) == 3
+    for src, out in (
+        (str(d / "**" / "*.jsonl"), str(tmp_path / "loc")),
+        (f"s3://{bucket}/d/**/*.jsonl", f"s3://{bucket}/o"),
+    ):
+        r = lovecraft("convert", src, "-o", out, "--to", "parquet", "-q", "--json")
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.stdout)["rows"] == 3000, src
+    # and a bare s3:// is one line, not a traceback
+    for args in (("inspect", "s3://"), ("convert", "s3://", "-o", str(tmp_path / "x"), "--to", "parquet")):
+        r = lovecraft(*args)
+        assert (r.exit_code, r.stderr) == (1, "Error: s3://: no bucket named; give a URI like s3://bucket/path\n")
+
+
 @pytest.mark.parametrize("kind", ["npy", "parquet", "arrow"])
 def test_columnar_and_npy_inputs_from_s3(kind, s3, bucket, tmp_path):
     import pyarrow as pa
