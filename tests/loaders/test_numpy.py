@@ -480,3 +480,20 @@ def test_a_column_named_like_the_lengths_a_batch_adds_is_refused(tmp_path):
     )
     b = next(iter(lc.open_dataset(out, columns=["seq"]).batches(2)))
     assert b["seq"].tolist() == [[1, 2], [3, 0]] and b["seq_length"].tolist() == [2, 1]
+
+
+def test_a_damaged_hdf5_chunk_read_at_random_is_named(tmp_path):
+    """An exact shuffle of a compressed HDF5 dataset reads whole chunks: a chunk failing its
+    checksum raised h5py's OSError without a file or a row (the read in order named both)."""
+    src = tmp_path / "x.npy"
+    np.save(src, np.random.default_rng(0).standard_normal((20_000, 8)).astype(np.float32))
+    out = tmp_path / "o"
+    assert lovecraft("convert", str(src), "-o", str(out), "--to", "hdf5", "--compression", "gzip", "-q").exit_code == 0
+    path = out / "data.h5"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetError) as e:
+        list(lc.open_dataset(str(out)).batches(256, shuffle="exact", seed=0))
+    line = str(e.value)
+    assert line.startswith(f"{path}: column 'x', rows ") and "cannot read" in line and "the file is corrupt" in line

@@ -302,6 +302,11 @@ class Hdf5Reader(PartReader):
             a = c * rows_per_chunk
             b = min(self.rows, a + rows_per_chunk)
             block = np.empty((b - a, *ds.shape[1:]), dtype=ds.dtype)
-            ds.read_direct(block, np.s_[a:b])
+            try:
+                ds.read_direct(block, np.s_[a:b])
+            except OSError as e:  # a chunk that fails its checksum (a damaged file): named, as above
+                raise DatasetError(
+                    f"{self.path}: column '{name}', rows {a}..{b - 1}: cannot read ({e})", hint=CORRUPT
+                ) from None
             self.cache.put(key, block)
         return block
