@@ -624,6 +624,6 @@ def cache_at(root: str | None = None, limit: int | str | None = None) -> Cache:
     k = (os.getpid(), r, n)
     with _CACHES_LOCK:
         c = _CACHES.get(k)
-        if c is None:
+        if c is None or not os.path.isdir(c.locks):  # (removed since: made again, not blamed on the data)
             c = _CACHES[k] = Cache(r, n)
         return c

@@ -380,3 +380,19 @@ def test_unreachable_store_is_named(s3_server, tmp_path, monkeypatch):
     finally:
         drop_stores()
     assert e.value.one_line().startswith("s3://nowhere/x.bin: cannot connect to http://127.0.0.1:9; ")
+
+
+def test_a_cache_directory_removed_between_opens_is_made_again(tmp_path):
+    """A user clearing ~/.cache/lovecraft between two open_dataset calls of one process: the
+    process's cache object kept the removed paths and the next read said the dataset was damaged
+    (no such file in locks/). It is made again."""
+    import shutil
+
+    from lovecraft_convert.storage.cache import cache_at
+
+    root = str(tmp_path / "c")
+    first = cache_at(root, "1MiB")
+    shutil.rmtree(root)
+    again = cache_at(root, "1MiB")
+    assert again is not first and os.path.isdir(again.locks) and os.path.isdir(again.objects)
+    assert cache_at(root, "1MiB") is again
