@@ -232,7 +232,9 @@ def make_client():
         retries={"mode": "standard", "max_attempts": attempts},
         max_pool_connections=16,
         connect_timeout=float(os.environ.get("LOVECRAFT_S3_CONNECT_TIMEOUT", "10")),
-        read_timeout=60,
+        # seconds without a byte from a connection that answered (a stuck endpoint): with 8
+        # attempts, 60 s kept a run silent for 9 minutes before its one line
+        read_timeout=float(os.environ.get("LOVECRAFT_S3_READ_TIMEOUT", "20")),
     )
     session = boto3.session.Session()
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or session.region_name
