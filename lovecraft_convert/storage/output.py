@@ -200,8 +200,8 @@ class RemoteOutputDir:
                 continue
             if not k[len(self.prefix) :].startswith("run-"):
                 raise OutputError(
-                    f"{self.path}: output already exists (it holds {self.store.uri(k)}, which is not of a "
-                    "lovecraft dataset)",
+                    f"{self.path}: output already exists (it holds {self.store.uri(k)}, which no run writing "
+                    "here made: a dataset takes a prefix of its own)",
                     hint="pass --overwrite to replace everything under it, or choose another path",
                 )
 

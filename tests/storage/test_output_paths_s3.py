@@ -62,8 +62,9 @@ def test_a_prefix_holding_other_objects_is_an_existing_output(s3, bucket, tmp_pa
     r = lovecraft("convert", str(src), "-o", f"s3://{bucket}/out", "--to", "parquet", "-q")
     assert (r.exit_code, r.stderr) == (
         1,
-        f"Error: s3://{bucket}/out: output already exists (it holds s3://{bucket}/out/notes.txt, which is not of "
-        "a lovecraft dataset); pass --overwrite to replace everything under it, or choose another path\n",
+        f"Error: s3://{bucket}/out: output already exists (it holds s3://{bucket}/out/notes.txt, which no run "
+        "writing here made: a dataset takes a prefix of its own); pass --overwrite to replace everything under "
+        "it, or choose another path\n",
     )
     assert sorted(objects(s3, bucket)) == ["out/notes.txt", "out/run-20200101T000000Z-dead/part.parquet"]
     s3.delete_object(Bucket=bucket, Key="out/notes.txt")
