@@ -168,25 +168,27 @@ def top_directories(root: str) -> list[str]:
     return sorted(out)
 
 
-def holds_a_file(path: str) -> bool:
-    """Does the tree under ``path`` hold a visible file (a directory met through a link at its top
-    counted, as the walk reads it)? Stops at the first one (unsorted scans)."""
-    pending = [path]
+def _scanned(root: str) -> Iterator[tuple[os.DirEntry, int | None]]:
+    """Every entry of the tree under ``root``, unsorted (a directory's entries as the system lists
+    them, directories depth first), with its kind (:func:`_kind`; None: hidden, not looked into)."""
+    pending = [root]
     while pending:
         top = pending.pop()
         try:
             with os.scandir(top) as it:
                 for e in it:
-                    if e.name.startswith("."):
-                        continue
-                    kind = _kind(e)
-                    if kind == 0:
-                        return True
+                    kind = None if e.name.startswith(".") else _kind(e)
                     if kind == 1:
                         pending.append(e.path)
+                    yield e, kind
         except OSError:
             continue
-    return False
+
+
+def holds_a_file(path: str) -> bool:
+    """Does the tree under ``path`` hold a visible file (a directory met through a link at its top
+    counted, as the walk reads it)? Stops at the first one (unsorted scans)."""
+    return any(kind == 0 for _, kind in _scanned(path))
 
 
 def holds_data_files(root: str, extensions: set[str], look: int = 1000) -> str | None:
@@ -194,26 +196,13 @@ def holds_data_files(root: str, extensions: set[str], look: int = 1000) -> str |
     name) among the first ``look`` entries of the tree (unsorted), when data files are at least
     half of the files seen; else None. A folder of CSV files is more likely a mistake for a glob
     than a tree of files to read as bytes; a folder of images with a metadata.csv is a tree."""
-    seen = files = 0
+    files = 0
     found: list[str] = []
-    pending = [root]
-    while pending and seen < look:
-        top = pending.pop()
-        try:
-            with os.scandir(top) as it:
-                for e in it:
-                    seen += 1
-                    if seen >= look:
-                        break
-                    if e.name.startswith("."):
-                        continue
-                    kind = _kind(e)
-                    if kind == 1:
-                        pending.append(e.path)
-                    elif kind == 0:
-                        files += 1
-                        if os.path.splitext(e.name)[1].lower() in extensions:
-                            found.append(e.path)
-        except OSError:
-            continue
+    for seen, (e, kind) in enumerate(_scanned(root), 1):
+        if seen >= look:
+            break
+        if kind == 0:
+            files += 1
+            if os.path.splitext(e.name)[1].lower() in extensions:
+                found.append(e.path)
     return found[0] if found and 2 * len(found) >= files else None
