@@ -285,6 +285,10 @@ def test_inspect_describes_ours_and_megatron_cores_own_files(small, tmp_path):
          "Error: --bos '-3': the bytes tokenizer's tokens are single bytes; give one ASCII character or an integer "
          "id (256 or more for a token beyond the bytes)"),
         (["t.txt", "--tokenizer", "bytes", "--eos", "4294967296"], 2, "Error: --eos 4294967296: token ids are 0 to 2147483647"),
+        (["e.txt", "--tokenizer", "bytes"], 1,
+         "Error: column 'tokens': none of the 2 documents has a token, and Megatron-Core cannot open the empty .bin "
+         "that would make; check the input column (every document is empty), or end each document with a token "
+         "(--eos)"),
         (["t.txt", "--tokenizer", "nope.json"], 1,
          "Error: --tokenizer nope.json: no such file; give bytes, chars, or the path of a Hugging Face tokenizer.json"),
         (["t.txt", "--tokenizer", "t.txt"], 1, "Error: t.txt: not a tokenizer.json the tokenizers package can load"),
@@ -293,6 +297,7 @@ def test_inspect_describes_ours_and_megatron_cores_own_files(small, tmp_path):
 def test_what_it_cannot_hold_is_one_line(tmp_path, monkeypatch, args, code, message):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "t.txt", b"abc\n")
+    write(tmp_path / "e.txt", b"\n\n")  # two empty documents: an empty .bin, which Megatron-Core cannot map
     write(tmp_path / "d.csv", b"id,body\n1,x\n")
     np.save(tmp_path / "x.npy", np.zeros((3, 2), np.float32))
     r = lovecraft("convert", str(tmp_path / args[0]) if "/" not in args[0] else args[0], *args[1:], "-o", "out",
@@ -315,7 +320,12 @@ def test_property_round_trip(tmp_path_factory, docs, eos, shards):
     src = write(d / "t.txt", ("\n".join(docs) + "\n").encode())
     out = str(d / "out")
     shards = min(shards, len(docs))
-    lc.shard(src, out, to="megatron", tokenizer="bytes", eos=eos, num_shards=shards, workers=1, progress=False)
+    try:
+        lc.shard(src, out, to="megatron", tokenizer="bytes", eos=eos, num_shards=shards, workers=1, progress=False)
+    except lc.SchemaError as e:  # a shard of empty documents only: refused (Megatron-Core cannot map an empty .bin)
+        assert eos is None and "has a token" in str(e) and "" in docs
+        assert not os.path.exists(out)
+        return
     dt = "u1" if eos is None or eos < 256 else ("<u2" if eos < 65536 else "<i4")
     got = []
     for i in range(shards):

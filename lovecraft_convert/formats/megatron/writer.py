@@ -60,6 +60,12 @@ class MegatronWriter(Writer):
         self.rows += batch.num_rows
 
     def close(self) -> list[FileRecord]:
+        if self.rows and not self.tokens:  # Megatron-Core maps the .bin, and cannot map an empty file
+            raise SchemaError(
+                f"column '{self.field.name}': none of the {self.rows} documents has a token, and Megatron-Core "
+                "cannot open the empty .bin that would make",
+                hint="check the input column (every document is empty), or end each document with a token (--eos)",
+            )
         nbytes, digest = self.bin.close()
         if nbytes != self.tokens * self.dtype.itemsize:
             raise RuntimeError(f"{self.bin_path}: wrote {nbytes} bytes for {self.tokens} tokens")
