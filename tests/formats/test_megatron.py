@@ -286,9 +286,9 @@ def test_inspect_describes_ours_and_megatron_cores_own_files(small, tmp_path):
          "id (256 or more for a token beyond the bytes)"),
         (["t.txt", "--tokenizer", "bytes", "--eos", "4294967296"], 2, "Error: --eos 4294967296: token ids are 0 to 2147483647"),
         (["e.txt", "--tokenizer", "bytes"], 1,
-         "Error: column 'tokens': none of the 2 documents has a token, and Megatron-Core cannot open the empty .bin "
-         "that would make; check the input column (every document is empty), or end each document with a token "
-         "(--eos)"),
+         "Error: column 'tokens': none of the 2 documents of data.bin has a token, and Megatron-Core cannot open an "
+         "empty .bin; end each document with a token (--eos), or leave the empty documents out (--filter "
+         "'len(COLUMN) > 0', COLUMN the text column)"),
         (["t.txt", "--tokenizer", "nope.json"], 1,
          "Error: --tokenizer nope.json: no such file; give bytes, chars, or the path of a Hugging Face tokenizer.json"),
         (["t.txt", "--tokenizer", "t.txt"], 1, "Error: t.txt: not a tokenizer.json the tokenizers package can load"),

@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from ...errors import SchemaError
-from ...runtime.durable import HashingWriter
+from ...runtime.durable import HashingWriter, durable_files
 from ...schema import Batch, Schema, VarColumn
 from ...storage.stream import open_stream
 from ..writing import FileRecord, WriteOptions, Writer
@@ -60,11 +60,13 @@ class MegatronWriter(Writer):
         self.rows += batch.num_rows
 
     def close(self) -> list[FileRecord]:
-        if self.rows and not self.tokens:  # Megatron-Core maps the .bin, and cannot map an empty file
+        if self.rows and not self.tokens and durable_files():  # (a trial shard is only measured)
+            # Megatron-Core maps the .bin, and cannot map an empty file
             raise SchemaError(
-                f"column '{self.field.name}': none of the {self.rows} documents has a token, and Megatron-Core "
-                "cannot open the empty .bin that would make",
-                hint="check the input column (every document is empty), or end each document with a token (--eos)",
+                f"column '{self.field.name}': none of the {self.rows} documents of "
+                f"{os.path.basename(self.bin_path)} has a token, and Megatron-Core cannot open an empty .bin",
+                hint="end each document with a token (--eos), or leave the empty documents out "
+                "(--filter 'len(COLUMN) > 0', COLUMN the text column)",
             )
         nbytes, digest = self.bin.close()
         if nbytes != self.tokens * self.dtype.itemsize:
