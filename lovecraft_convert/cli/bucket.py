@@ -126,7 +126,7 @@ def bucket(**params) -> None:  # fmt: skip
         b = manifest["bucketing"]
         single = b["tokens"] / b["single_bucket_padded_tokens"] if b["single_bucket_padded_tokens"] else 1.0
         click.echo(
-            f"  {len(manifest['buckets'])} buckets, boundaries {','.join(map(str, b['boundaries']))}; "
+            f"  {len(manifest['buckets'])} bucket{'s' if len(manifest['buckets']) != 1 else ''}, boundaries {','.join(map(str, b['boundaries']))}; "
             f"padding efficiency {b['padding_efficiency']:.1%} (one bucket: "
             f"{single:.1%}), {number(b['padded_tokens_saved'])} padded tokens saved",
             err=True,

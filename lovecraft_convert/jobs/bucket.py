@@ -514,7 +514,7 @@ def _manifest(
         }  # fmt: skip
         entry.update(fmt.bucket_extra(shards[0]["extra"]))
         buckets.append(entry)
-    single = total_rows * longest
+    single = total_rows * max(1, longest)  # one bucket, at least one wide as every bucket is
     c = {k: sum(p[k] for p in split) for k in ("rows_in", "short", "long", "truncated", "tokens_cut")}
     bucketing = {
         "boundaries": layout["bounds"],
