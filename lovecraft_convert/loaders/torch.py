@@ -185,9 +185,9 @@ def _classes() -> dict[str, type]:
                 live = {"epoch": e, "position": p, "offset": off, "reader": reader}
             else:
                 live = {"epoch": self.epoch, "position": 0, "offset": 0, "reader": None}
+            # (a share read to its end stays at the end of its epoch: a resumed iteration then reads
+            # nothing of it, where "the next epoch from its start" read a whole epoch again)
             e, p = live["epoch"], live["position"]
-            if p >= self.source.end(e) and not live["offset"]:
-                e, p = e + 1, 0
             extra = {"offset": live["offset"], "world_size": self.world_size, "rank": self.rank}
             if live["reader"] is not None:
                 extra["reader"] = list(live["reader"])
@@ -247,7 +247,7 @@ def _classes() -> dict[str, type]:
                 live["position"], live["offset"] = pos, 0
                 del live["rows"]
                 skip = 0
-            self._live = {"epoch": epoch + 1, "position": 0, "offset": 0, "reader": reader}
+            self._live = {"epoch": epoch, "position": self.source.end(epoch), "offset": 0, "reader": reader}
 
         def __len__(self) -> int:
             """Rows of this rank's share (row mode); batches depend on the number of workers."""

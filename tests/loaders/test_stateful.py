@@ -197,7 +197,8 @@ def test_workers_at_different_steps_give_no_global_state(paths):
 def test_an_iterable_of_rows_resumes_at_the_exact_row(paths, fmt, k):
     """Stopped after any number of rows (inside a read batch, on its edges, at the end), the state
     of an iterable of rows resumes at the next row: head + rest is the uninterrupted order (after
-    the last row of the epoch, the next epoch)."""
+    the last row of the epoch, nothing: the resumed iteration is the rest of that epoch, as
+    torchdata's own samplers resume; it read the next epoch whole, every row twice)."""
     full = [int(r["id"]) for r in open_dataset(paths[fmt]).to_torch(shuffle=True, seed=3)]
     ds = open_dataset(paths[fmt]).to_torch(shuffle=True, seed=3)
     it = iter(ds)
@@ -206,7 +207,31 @@ def test_an_iterable_of_rows_resumes_at_the_exact_row(paths, fmt, k):
     again = open_dataset(paths[fmt]).to_torch(shuffle=True, seed=3)
     again.load_state_dict(state)
     rest = [int(r["id"]) for r in again]
-    if k == N:  # the state stands at the start of epoch 1: another order of every row
-        assert head == full and sorted(rest) == sorted(full) and rest != full
+    if k == N:  # the state stands at the end of epoch 0: nothing is left of it
+        assert head == full and rest == [] and (state["epoch"], state["position"]) == (0, N)
+        again.set_epoch(1)  # the next epoch, as any epoch: another order of every row
+        nxt = [int(r["id"]) for r in again]
+        assert sorted(nxt) == sorted(full) and nxt != full
     else:
         assert head + rest == full and len(full) == N
+
+
+@pytest.mark.parametrize("case", ["rows", "batches", "map"])
+@pytest.mark.parametrize("left", [2, 1, 0])
+def test_a_state_saved_at_the_end_of_an_epoch_resumes_with_what_is_left_of_it(paths, case, left):
+    """Saved with ``left`` batches of the epoch to come (one, or none, for each of the 2 workers),
+    the resumed loader gives just those: an iterable dataset's worker whose share was read to its
+    end resumed with the next epoch whole (a state after the last batch read the epoch twice)."""
+    loader = make_loader(paths, case)
+    head = []
+    total = -(-N // 100)
+    for i, b in enumerate(loader):
+        head.append(b["id"].numpy().reshape(-1))
+        if i == total - 1 - left:
+            state = state_from_json(json.loads(json.dumps(state_to_json(loader.state_dict()))))
+            break
+    again = make_loader(paths, case)
+    again.load_state_dict(state)
+    rest = [b["id"].numpy().reshape(-1) for b in again]
+    assert len(rest) == left
+    assert_each_once(np.concatenate(head + rest), N)
