@@ -35,6 +35,8 @@ from ..errors import InputError, LovecraftError
 from ..formats.checking import file_of
 from ..inputs import open_reader
 from ..inputs.base import SchemaChanged
+from ..inputs.csv import CsvReader
+from ..inputs.csvtypes import BOOL_NAN
 from ..jobs.convert import dedup_pass, output_plan
 from ..jobs.options import ConvertOptions
 from ..runtime.readahead import prefetch
@@ -302,7 +304,10 @@ class SourceComparer:
                 and want.np_dtype.kind == "f"
                 and f.np_dtype.kind in "iub"
             ):
-                forced[f.name] = "float64"  # ints or bools with a null (for a sequence: an element), read as float64
+                # ints or bools with a null (for a sequence: an element), read as float64; CSV's
+                # booleans as booleans held as float64 (parsed as numbers, 'true' is no number)
+                csv_bool = f.np_dtype.kind == "b" and f.kind == FIXED and isinstance(reader, CsvReader)
+                forced[f.name] = BOOL_NAN if csv_bool else "float64"
         if reader.late_columns:  # JSON Lines: keys met late in the input, sequences widened
             forced = self._dataset_types(reader)
         reader.widen(forced)

@@ -664,3 +664,21 @@ def test_float16_infinities_are_infinities_in_the_statistics(tmp_path, fmt):
     st = json.loads((out / "_manifest.json").read_text())["stats"]["f"]
     assert (st["min"], st["max"]) == ("-inf", 65504.0)
     assert lovecraft("verify", str(out)).exit_code == 0
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "memmap", "hdf5", "tfrecord"])
+def test_against_a_csv_whose_booleans_miss_a_value(tmp_path, fmt):
+    """A CSV column of true/false with an empty field is float64 (1, 0, NaN) in the dataset; read
+    again as float64 for --against, 'true' is no number: a traceback (SchemaChanged), stdout
+    empty under --json. Found by an outside trial."""
+    src = tmp_path / "b.csv"
+    src.write_text("id,flag\n1,true\n2,\n3,false\n")
+    out = str(tmp_path / "o")
+    assert lovecraft("convert", str(src), "-o", out, "--to", fmt, "-q").exit_code == 0
+    r = lovecraft("verify", out, "--against", str(src), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["ok"] is True
+    src.write_text("id,flag\n1,true\n2,\n3,true\n")  # one value changed: found, named
+    r = lovecraft("verify", out, "--against", str(src))
+    assert r.exit_code == 1
+    assert f"{src}: row 3, column 'flag': 1.0 in the source, 0.0 in the dataset" in r.stderr + r.stdout
