@@ -161,7 +161,8 @@ def _units(m: dict, st: Structure, add) -> bool:
         add(MANIFEST, "rows", f"rows is {st.rows}, its {what} add up to {total}")
     for u in st.units:
         counted = [(p, st.info[p].get("rows")) for p in u.files if is_count(st.info[p].get("rows"))]
-        if len(counted) > 1 and all(r != u.rows for _, r in counted):
+        per_column = all(st.info[p].get("column") is not None for p, _ in counted)  # each holds every row
+        if len(counted) > 1 and not per_column and all(r != u.rows for _, r in counted):
             # the unit's rows split across its files (a wide table's Parquet files)
             total = sum(r for _, r in counted)
             if total != u.rows:

@@ -682,3 +682,27 @@ def test_against_a_csv_whose_booleans_miss_a_value(tmp_path, fmt):
     r = lovecraft("verify", out, "--against", str(src))
     assert r.exit_code == 1
     assert f"{src}: row 3, column 'flag': 1.0 in the source, 0.0 in the dataset" in r.stderr + r.stdout
+
+
+def test_a_shards_rows_edited_in_a_memmap_manifest_names_each_column_file(tmp_path):
+    """Each of a memmap shard's column files holds every row of the shard: with the shard's rows
+    edited, verify said its files 'add up to' 6x the rows (it summed them, as for files that split
+    a shard's rows). Found by an outside trial."""
+    np.save(tmp_path / "a.npy", np.arange(100, dtype=np.int64))
+    np.save(tmp_path / "b.npy", np.ones((100, 2), np.float32))
+    out = tmp_path / "o"
+    r = lovecraft("shard", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "-o", str(out), "--to", "memmap",
+                  "--num-shards", "2", "-q")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    m = json.loads((out / "_manifest.json").read_text())
+    m["shards"][0]["rows"] -= 1
+    m["rows"] -= 1
+    (out / "_manifest.json").write_text(json.dumps(m))
+    r = lovecraft("verify", str(out))
+    assert r.exit_code == 1
+    lines = r.stdout.splitlines()
+    assert lines[:2] == [
+        f"{out}/part-00000-of-00002.a.npy: the manifest says 50 rows for this file, 49 for its shard 0",
+        f"{out}/part-00000-of-00002.b.npy: the manifest says 50 rows for this file, 49 for its shard 0",
+    ]
+    assert "add up to" not in r.stdout + r.stderr
