@@ -106,15 +106,19 @@ class BatchIterator:
     ) -> None:
         self.source = source
         self.rank, self.world_size = check_reader(rank, world_size)
-        if state is not None:
-            epoch, pos = check_state(state, source.identity())
-        else:
-            if not _count(epoch):
-                raise DatasetError(f"epoch must be a count, not {epoch!r}")
-            pos = 0
+        if not _count(epoch):
+            raise DatasetError(f"epoch must be a count, not {epoch!r}")
         if epochs is not None and (not _count(epochs)):
             raise DatasetError(f"epochs must be a count or None, not {epochs!r}")
         self.first = epoch
+        pos = 0
+        if state is not None:
+            at, pos = check_state(state, source.identity())
+            # The same call that saved it (the same epochs, to the same end) goes on to that end: the
+            # rest of what it would have read. Other arguments read ``epochs`` from the state's epoch on.
+            if not ("until" in state and state["until"] == (None if epochs is None else epoch + epochs)):
+                self.first = at
+            epoch = at
         self.epochs = epochs
         self.epoch = epoch
         self.position = pos
@@ -156,7 +160,8 @@ class BatchIterator:
         epoch, pos = self.epoch, self.position
         if pos >= self.source.end(epoch):
             epoch, pos = epoch + 1, 0
-        return make_state(self.source.identity(), epoch, pos, world_size=self.world_size, rank=self.rank)
+        until = None if self.epochs is None else self.first + self.epochs  # where this iterator ends
+        return make_state(self.source.identity(), epoch, pos, world_size=self.world_size, rank=self.rank, until=until)
 
     def close(self) -> None:
         if self._it is not None and hasattr(self._it, "close"):

@@ -187,6 +187,31 @@ def test_epochs_have_their_own_order_and_state_crosses_them(wide):
     assert np.array_equal(ids_of(ds.batches(1000, **opts, state=st)), e1)
 
 
+def test_the_same_call_with_its_state_reads_the_rest_of_its_epochs(wide):
+    """``batches(..., epochs=3)`` stopped in epoch 1 and called again with the same arguments and
+    its state reads epochs 1 and 2 from where it stood (it read epochs 1, 2 and 3: an epoch
+    more, counted from the state's); a state saved after the last batch gives nothing more. Other
+    arguments read ``epochs`` from the state's epoch. Found by an outside trial."""
+    ds = open_dataset(wide["parquet"])
+    kw = dict(shuffle=True, seed=5, shuffle_buffer=WINDOW, epochs=3)
+    full = ids_of(ds.batches(1000, **kw))
+    it = ds.batches(1000, **kw)
+    head = [next(it)["id"] for _ in range(17)]  # mid epoch 1
+    st = json.loads(json.dumps(it.state_dict()))
+    assert (st["epoch"], st["until"]) == (1, 3)
+    rest = ids_of(ds.batches(1000, **kw, state=st))
+    assert np.array_equal(np.concatenate([*head, rest]), full)
+    one = ds.batches(1000, shuffle=True, seed=5, shuffle_buffer=WINDOW)
+    for _ in one:
+        pass
+    end = one.state_dict()
+    assert (end["epoch"], end["position"], end["until"]) == (1, 0, 1)
+    assert len(ids_of(ds.batches(1000, shuffle=True, seed=5, shuffle_buffer=WINDOW, state=end))) == 0
+    # another call: one epoch (the default) from the state's epoch, as before
+    assert np.array_equal(ids_of(ds.batches(1000, shuffle=True, seed=5, shuffle_buffer=WINDOW, state=st)),
+                          full[len(np.concatenate(head)) : 2 * N])  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------
 # refusals: one line saying which
 # --------------------------------------------------------------------------------------------

@@ -175,7 +175,8 @@ def test_a_pipeline_starts_at_a_saved_state(datasets, fmt, shuffle):
     for _ in range(7):
         next(it)
     state = it.state_dict()
-    assert state == ds.state_at(32, shuffle=shuffle, seed=6, step=7) | {"rank": 0}
+    # (an iterator's state also says where it ends: "until", the end of its epochs)
+    assert state == ds.state_at(32, shuffle=shuffle, seed=6, step=7) | {"rank": 0, "until": 1}
     d = ds.to_tf_dataset(32, shuffle=shuffle, state=state, x=["id", "x", "h"])
     got = [np.asarray(b[0]["id"]) for b in d.as_numpy_iterator()]  # (features, label)
     assert len(got) == len(full) // 2 - 7
