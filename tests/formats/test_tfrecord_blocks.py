@@ -14,6 +14,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import lovecraft_convert as lc
 from lovecraft_convert.errors import DatasetError
@@ -135,3 +137,32 @@ def test_datasets_written_without_an_index_read_the_same(written, comp, tmp_path
     st = open_dataset(ds).state_at(100, shuffle=True, seed=3, step=30, shuffle_buffer=1500)
     rest = [b["id"] for b in open_dataset(ds).batches(100, **opts, state=st)]
     assert all(np.array_equal(a, b) for a, b in zip(want[30:], rest, strict=True))
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack("<Q", len(payload)) + b"\0" * 4 + payload + b"\0" * 4  # (scan_index reads lengths only)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    runs=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 300)), min_size=1, max_size=40),
+    n=st.integers(1, 50),
+    chunk=st.sampled_from([64, 1000, 1 << 16]),
+)
+def test_scan_index_of_runs_of_lengths_is_where_each_block_starts(tmp_path, runs, n, chunk, monkeypatch):
+    """Records of varying lengths and runs of one length, read in chunks of any size: the offsets
+    of records 0, n, 2n, ... and the file's size. (A record of varying length was checked against
+    every record left in its chunk: 63 s to verify a 160 MB shuffled dataset, 5.6 s now.)"""
+    import lovecraft_convert.formats.tfrecord.blocks as blocks
+
+    read = blocks._read_chunks
+    monkeypatch.setattr(blocks, "_read_chunks", lambda path, size=None: read(path, chunk))
+    data, starts = b"", []
+    for length, count in runs:
+        for _ in range(count):
+            starts.append(len(data))
+            data += _frame(b"x" * length)
+    path = tmp_path / "r.tfrecord"
+    path.write_bytes(data)
+    want = np.array([*starts[::n], len(data)], dtype=np.int64)
+    assert np.array_equal(scan_index(str(path), False, n), want)

@@ -109,13 +109,22 @@ class _Marks:
             size = int.from_bytes(buf[p : p + 8], "little") + 16
             if end - p < size:
                 break
-            k = (end - p) // size
-            if k >= 8:
-                lens = np.ndarray((k,), dtype="<u8", buffer=buf, offset=p, strides=(size,))
-                bad = np.flatnonzero(lens != size - 16)
-                k = int(bad[0]) if bad.size else k
-            else:
-                k = 1
+            kmax = (end - p) // size
+            k = 1
+            if kmax >= 8 and int.from_bytes(buf[p + size : p + size + 8], "little") == size - 16:
+                # a run of records of one length: stepped over in growing vectorised checks (8, 64,
+                # 512, ... records), which a record of another length ends; one check of all the
+                # rest per record cost a file of varying lengths a pass over its chunk per record
+                step = 8
+                while k < kmax:
+                    m = min(kmax - k, step)
+                    lens = np.ndarray((m,), dtype="<u8", buffer=buf, offset=p + k * size, strides=(size,))
+                    bad = np.flatnonzero(lens != size - 16)
+                    if bad.size:
+                        k += int(bad[0])
+                        break
+                    k += m
+                    step *= 8
             first = -(-self.records // n) * n
             self.marks.extend(self.base + p + (j - self.records) * size for j in range(first, self.records + k, n))
             p += k * size
