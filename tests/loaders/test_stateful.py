@@ -222,7 +222,7 @@ def test_a_state_saved_at_the_end_of_an_epoch_resumes_with_what_is_left_of_it(pa
     """Saved with ``left`` batches of the epoch to come (one, or none, for each of the 2 workers),
     the resumed loader gives just those: an iterable dataset's worker whose share was read to its
     end resumed with the next epoch whole (a state after the last batch read the epoch twice)."""
-    loader = make_loader(paths, case)
+    loader = make_loader(paths, case)  # noqa: F821 - defined by exec(LOADER)
     head = []
     total = -(-N // 100)
     for i, b in enumerate(loader):
@@ -230,7 +230,7 @@ def test_a_state_saved_at_the_end_of_an_epoch_resumes_with_what_is_left_of_it(pa
         if i == total - 1 - left:
             state = state_from_json(json.loads(json.dumps(state_to_json(loader.state_dict()))))
             break
-    again = make_loader(paths, case)
+    again = make_loader(paths, case)  # noqa: F821
     again.load_state_dict(state)
     rest = [b["id"].numpy().reshape(-1) for b in again]
     assert len(rest) == left
