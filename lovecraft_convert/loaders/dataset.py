@@ -315,6 +315,13 @@ class Dataset(Batches):
         (each of ``world_size`` batches), e.g. for ``to_tf_dataset(state=...)`` from Keras's count."""
         plan = self.plan(batch_size, shuffle, seed, drop_remainder, shuffle_buffer=shuffle_buffer)
         per = batch_size * world_size if plan.unit == "rows" else world_size
+        steps = -(-plan.end(epoch) // per)
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= steps:
+            raise DatasetError(
+                f"step={step!r}: epoch {epoch} has {steps} global steps of {world_size} batch"
+                f"{'es' if world_size != 1 else ''} of {batch_size}",
+                hint=f"give a step from 0 to {steps}",
+            )
         pos = min(plan.end(epoch), int(step) * per)
         if pos >= plan.end(epoch):
             epoch, pos = epoch + 1, 0

@@ -69,6 +69,15 @@ def check_state(state: Any, identity: dict[str, Any]) -> tuple[int, int]:
     return int(epoch), int(pos)
 
 
+def check_position(pos: int, end: int, epoch: int) -> None:
+    """A state's position must lie in its epoch (its end included: the epoch read to its end)."""
+    if pos > end:
+        raise DatasetError(
+            f"the state's position {pos} is past the end of epoch {epoch}, which has {end} positions",
+            hint="give a state a loader of this dataset saved (or ds.state_at(...))",
+        )
+
+
 def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
@@ -114,6 +123,7 @@ class BatchIterator:
         pos = 0
         if state is not None:
             at, pos = check_state(state, source.identity())
+            check_position(pos, source.end(at), at)
             # The same call that saved it (the same epochs, to the same end) goes on to that end: the
             # rest of what it would have read. Other arguments read ``epochs`` from the state's epoch on.
             if not ("until" in state and state["until"] == (None if epochs is None else epoch + epochs)):

@@ -186,12 +186,14 @@ def to_tf_dataset(
     """
     tf = need("tensorflow", "to_tf_dataset()", "pip install 'lovecraft-convert[tf]'")
 
-    from .state import check_state, plan_options
+    from .state import check_position, check_state, plan_options
 
     mixture = getattr(ds, "members", None) is not None  # a Mixture
     opts = plan_options(dtype_float16, shuffle_buffer, pad_to, pad_value)
     plan = ds.resumed_plan(state, batch_size, shuffle, seed, drop_remainder, **opts)
     start = check_state(state, plan.identity()) if state is not None else (int(epoch), 0)
+    if state is not None:
+        check_position(start[1], plan.end(start[0]), start[0])
     int64 = frozenset() if keep_dtype else int64_columns(ds)
     fields = output_fields(plan, ds)  # as read; the int64 columns are widened in the last map
     xs, ys = _pick(_widened(fields, int64), x, y)

@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import DatasetError, need
 from .common import int64_columns, widen
 from .rows import collate as collate  # the collate_fn to give a DataLoader: public here
-from .state import STATE_TAG, check_reader, check_state, make_state, plan_options
+from .state import STATE_TAG, check_position, check_reader, check_state, make_state, plan_options
 
 ROW_READ_BATCH = 1024  # rows read at a time by an iterable dataset that yields rows
 
@@ -200,6 +200,7 @@ def _classes() -> dict[str, type]:
             if adopt and not self.seed_given and self.source.seed is not None and seed != self.source.seed:
                 self.source = self.source.with_seed(seed)
             e, p = check_state(state, self.identity())
+            check_position(p, self.source.end(e), e)
             off = state.get("offset", 0)
             reader = state.get("reader")
             if not (isinstance(off, int) and off >= 0) or (reader is not None and not _reader_ok(reader)):

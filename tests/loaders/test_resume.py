@@ -333,3 +333,27 @@ def test_iterators_at_once_each_read_what_it_reads_alone(wide, kind):
     for r in range(3):
         assert len(together[r]) == len(alone[r]) > 0
         assert all(np.array_equal(x, y) for x, y in zip(together[r], alone[r], strict=True))
+
+
+def test_a_position_or_step_past_the_epoch_is_refused(wide):
+    """A state whose position lies past its epoch gave nothing (an empty epoch, no word), and
+    ``state_at`` took any step (found by an outside trial)."""
+    ds = open_dataset(wide["parquet"])
+    st = ds.state_at(100, shuffle=True, seed=1, step=3)
+    bad = dict(st, position=10**7)
+    want = (
+        f"the state's position 10000000 is past the end of epoch 0, which has {N} positions; give a state a "
+        "loader of this dataset saved (or ds.state_at(...))"
+    )
+    with pytest.raises(DatasetError) as e:
+        ds.batches(100, shuffle=True, seed=1, state=bad)
+    assert _message(e) == want
+    pytest.importorskip("torch")
+    with pytest.raises(DatasetError) as e:
+        ds.to_torch(batch_size=100, shuffle=True, seed=1).load_state_dict(bad)
+    assert _message(e) == want
+    with pytest.raises(DatasetError) as e:
+        ds.state_at(100, shuffle=True, seed=1, step=10**6)
+    assert _message(e) == "step=1000000: epoch 0 has 120 global steps of 1 batch of 100; give a step from 0 to 120"
+    end = ds.state_at(100, shuffle=True, seed=1, step=120)  # the end of the epoch: the next one's start
+    assert (end["epoch"], end["position"]) == (1, 0)
