@@ -89,7 +89,9 @@ def test_map_daemons_gives_results_in_order_raises_the_first_error_and_leaves_no
     assert map_daemons(lambda x: (time.sleep(0.001 * (x % 3)), x * x)[1], list(range(50)), 4, "t") == [
         x * x for x in range(50)
     ]
-    assert set(threading.enumerate()) == before  # on success every thread has ended
+    # on success every thread it started has ended (threads of earlier tests may end meanwhile:
+    # a C++ thread's _DummyThread that Python had seen, in a whole-suite run)
+    assert not set(threading.enumerate()) - before
 
     def fails(x):
         if x in (7, 9):
