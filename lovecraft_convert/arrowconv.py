@@ -213,7 +213,33 @@ def numpy_to_arrow(a: np.ndarray) -> pa.Array:
     if a.dtype.kind in "iuf":
         a = np.ascontiguousarray(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")))
         return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+    if a.dtype.kind in "SU":
+        return _fixed_text_to_arrow(a)
     return pa.array(a)  # other dtypes (datetime, objects): pyarrow's own conversion
+
+
+def _fixed_text_to_arrow(a: np.ndarray) -> pa.Array:
+    """Fixed-width NumPy text (``S``: binary, ``U``: string) as Arrow, each value its bytes up to
+    the last that is not NUL (NumPy's own reading: trailing NULs are padding, NULs inside are
+    kept). pyarrow's conversion ends a value at its first NUL: ``b"a\0b"`` became ``b"a"``."""
+    n = len(a)
+    if a.dtype.kind == "S":
+        width, unit, t = a.dtype.itemsize, np.uint8, pa.binary()
+    else:
+        a = a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+        width, unit, t = a.dtype.itemsize // 4, np.uint32, pa.string()
+    codes = np.ascontiguousarray(a).view(unit).reshape(n, width) if width else np.zeros((n, 0), unit)
+    used = codes != 0
+    lens = np.where(used.any(axis=1), width - np.argmax(used[:, ::-1], axis=1), 0) if width else np.zeros(n, int)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    values = codes[np.arange(width) < lens[:, None]]  # each row's first lens[i] units, in row order
+    if unit is np.uint32 and len(values) and int(values.max()) >= 0x80:  # beyond ASCII: UTF-8 by Python
+        return pa.array([str(x) for x in a.tolist()], type=t)
+    if offsets[-1] >= 2**31:
+        raise SchemaError("a batch of fixed-width text holds over 2 GiB", hint="lower --max-memory")
+    data = pa.py_buffer(values.astype(np.uint8))
+    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
 
 
 _NUMPY_OF = {
@@ -333,6 +359,8 @@ def column_from_arrow(arr: pa.Array, f: Field):
     while pa.types.is_fixed_size_list(a.type):
         a = a.flatten()
     values = arrow_to_numpy(a)
+    if f.np_dtype.kind in "SU" and values.dtype != f.np_dtype:  # fixed-width text: Arrow gives objects
+        values = values.astype(f.np_dtype) if values.size else np.empty(values.shape, dtype=f.np_dtype)
     return values.reshape((len(arr), *f.shape))
 
 

@@ -242,7 +242,12 @@ def _field(h5py, ds, column: str, where: str, saved: dict | None) -> Field:
             f"{where}: a compound type (fields {', '.join(dt.names)})",
             hint="save each field as a dataset of its own, or leave it out with --columns",
         )
-    if dt.kind not in "biufcSU" or h5py.check_enum_dtype(dt) is not None:
+    if dt.kind == "c":
+        raise InputError(
+            f"{where}: complex numbers ({dt}), which no output format holds",
+            hint="save the real and imaginary parts as two datasets, or leave it out with --columns",
+        )
+    if dt.kind not in "biufSU" or h5py.check_enum_dtype(dt) is not None:
         raise InputError(f"{where}: type {dt} is not read", hint="leave it out with --columns")
     dt = dt.newbyteorder("=") if not dt.isnative else dt
     return Field(column, FIXED, dt.str, tuple(int(s) for s in ds.shape[1:]))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..schema import Batch, Schema, field_for_array
+from ..schema import FIXED, UNITS, Batch, Field, Logical, Schema, field_for_array
 from .base import Part, Reader, ReadOptions
 from .spec import InputSpec
 from .streams import open_stream
@@ -111,6 +111,24 @@ def read_header(f, name: str) -> NpyHeader:
         )
     if dtype.itemsize == 0:
         raise InputError(where=name, message=f"dtype {dtype} has no size", hint="save it with a sized dtype")
+    if dtype.kind == "c":
+        raise InputError(
+            where=name,
+            message=f"holds complex numbers ({dtype}), which no output format holds",
+            hint="save the real and imaginary parts as two .npy files (a.real, a.imag)",
+        )
+    if dtype.kind in "mM":
+        unit, count = np.datetime_data(dtype)
+        ok = count == 1 and (unit in UNITS or (dtype.kind == "M" and unit == "D"))
+        if not ok or len(shape) > 1:
+            kind = "datetime64" if dtype.kind == "M" else "timedelta64"
+            raise InputError(
+                where=name,
+                message=f"holds {dtype} {'rows of shape ' + str(tuple(shape[1:])) if ok else 'values'}, which the "
+                f"formats' times do not hold (one {kind} per row, in s, ms, us or ns"
+                f"{', or days' if dtype.kind == 'M' else ''})",
+                hint=f"save it as a 1-d array in one of those units (a.astype('{kind}[s]'))",
+            )
     if not shape:
         raise InputError(
             where=name, message="a 0-d array has no record axis", hint="save it with at least one dimension"
@@ -165,11 +183,25 @@ def check_unicode(arr: np.ndarray, name: str, row0: int) -> None:
 
 
 def native(arr: np.ndarray) -> np.ndarray:
-    """C-contiguous, native byte order (fields of structured dtypes included)."""
+    """C-contiguous, native byte order (fields of structured dtypes included); datetime64 and
+    timedelta64 as their int64 counts (what :func:`array_field` says the column holds)."""
     dt = arr.dtype
     if dt.byteorder not in ("=", "|") or (dt.fields and not dt.isnative):
         arr = arr.astype(dt.newbyteorder("="))
-    return np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr)
+    return arr.view(np.int64) if arr.dtype.kind in "mM" else arr
+
+
+def array_field(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> Field:
+    """The field of an array's column (``dtype`` native, ``shape`` per row): datetime64 as a
+    timestamp (days: a date), timedelta64 as a duration, each int64 counts of its unit with NaT
+    missing (:class:`~..schema.Logical`), which Parquet keeps as Arrow's types and the other
+    formats as the counts, the manifest saying what they are."""
+    if dtype.kind in "mM":
+        unit = np.datetime_data(dtype)[0]
+        kind = "duration" if dtype.kind == "m" else ("date" if unit == "D" else "timestamp")
+        return Field(name, FIXED, np.dtype(np.int64).str, (), Logical(kind, unit))
+    return field_for_array(name, np.empty((0, *shape), dtype=dtype))
 
 
 class RemoteRows:
@@ -240,7 +272,7 @@ class NpyReader(Reader):
         fields = []
         for spec, h in zip(specs, self.headers, strict=True):
             dt = h.dtype.newbyteorder("=") if not h.dtype.isnative else h.dtype
-            fields.append(field_for_array(spec.stem, np.empty((0, *h.shape[1:]), dtype=dt)))
+            fields.append(array_field(spec.stem, dt, h.shape[1:]))
         self.schema = Schema(tuple(fields))
         self._done = 0
         self._streams: list = []

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError, OptionsError
-from ..schema import Batch, Schema, field_for_array
+from ..schema import Batch, Schema
 from .base import Part, Reader, ReadOptions
-from .npy import NpyHeader, check_claimed_rows, check_unicode, native, read_header
+from .npy import NpyHeader, array_field, check_claimed_rows, check_unicode, native, read_header
 from .spec import InputSpec
 
 LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip member's local header (before its data)
@@ -72,7 +72,7 @@ class NpzReader(Reader):
         fields = []
         for m in self.members:
             dt = m.header.dtype.newbyteorder("=") if not m.header.dtype.isnative else m.header.dtype
-            fields.append(field_for_array(m.column, np.empty((0, *m.header.shape[1:]), dtype=dt)))
+            fields.append(array_field(m.column, dt, m.header.shape[1:]))
         self.schema = Schema(tuple(fields))
         self._done = 0
 

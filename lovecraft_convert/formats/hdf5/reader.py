@@ -154,7 +154,9 @@ class Hdf5Reader(PartReader):
                 if n:
                     ds.read_direct(out, np.s_[start:stop])
                 return out
-            if fd.kind == STRING or ds.dtype.kind in "OSU" and fd.kind == FIXED:
+            if fd.kind == FIXED and ds.dtype.kind in "OSU":  # fixed-width text, as the schema's dtype
+                return _fixed_text(fd, ds.asstr()[start:stop] if fd.np_dtype.kind == "U" else ds[start:stop])
+            if fd.kind == STRING:
                 return ds.asstr()[start:stop] if n else np.empty(0, dtype=object)
             raw = ds[start:stop] if n else np.empty(0, dtype=object)
         except (OSError, UnicodeDecodeError) as e:
@@ -272,7 +274,10 @@ class Hdf5Reader(PartReader):
 
     def _read_points(self, fd: Field, ds, s: np.ndarray):
         uniq, inv = np.unique(s, return_inverse=True)
-        raw = ds.asstr()[uniq] if fd.kind == STRING else ds[uniq]
+        text = fd.kind == STRING or (fd.kind == FIXED and fd.np_dtype.kind == "U")
+        raw = ds.asstr()[uniq] if text else ds[uniq]
+        if fd.kind == FIXED and fd.np_dtype.kind in "SU":
+            raw = _fixed_text(fd, raw)
         if fd.kind == BINARY:
             tmp = np.empty(len(raw), dtype=object)
             tmp[:] = [bytes(x) for x in raw]
@@ -310,3 +315,13 @@ class Hdf5Reader(PartReader):
                 ) from None
             self.cache.put(key, block)
         return block
+
+
+def _fixed_text(fd: Field, raw) -> np.ndarray:
+    """A fixed-width text column (NumPy ``S``/``U``) as its schema's dtype, whatever h5py gave
+    (fixed-length bytes; variable-length strings as objects): bytes kept as they are, NULs inside
+    a value included; the loaders check columns against that dtype."""
+    raw = np.asarray(raw)
+    if raw.dtype == fd.np_dtype:
+        return raw
+    return raw.astype(fd.np_dtype) if raw.size else np.empty(raw.shape, dtype=fd.np_dtype)

@@ -117,7 +117,7 @@ def _vlen(ds, start: int, obj) -> None:
     ds.id.write(h5s.create_simple((len(obj),)), fspace, obj, mtype=h5t.py_create(ds.dtype))
 
 
-def _strings(ds, start: int, stop: int, obj, name: str) -> None:
+def _strings(ds, start: int, stop: int, obj, name: str, fixed: bool = False) -> None:
     try:
         ds[start:stop] = obj
     except ValueError as e:
@@ -126,7 +126,8 @@ def _strings(ds, start: int, stop: int, obj, name: str) -> None:
         i = next(i for i, v in enumerate(obj) if isinstance(v, str) and "\x00" in v)
         raise SchemaError(
             f"column '{name}', row {start + i + 1}: holds a NUL character, which HDF5 strings cannot store",
-            hint="remove it from the input, or write parquet, tfrecord or memmap",
+            hint="remove it from the input, or write "
+            + ("parquet or memmap (fixed-width text)" if fixed else "parquet, tfrecord or memmap"),
         ) from None
 
 
@@ -354,7 +355,7 @@ class Hdf5Writer(Writer):
             elif fd.np_dtype.kind == "U":
                 obj = np.empty(n, dtype=object)
                 obj[:] = col.tolist()
-                io.add(partial(_strings, ds, start, stop, obj, fd.name), col.nbytes)
+                io.add(partial(_strings, ds, start, stop, obj, fd.name, True), col.nbytes)
             elif fd.name in self.direct:
                 self.direct[fd.name].add(col)
             elif n:

@@ -54,7 +54,7 @@ def feature_kind(f: Field) -> str:
         return "int64"
     raise SchemaError(
         f"column '{f.name}' has dtype {dt}, which TFRecord cannot hold",
-        hint="write it to memmap or hdf5",
+        hint="write it to memmap, hdf5 or parquet" if dt.kind in "SU" else "write it to memmap or hdf5",
     )
 
 
