@@ -27,7 +27,7 @@ class BatchInfo:
     rows: int
     body: int  # bytes of its body in the file
     decoded: int  # bytes its buffers take decoded (the body's size when not compressed)
-    compressed: bool
+    compressed: str  # the body's codec ("lz4", "zstd"), "" when not compressed
 
 
 class _Bad(Exception):
@@ -97,21 +97,25 @@ def _message(meta: bytes) -> tuple[int, _Table | None, int]:
     return kind, header, msg.scalar(3, "<q")
 
 
-def _decoded(rb: _Table, read_body) -> tuple[int, int, bool]:
-    """(rows, decoded bytes, compressed) of a RecordBatch table; ``read_body(offset, n)`` reads
+CODECS = {0: "lz4", 1: "zstd"}  # BodyCompression's CompressionType
+
+
+def _decoded(rb: _Table, read_body) -> tuple[int, int, str]:
+    """(rows, decoded bytes, codec or "") of a RecordBatch table; ``read_body(offset, n)`` reads
     bytes of its body."""
     rows = rb.scalar(0, "<q")
     buffers = [(_unpack("<q", rb.buf, p), _unpack("<q", rb.buf, p + 8)) for p in rb.structs(2, 16)]
-    compressed = rb.table(3) is not None
-    if not compressed:
-        return rows, sum(max(0, n) for _, n in buffers), False
+    body = rb.table(3)
+    if body is None:
+        return rows, sum(max(0, n) for _, n in buffers), ""
+    codec = CODECS.get(body.scalar(0, "<b"), "compressed")
     total = 0
     for off, n in buffers:
         if n < 8:
             continue
         size = struct.unpack("<q", read_body(off, 8))[0]
         total += n - 8 if size == -1 else max(0, size)
-    return rows, total, True
+    return rows, total, codec
 
 
 def _read(f, offset: int, n: int) -> bytes:

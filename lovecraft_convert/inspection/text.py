@@ -31,6 +31,16 @@ def draw_histogram(hist: list[dict[str, int]], width: int = BAR) -> list[str]:
     return lines
 
 
+PARTS = {  # what an input is made of: (one, several)
+    "row_groups": ("row group", "row groups"),
+    "record_batches": ("record batch", "record batches"),
+    "files": ("file", "files"),
+    "shards": ("shard", "shards"),
+    "arrays": ("array", "arrays"),
+    "datasets": ("dataset", "datasets"),
+}
+
+
 def format_text(r: dict[str, Any]) -> str:
     """A report of :func:`inspect` as text for a terminal."""
     if r.get("kind") == "dataset":
@@ -44,7 +54,7 @@ def format_text(r: dict[str, Any]) -> str:
             comp = f"{i['compression_inside']}-compressed inside"
         size = format_size(i["size"]) if i["size"] is not None else "size unknown"
         more = "".join(
-            f", {counted(i[k], k.replace('_', ' ').removesuffix('es' if k.endswith('ches') else 's'))}"
+            f", {counted(i[k], *PARTS[k])}"
             for k in ("row_groups", "record_batches", "files", "shards", "arrays", "datasets")
             if k in i
         )
