@@ -152,7 +152,6 @@ class ArrowReader(ColumnarReader):
             f.info["record_batches"] = len(blocks)
             f.info["rows"] = sum(b[0] for b in blocks)
 
-
     def input_details(self, i: int) -> dict:
         """What ``inspect`` shows: with the codec of compressed bodies ("lz4-compressed inside", as a
         Feather file is by default), from the local files' metadata (nothing decompressed)."""

@@ -156,6 +156,7 @@ def detect_format(spec: InputSpec) -> str:
 
     kind = by_extension(spec.base_ext)
     if kind is not None:
+        _check_named_kind(spec, kind)
         return kind
     if not spec.is_stdin:
         with open_stream(spec) as f:
@@ -167,3 +168,44 @@ def detect_format(spec: InputSpec) -> str:
         f"{spec.name}: cannot tell the input format from its name or content",
         hint=f"pass --input-format {', '.join(names()[:-1])} or {names()[-1]}",
     )
+
+
+def _check_named_kind(spec: InputSpec, kind: str) -> None:
+    """A local file whose first bytes are another kind's magic (a Parquet file named ``.csv``, an
+    NPY file named ``.parquet``) is refused naming the kind it is: read as its name says, it fails
+    later in that reader's words (a CSV's "invalid UTF-8 ... pass --errors replace", which only
+    turns the bytes into other errors)."""
+    from ..storage import is_remote
+    from .kinds import MAGICS
+
+    if spec.is_stdin or is_remote(spec.path) or spec.size == 0:
+        return
+    try:
+        with open_stream(spec) as f:
+            head = f.read(16)
+    except (OSError, InputError):
+        return  # (the reader says what is wrong with it)
+    for magic, real in MAGICS:
+        if head.startswith(magic) and real != kind:
+            if real == "parquet" and not _ends_with(spec, b"PAR1"):  # (a CSV whose first field is PAR1)
+                continue
+            what = _WHAT.get(real, f"a {real} file")
+            hint = f"pass --input-format {real}, or rename it"
+            if real == "npz":
+                hint = "an NPZ archive: pass --input-format npz, or rename it; another archive: extract it first"
+            raise InputError(f"{spec.name}: named {spec.base_ext}, but it is {what} (its first bytes)", hint=hint)
+
+
+_WHAT = {"npy": "an NPY file", "parquet": "a Parquet file", "arrow": "an Arrow IPC file", "hdf5": "an HDF5 file",
+         "npz": "a zip archive"}  # fmt: skip
+
+
+def _ends_with(spec: InputSpec, tail: bytes) -> bool:
+    if spec.compression is not None:
+        return True  # (not looked at: a compressed file's last bytes are the compressor's)
+    try:
+        with open(spec.path, "rb") as f:
+            f.seek(max(0, os.path.getsize(spec.path) - len(tail)))
+            return f.read() == tail
+    except OSError:
+        return False

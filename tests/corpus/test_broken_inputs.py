@@ -536,3 +536,30 @@ def test_output_path(tmp_path, case, to):
     for sub in ("taken", "new", "new/deeper"):
         if os.path.isdir(os.path.join(d, sub)):
             assert leftovers(os.path.join(d, sub)) == []
+
+
+def test_a_file_named_as_another_kind_is_named_as_what_it_is(tmp_path):
+    """A Parquet file named .csv was read as CSV ('invalid UTF-8 ...; pass --errors replace', which
+    only turned its bytes into other errors); an NPY file named .parquet was 'damaged or not what
+    its name says'. Its first bytes say what it is (found by an outside trial)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "p.csv")
+    np.save(tmp_path / "n.npy", np.arange(3))
+    os.rename(tmp_path / "n.npy", tmp_path / "n.parquet")
+    (tmp_path / "t.csv").write_text("PAR1,x\n1,2\n")  # a CSV whose first field is PAR1: a CSV
+    r = lovecraft("inspect", str(tmp_path / "p.csv"))
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {tmp_path / 'p.csv'}: named .csv, but it is a Parquet file (its first bytes); pass --input-format "
+        "parquet, or rename it\n",
+    )
+    r = lovecraft("convert", str(tmp_path / "n.parquet"), "-o", str(tmp_path / "o"), "--to", "memmap")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {tmp_path / 'n.parquet'}: named .parquet, but it is an NPY file (its first bytes); pass "
+        "--input-format npy, or rename it\n",
+    )
+    assert lovecraft("inspect", str(tmp_path / "p.csv"), "--input-format", "parquet").exit_code == 0
+    assert lovecraft("inspect", str(tmp_path / "t.csv")).exit_code == 0

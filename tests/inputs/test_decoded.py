@@ -63,7 +63,7 @@ def test_ipc_metadata_gives_each_batch_rows_and_decoded_bytes(tmp_path, kind, co
         got = (file_batches if kind == "file" else stream_batches)(f, os.path.getsize(p))
     batches, dictionaries = got
     assert [b.rows for b in batches] == [3000, 3000, 3000, 1000]
-    assert len(dictionaries) == 1 and all(b.compressed == (compression is not None) for b in batches)
+    assert len(dictionaries) == 1 and all(b.compressed == (compression or "") for b in batches)  # the codec
     reader = ipc.open_file(p) if kind == "file" else ipc.open_stream(p)
     read = [reader.get_batch(i) for i in range(reader.num_record_batches)] if kind == "file" else list(reader)
     for b, rb in zip(batches, read, strict=True):
