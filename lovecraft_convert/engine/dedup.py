@@ -280,6 +280,9 @@ def check_report(report: str | None, output: str, inputs: list[str]) -> None:
             f"--dedup-report {report}: is inside the output {output}, which this run replaces",
             hint="name a file outside it",
         )
+    where = os.path.dirname(os.path.abspath(report))
+    if not os.path.isdir(where):  # (after the output's check: a report inside an output to be made)
+        raise OptionsError(f"--dedup-report {report}: no directory {where}", hint="create it, or name another file")
     if os.path.isdir(report):  # found before the run, not when the report is written at its end
         raise OptionsError(
             f"--dedup-report {report}: is a directory; the report is a file",

@@ -241,6 +241,14 @@ def test_a_report_over_an_input_or_inside_the_output_is_refused_first(tmp_path, 
                   "--dedup-report", str(src))  # fmt: skip
     assert (r.exit_code, r.stderr) == (2, f"Error: --dedup-report {src}: is an input of this run; name another file\n")
     assert src.read_text() == body and not out.exists()
+    # an output not made yet: inside it, not "no directory; create it" (which led only to this line)
+    r = lovecraft(command, str(src), "-o", str(out), "--to", "parquet", "--dedup", "exact", *extra,
+                  "--dedup-report", str(out / "r.jsonl"))  # fmt: skip
+    assert (r.exit_code, r.stderr) == (
+        2,
+        f"Error: --dedup-report {out / 'r.jsonl'}: is inside the output {out}, which this run replaces; name a file "
+        "outside it\n",
+    )
     out.mkdir()
     for inside in (out, out / "r.jsonl"):
         r = lovecraft(command, str(src), "-o", str(out), "--to", "parquet", "--dedup", "exact", *extra,
