@@ -557,7 +557,15 @@ class Converter:
                 # 0.5700000000000001), as float(Decimal(text)) gives
                 arr = arr.cast(pa.large_string())
             out = arr.cast(c.target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        except pa.ArrowInvalid as e:  # a value that does not fit: the first such, named by its row
+            i = _first_uncast(arr, c.target)
+            where = f"{source}, column '{c.name}'" if i is None else self._where(source, row0, i, c)
+            value = "a value" if i is None else repr(arr[i].as_py())
+            raise InputError(
+                f"{where}: {value} cannot be read as {c.note.get('stored_as')} ({_first_line(e)})",
+                hint="fix the value or choose another --column-type",
+            ) from None
+        except pa.ArrowNotImplementedError as e:
             raise InputError(
                 f"{source}, column '{c.name}': a value cannot be read as {c.note.get('stored_as')} ({_first_line(e)})",
                 hint="choose another --column-type",
@@ -647,3 +655,26 @@ def refusal(c: Column, source: str, readable: list[str]) -> SchemaError:
         shown = ",".join(readable[:8]) + (",..." if len(readable) > 8 else "")
         hint = f"{hint}, e.g. --columns {shown}"
     return SchemaError(f"{source}, column '{c.name}': {c.problem}", hint=hint)
+
+
+def _first_uncast(arr: pa.Array, target: pa.DataType) -> int | None:
+    """The index of the first value of ``arr`` that does not cast to ``target`` (halving the
+    range that fails: a few dozen casts of slices), None when the whole casts after all."""
+    lo, hi = 0, len(arr)
+
+    def fails(a: int, b: int) -> bool:
+        try:
+            arr.slice(a, b - a).cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return True
+        return False
+
+    if hi == 0 or not fails(lo, hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fails(lo, mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo

@@ -618,3 +618,16 @@ def test_column_types_from_numbers_are_exact(tmp_path):
     r = lovecraft("convert", str(dec), "-o", str(out), "--to", "memmap", "--column-type", "p=float64", "-q")
     assert r.exit_code == 0, r.stderr
     assert np.load(out / "p.npy").tolist() == [float(t) for t in texts]
+
+
+def test_a_value_column_type_cannot_hold_is_named_by_its_row(tmp_path):
+    """--column-type a=uint8 over a Parquet int64 of -48 said 'a value cannot be read as uint8'
+    without its row (found by an outside trial): the first such value is found and named."""
+    src = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"a": pa.array([1, 2, 3, -48, 300], pa.int64())}), src, row_group_size=2)
+    r = lovecraft("convert", src, "-o", str(tmp_path / "o"), "--to", "parquet", "--column-type", "a=uint8")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {src}, row 4, column 'a': -48 cannot be read as uint8 (Integer value -48 not in range: 0 to 255); "
+        "fix the value or choose another --column-type\n",
+    )
