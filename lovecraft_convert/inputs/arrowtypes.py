@@ -330,6 +330,7 @@ class Converter:
         self.columns = columns
         self.errors = errors
         self.nulls: dict[str, int] = {c.name: 0 for c in columns}
+        self.null_elements: dict[str, int] = {c.name: 0 for c in columns}  # inside lists (NaN, "")
 
     def batch(self, rb: pa.RecordBatch, source: str, row0: int) -> Batch:
         cols = {}
@@ -460,7 +461,7 @@ class Converter:
             values = values.dictionary_decode()
         dt = c.field.np_dtype
         if values.null_count:
-            self.nulls[c.name] += values.null_count
+            self.null_elements[c.name] += values.null_count
             if not pa.types.is_floating(values.type) and not c.to_float:
                 raise NeedsFloat(c.name)
         if c.to_float and not pa.types.is_floating(values.type):
@@ -484,7 +485,7 @@ class Converter:
         if pa.types.is_string_view(values.type):
             values = values.cast(pa.large_string())
         if values.null_count:
-            self.nulls[c.name] += values.null_count
+            self.null_elements[c.name] += values.null_count
             values = pc.fill_null(values, pa.scalar("", values.type))
         try:
             values.validate(full=True)

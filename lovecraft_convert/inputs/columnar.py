@@ -277,6 +277,9 @@ class ColumnarReader(Reader):
             d = {"input_type": type_name(c.atype), **c.note}
             if c.name in nulls:
                 d["nulls"] = nulls[c.name]
+            inside = self.converter.null_elements.get(c.name)
+            if inside:  # elements of lists (a float's NaN, a string's ""), apart from missing lists
+                d["null_elements"] = inside
             if c.refused:
                 d["refused"] = c.problem
             out[c.name] = d

@@ -139,7 +139,10 @@ def _input_type(c: dict[str, Any]) -> str:
     if c.get("decoded"):
         text += f" ({c['decoded']}-decoded)"
     if "nulls" in c:
-        text += f"; {number(c['nulls'])} nulls"
+        lists = c["input_type"].startswith(("list", "large_list", "fixed_size_list"))
+        text += f"; {counted(c['nulls'], 'null')}" + (" (read as empty lists)" if lists and c["nulls"] else "")
+    if c.get("null_elements"):
+        text += f", {counted(c['null_elements'], 'null element')}"
     return text
 
 

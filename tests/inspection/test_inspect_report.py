@@ -133,3 +133,17 @@ def test_an_arrow_files_codec_and_its_record_batches_are_named(tmp_path):
     assert lines["u.arrow"].startswith("u.arrow: arrow, not compressed, ") and lines["u.arrow"].endswith(
         ", 1 record batch"
     )
+
+
+def test_missing_lists_and_missing_elements_are_counted_apart(tmp_path):
+    """A list<float> column of 2 missing lists and 3 missing elements said '5 nulls' (found by an
+    outside trial): the lists are read as empty, the elements as NaN, each counted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ln = [None, [1.0, None], [2.0], None, [None, None, 3.0]]
+    pq.write_table(pa.table({"ln": pa.array(ln, pa.list_(pa.float32()))}), tmp_path / "l.parquet")
+    r = lovecraft("inspect", str(tmp_path / "l.parquet"))
+    assert "  input type list<element: float>; 2 nulls (read as empty lists), 3 null elements\n" in r.stdout
+    c = json.loads(lovecraft("inspect", str(tmp_path / "l.parquet"), "--json").stdout)["columns"][0]
+    assert (c["nulls"], c["null_elements"]) == (2, 3)
