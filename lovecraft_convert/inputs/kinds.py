@@ -46,6 +46,16 @@ MAGICS = [
     (b"\x93NUMPY", "npy"), (b"PAR1", "parquet"), (b"ARROW1", "arrow"), (b"\xff\xff\xff\xff", "arrow"),
     (b"\x89HDF\r\n\x1a\n", "hdf5"), (b"PK\x03\x04", "npz"),
 ]  # fmt: skip
+# What a file of a kind in MAGICS is called when its name says another kind (refused naming it),
+# the bytes it also ends with when its magic may begin a text file too, and the hint when not
+# "pass --input-format KIND" (a zip archive is not always an NPZ)
+MAGIC_KINDS = {
+    "npy": ("an NPY file", b"", None),
+    "parquet": ("a Parquet file", b"PAR1", None),  # (a CSV's first field may be PAR1)
+    "arrow": ("an Arrow IPC file", b"", None),
+    "hdf5": ("an HDF5 file", b"", None),
+    "npz": ("a zip archive", b"", "an NPZ archive: pass --input-format npz, or rename it; another archive: extract it first"),
+}  # fmt: skip
 # Text by its first bytes that are not white space (after a BOM): JSON Lines, a first line that
 # opens an object with a key (or an empty object); a JSON array
 TEXT_MAGICS = [(b'{"', "jsonl"), (b'{ "', "jsonl"), (b"{}", "jsonl"), (b"[", "json")]

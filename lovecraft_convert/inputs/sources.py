@@ -44,8 +44,9 @@ def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[In
         if s.is_dir:
             s.format = input_format or s.format
             continue
-        s.compression = detect_compression(s)
-        s.format = input_format or detect_format(s)
+        head = _peek(s)  # (one look at the first bytes: a run of many small files opens each few times)
+        s.compression = detect_compression(s, head)
+        s.format = input_format or detect_format(s, head)
     return out
 
 
@@ -135,8 +136,8 @@ def _peek(spec: InputSpec, n: int = 8) -> bytes:
         return f.read(n)
 
 
-def detect_compression(spec: InputSpec) -> str | None:
-    head = _peek(spec)
+def detect_compression(spec: InputSpec, head: bytes | None = None) -> str | None:
+    head = _peek(spec) if head is None else head
     for magic, name in MAGIC:
         if head.startswith(magic):
             return name
@@ -149,14 +150,15 @@ def detect_compression(spec: InputSpec) -> str | None:
     return None
 
 
-def detect_format(spec: InputSpec) -> str:
+def detect_format(spec: InputSpec, head: bytes | None = None) -> str:
     """The input kind of ``spec``: from its extension (before any compression extension), else from
-    the first bytes of its (decompressed) content."""
+    the first bytes of its (decompressed) content. ``head``: the file's first bytes, when read."""
     from .kinds import by_content, by_extension, names
 
     kind = by_extension(spec.base_ext)
     if kind is not None:
-        _check_named_kind(spec, kind)
+        if head is not None and spec.compression is None:
+            _check_named_kind(spec, kind, head)
         return kind
     if not spec.is_stdin:
         with open_stream(spec) as f:
@@ -170,39 +172,28 @@ def detect_format(spec: InputSpec) -> str:
     )
 
 
-def _check_named_kind(spec: InputSpec, kind: str) -> None:
+def _check_named_kind(spec: InputSpec, kind: str, head: bytes) -> None:
     """A local file whose first bytes are another kind's magic (a Parquet file named ``.csv``, an
     NPY file named ``.parquet``) is refused naming the kind it is: read as its name says, it fails
     later in that reader's words (a CSV's "invalid UTF-8 ... pass --errors replace", which only
     turns the bytes into other errors)."""
     from ..storage import is_remote
-    from .kinds import MAGICS
+    from .kinds import MAGIC_KINDS, MAGICS
 
-    if spec.is_stdin or is_remote(spec.path) or spec.size == 0:
+    if spec.is_stdin or is_remote(spec.path):
         return
-    try:
-        with open_stream(spec) as f:
-            head = f.read(16)
-    except (OSError, InputError):
-        return  # (the reader says what is wrong with it)
     for magic, real in MAGICS:
         if head.startswith(magic) and real != kind:
-            if real == "parquet" and not _ends_with(spec, b"PAR1"):  # (a CSV whose first field is PAR1)
+            what, tail, hint = MAGIC_KINDS.get(real, (f"a {real} file", b"", None))
+            if tail and not _ends_with(spec, tail):  # (a CSV whose first field is PAR1)
                 continue
-            what = _WHAT.get(real, f"a {real} file")
-            hint = f"pass --input-format {real}, or rename it"
-            if real == "npz":
-                hint = "an NPZ archive: pass --input-format npz, or rename it; another archive: extract it first"
-            raise InputError(f"{spec.name}: named {spec.base_ext}, but it is {what} (its first bytes)", hint=hint)
-
-
-_WHAT = {"npy": "an NPY file", "parquet": "a Parquet file", "arrow": "an Arrow IPC file", "hdf5": "an HDF5 file",
-         "npz": "a zip archive"}  # fmt: skip
+            raise InputError(
+                f"{spec.name}: named {spec.base_ext}, but it is {what} (its first bytes)",
+                hint=hint or f"pass --input-format {real}, or rename it",
+            )
 
 
 def _ends_with(spec: InputSpec, tail: bytes) -> bool:
-    if spec.compression is not None:
-        return True  # (not looked at: a compressed file's last bytes are the compressor's)
     try:
         with open(spec.path, "rb") as f:
             f.seek(max(0, os.path.getsize(spec.path) - len(tail)))
