@@ -83,7 +83,23 @@ def not_a_dataset(path: str) -> DatasetError:
             f"{path}: a file, not a dataset directory",
             hint="give the output directory of lovecraft (to check it against this file: verify DIR --against FILE)",
         )
+    stopped = interrupted(path)
+    if stopped is not None:
+        return DatasetError(stopped[0], hint=stopped[1])
     return DatasetError(f"{path}: no such dataset directory", hint="give the output directory of lovecraft")
+
+
+def interrupted(path: str) -> tuple[str, str] | None:
+    """(message, hint) for an absent output whose run stopped before its commit (its work is in
+    ``.<name>.partial`` beside it), or None."""
+    head, tail = os.path.split(os.path.normpath(path))
+    partial = os.path.join(head, f".{tail}.partial")
+    if not tail or not os.path.isdir(partial):
+        return None
+    return (
+        f"{path}: no dataset yet: the work of an interrupted run is in {partial}",
+        "run the same shard or bucket command again with --resume to finish it (a convert starts again)",
+    )
 
 
 def path_of(directory: str) -> str:

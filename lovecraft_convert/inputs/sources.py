@@ -70,6 +70,11 @@ def _check_file(p: str, input_format: str | None = None) -> InputSpec:
     try:
         st = os.stat(p)
     except FileNotFoundError:
+        from ..manifest import interrupted
+
+        stopped = interrupted(p)  # (the output of an interrupted run: its work, and --resume)
+        if stopped is not None:
+            raise InputError(stopped[0], hint=stopped[1]) from None
         raise InputError(f"{p}: no such file", hint="check the path") from None
     except PermissionError:
         raise InputError(f"{p}: permission denied", hint="check the file's permissions") from None

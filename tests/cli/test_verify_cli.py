@@ -114,6 +114,39 @@ def test_not_a_directory_is_an_error(tmp_path):
     assert r.stderr == f"Error: {tmp_path}/nope: no such dataset directory; give the output directory of lovecraft\n"
 
 
+def test_an_interrupted_runs_output_points_to_resume(tmp_path):
+    """A shard killed before its commit leaves .out.partial and no out: verify said "no such
+    dataset directory"; the line names the interrupted run's work and --resume."""
+    import signal
+
+    src = tmp_path / "in.csv"
+    src.write_text("a,b\n" + "".join(f"{i},{2 * i}\n" for i in range(200_000)))
+    out = tmp_path / "out"
+    # killed at its first unit's commit: the run's work stays in .out.partial
+    code = (
+        "import os, signal, sys\n"
+        "from lovecraft_convert.engine import journal\n"
+        "journal.Journal.add = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from lovecraft_convert.cli import main\n"
+        "sys.argv = ['lovecraft', 'shard', sys.argv[1], '-o', sys.argv[2], '--to', 'parquet', '--num-shards', '4',"
+        " '--workers', '1', '-q']\n"
+        "main()\n"
+    )
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert not out.exists() and (tmp_path / ".out.partial").is_dir()
+    r = lovecraft("verify", str(out))
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {out}: no dataset yet: the work of an interrupted run is in {tmp_path}/.out.partial; run the same "
+        "shard or bucket command again with --resume to finish it (a convert starts again)\n",
+    )
+    assert lovecraft("inspect", str(out)).stderr == r.stderr  # (it said "no such file; check the path")
+
+
 def test_a_file_given_as_the_dataset_says_so(tmp_path):
     """``verify data.csv``: the file exists, so "no such dataset directory" misled; the line says
     what it is and how a file is checked."""
