@@ -104,7 +104,13 @@ each row's documents start), in shard files part-00000-of-00004.<ext>.
     "--pad-last", is_flag=True, help="--layout packed: pad the last partial row with --pad-id (default: drop it)."
 )
 @marker_options
-@click.option("--pad-id", type=float, default=0, show_default=True, help="Padding value (must fit the token dtype).")
+@click.option(
+    "--pad-id",
+    type=float,
+    default=0,
+    show_default=True,
+    help="Padding value: a token id with --tokenizer (the token dtype widens to hold it), else a value of the sequences' dtype.",
+)
 @shard_options
 def bucket(**params) -> None:  # fmt: skip
     """``lovecraft bucket``: units of work on the engine (the library's :func:`lovecraft_convert.bucket`)."""

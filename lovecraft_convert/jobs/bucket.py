@@ -45,7 +45,7 @@ from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
-from ..transforms.tokenize import token_description
+from ..transforms.tokenize import ids_dtype, token_description
 from ..util import parse_size, trace
 from .convert import write_unit_files
 from .options import BucketOptions, takes_options
@@ -53,7 +53,6 @@ from .sequences import SeqContext, Sequences, drops_of, kept_counts, split_phase
 from .shard import shard_name
 
 LENGTH = "length"
-TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.int32))
 
 
 def with_length(to: str, seq: Field) -> Schema:
@@ -332,15 +331,7 @@ def _choose_dtype(o: BucketOptions, probe: Sequences, split: list[dict]) -> np.d
     hi = max(maxs) if maxs else 0
     pad = o.pad_id
     if probe.tokenizer is not None:  # token ids: the smallest of uint8/uint16/int32 for the vocabulary
-        vocab_hi = (probe.tokenizer.vocab_size or (hi + 1)) - 1
-        need_lo, need_hi = min(lo, pad, 0), max(hi, vocab_hi, pad)
-        if float(pad) != int(pad):
-            raise SchemaError(f"--pad-id {pad}: token ids are integers")
-        for dt in TOKEN_DTYPES:
-            info = np.iinfo(dt)
-            if info.min <= need_lo and need_hi <= info.max:
-                return dt
-        raise SchemaError(f"token ids from {need_lo} to {need_hi} do not fit int32")
+        return ids_dtype(lo, hi, probe.tokenizer.vocab_size, pad)
     dts = sorted({d for p in split for d in p["dtypes"]})
     dt = np.result_type(*[np.dtype(d) for d in dts]) if dts else np.dtype(np.int64)
     as_dt = np.array(pad).astype(dt)

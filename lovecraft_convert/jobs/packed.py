@@ -44,7 +44,7 @@ from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
-from ..transforms.tokenize import token_description
+from ..transforms.tokenize import ids_dtype, token_description
 from ..util import parse_size
 from .convert import write_unit_files
 from .options import BucketOptions
@@ -53,7 +53,6 @@ from .shard import shard_name
 
 TOKENS = "tokens"
 DOC_STARTS = "doc_starts"
-TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.int32))
 
 
 def _frame_schema(dtype: str) -> Schema:
@@ -292,14 +291,7 @@ def _choose_dtype(o: BucketOptions, probe: Sequences, split: list[dict]) -> np.d
     lo, hi = (min(mins) if mins else 0), (max(maxs) if maxs else 0)
     pad = o.pad_id if o.pad_last else 0
     if probe.tokenizer is not None:  # token ids: the smallest of uint8/uint16/int32 for the vocabulary
-        if float(pad) != int(pad):
-            raise SchemaError(f"--pad-id {pad}: token ids are integers")
-        need_lo = min(lo, pad, 0)
-        need_hi = max(hi, (probe.tokenizer.vocab_size or (hi + 1)) - 1, pad)
-        for dt in TOKEN_DTYPES:
-            if np.iinfo(dt).min <= need_lo and need_hi <= np.iinfo(dt).max:
-                return dt
-        raise SchemaError(f"token ids from {need_lo} to {need_hi} do not fit int32")
+        return ids_dtype(lo, hi, probe.tokenizer.vocab_size, pad)
     dts = sorted({d for p in split for d in p["dtypes"]})
     dt = np.result_type(*[np.dtype(d) for d in dts]) if dts else np.dtype(np.int64)
     if np.array(pad).astype(dt).item() != pad:

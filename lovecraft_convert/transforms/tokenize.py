@@ -250,6 +250,22 @@ def token_dtype(top: int | None) -> np.dtype:
     raise OptionsError(f"token ids up to {top} do not fit int32")
 
 
+def ids_dtype(lo: int, hi: int, vocab_size: int | None, pad: float | int = 0) -> np.dtype:
+    """The smallest token dtype (uint8, uint16, int32) for ids ``lo..hi``, the vocabulary's and the
+    pad id (``bucket``'s padded and packed layouts), which must be an integer."""
+    import math
+
+    p = float(pad)
+    if not math.isfinite(p) or p != int(p):
+        raise SchemaError(f"--pad-id {pad}: token ids are integers")
+    need_lo = min(lo, int(p), 0)
+    need_hi = max(hi, (vocab_size or (hi + 1)) - 1, int(p))
+    for dt in TOKEN_DTYPES:
+        if np.iinfo(dt).min <= need_lo and need_hi <= np.iinfo(dt).max:
+            return dt
+    raise SchemaError(f"token ids from {need_lo} to {need_hi} do not fit int32")
+
+
 def marker_id(tokenizer: Tokenizer, spec: str | int | None, flag: str) -> int | None:
     """The id of a document marker: an integer (or decimal digits) is an id, any other string a
     token looked up in the tokenizer's vocabulary."""
@@ -257,10 +273,18 @@ def marker_id(tokenizer: Tokenizer, spec: str | int | None, flag: str) -> int | 
         return None
     if isinstance(spec, bool):
         raise OptionsError(f"{flag} {spec!r}: give a token of the vocabulary or an integer id")
-    if isinstance(spec, (int, np.integer)) or (isinstance(spec, str) and spec.isascii() and spec.isdigit()):
+    number = isinstance(spec, str) and spec.isascii() and spec.removeprefix("-").isdigit() and spec != "-"
+    if isinstance(spec, (int, np.integer)) or number:
         i = int(spec)
         if not 0 <= i <= MAX_ID:
             raise OptionsError(f"{flag} {spec}: token ids are 0 to {MAX_ID}")
+        vocab = tokenizer.vocab_size
+        if isinstance(tokenizer, HfTokenizer) and vocab and i >= vocab:  # (a typo: no embedding row has it)
+            special = ", ".join(f"{t!r} ({tokenizer.token_id(t)})" for t in tokenizer.special_tokens()[:8])
+            raise OptionsError(
+                f"{flag} {i}: beyond the vocabulary of {tokenizer.name} (ids 0 to {vocab - 1})",
+                hint=f"give a token or an id of it{': its special tokens are ' + special if special else ''}",
+            )
         return i
     if not isinstance(spec, str) or not spec:
         raise OptionsError(f"{flag} {spec!r}: give a token of the vocabulary or an integer id")

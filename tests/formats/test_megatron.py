@@ -281,9 +281,7 @@ def test_inspect_describes_ours_and_megatron_cores_own_files(small, tmp_path):
         (["t.txt", "--tokenizer", "chars", "--eos", "ab"], 2,
          "Error: --eos 'ab': the chars tokenizer's tokens are single characters; give one character or an integer id "
          "(a code point, or beyond them for a token of your own)"),
-        (["t.txt", "--tokenizer", "bytes", "--bos", "-3"], 2,
-         "Error: --bos '-3': the bytes tokenizer's tokens are single bytes; give one ASCII character or an integer "
-         "id (256 or more for a token beyond the bytes)"),
+        (["t.txt", "--tokenizer", "bytes", "--bos", "-3"], 2, "Error: --bos -3: token ids are 0 to 2147483647"),
         (["t.txt", "--tokenizer", "bytes", "--eos", "4294967296"], 2, "Error: --eos 4294967296: token ids are 0 to 2147483647"),
         (["e.txt", "--tokenizer", "bytes"], 1,
          "Error: column 'tokens': none of the 2 documents of data.bin has a token, and Megatron-Core cannot open an "

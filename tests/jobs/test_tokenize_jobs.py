@@ -221,3 +221,25 @@ def test_markers_of_unicode_digits_and_documents_all_empty(tmp_path):
     assert r.exit_code == 0, r.stderr
     # one bucket of width 1 (every bucket is at least one wide), which one bucket would be too: none saved
     assert "1 bucket, boundaries 1; padding efficiency 0.0% (one bucket: 0.0%), 0 padded tokens saved" in r.stderr
+
+
+def test_a_pad_id_that_is_no_integer_and_a_marker_beyond_the_vocabulary_are_one_line(tok, tmp_path):
+    """--pad-id nan (or inf) was a traceback (int() of NaN); --eos 99999 with a tokenizer.json of
+    a few hundred ids was taken silently, every document ending in an id no embedding row has (and
+    the tokens widened to int32); --eos=-1 was 'not in the vocabulary ... or an integer id'. Found
+    by an outside trial."""
+    path, _ = tok
+    src = write(tmp_path / "c.txt", b"hello world\nfoo\n")
+    base = ["bucket", str(src), "-o", str(tmp_path / "o"), "--to", "memmap", "--boundaries", "2,4", "--tokenizer", path]
+    for pad in ("nan", "inf"):
+        r = lovecraft(*base, "--pad-id", pad)
+        assert (r.exit_code, r.stderr) == (1, f"Error: --pad-id {pad}: token ids are integers\n")
+    vocab = tk.load_tokenizer(path).vocab_size
+    r = lovecraft(*base, "--eos", "99999")
+    assert r.exit_code == 2 and r.stderr.startswith(
+        f"Error: --eos 99999: beyond the vocabulary of {os.path.basename(path)} (ids 0 to {vocab - 1}); give a token "
+        "or an id of it"
+    ), r.stderr
+    r = lovecraft(*base, "--eos=-1")
+    assert (r.exit_code, r.stderr) == (2, "Error: --eos -1: token ids are 0 to 2147483647\n")
+    assert not os.path.exists(tmp_path / "o")
