@@ -134,6 +134,13 @@ class RemoteOutputDir:
             self._lock = None
 
     def _enter(self, local: str) -> RemoteOutputDir:
+        if self.prefix and self.store.size(self.prefix.rstrip("/")) is not None:
+            # an object of that name (an input CSV): the dataset would be written beside it under
+            # ``name/``, and the name would then read as the dataset, never the object again
+            raise OutputError(
+                f"{self.path}: is an object; a dataset takes a prefix that names no object",
+                hint="choose another path (a prefix of its own, such as s3://bucket/out/)",
+            )
         existing = self._manifest()
         if existing is not None and not self.overwrite:
             raise OutputError(

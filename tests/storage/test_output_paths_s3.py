@@ -71,3 +71,20 @@ def test_a_prefix_holding_other_objects_is_an_existing_output(s3, bucket, tmp_pa
     r = lovecraft("convert", str(src), "-o", f"s3://{bucket}/out", "--to", "parquet", "-q")
     assert r.exit_code == 0, r.stderr  # a dead run's objects alone are no output: removed at the commit
     assert not any("dead" in k for k in objects(s3, bucket)) and lc.verify(f"s3://{bucket}/out").lines() == []
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_an_object_named_as_the_output_is_refused(s3, bucket, tmp_path, overwrite):
+    """``-o s3://b/in/x.csv`` where x.csv is an object (an input): the dataset was written under
+    ``in/x.csv/`` beside it, exit 0, and ``s3://b/in/x.csv`` then read as the dataset, never the
+    CSV again (found by an outside trial)."""
+    s3.put_object(Bucket=bucket, Key="in/x.csv", Body=b"a\n1\n2\n")
+    src = tmp_path / "p.csv"
+    src.write_text("b\n3\n")
+    r = lovecraft("convert", str(src), "-o", f"s3://{bucket}/in/x.csv", "--to", "parquet", *overwrite, "-q")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: s3://{bucket}/in/x.csv: is an object; a dataset takes a prefix that names no object; choose another "
+        "path (a prefix of its own, such as s3://bucket/out/)\n",
+    )
+    assert objects(s3, bucket) == {"in/x.csv": 6}
