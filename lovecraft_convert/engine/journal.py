@@ -130,9 +130,13 @@ def load_plan(work: str, fingerprint: dict, out_path: str) -> dict:
             plan = json.load(f)
         diff = difference(plan.get("fingerprint") or {}, fingerprint)
         if diff is not None:
+            from ..storage.stream import target
+
+            remote = target(work)  # a run on a store: named there, not by this machine's scratch
+            where = f"{remote['uri'].rstrip('/')}/{remote['run']}" if remote else work
             cls = OptionsError if diff[0] == "option" else OutputError
             raise cls(
-                f"{out_path}: the unfinished run in {work} cannot be resumed: {diff[1]}",
+                f"{out_path}: the unfinished run in {where} cannot be resumed: {diff[1]}",
                 hint="run it with the same command and --resume, or pass --overwrite to start over",
             )
         return plan

@@ -350,6 +350,15 @@ def test_an_interrupted_run_to_a_store_names_the_store(s3, bucket, csv_on_s3, tm
     ), r.stderr
     assert "out/_manifest.json" not in objects(s3, bucket, "out/")
     assert mf.build is real
+    # resumed with another --num-shards: refused naming the run on the store (it named this
+    # machine's scratch, which a user resuming from another machine does not have)
+    r = lovecraft("shard", local_in, "-o", f"s3://{bucket}/out", "--num-shards", "3", *args[2:], "--resume")
+    assert r.exit_code != 0
+    assert re.match(
+        rf"Error: s3://{bucket}/out: the unfinished run in s3://{bucket}/out/run-\S+ cannot be resumed: it was "
+        r"made with --num-shards 2, this run has 3; run it with the same command and --resume",
+        r.stderr,
+    ), r.stderr
     r = lovecraft("shard", local_in, "-o", f"s3://{bucket}/out", *args, "--resume")
     assert r.exit_code == 0, r.stderr
     assert lovecraft("shard", local_in, "-o", str(tmp_path / "loc"), *args).exit_code == 0
