@@ -359,8 +359,8 @@ def column_from_arrow(arr: pa.Array, f: Field):
     while pa.types.is_fixed_size_list(a.type):
         a = a.flatten()
     values = arrow_to_numpy(a)
-    if f.np_dtype.kind in "SU" and values.dtype != f.np_dtype:  # fixed-width text: Arrow gives objects
-        values = values.astype(f.np_dtype) if values.size else np.empty(values.shape, dtype=f.np_dtype)
+    if f.np_dtype.kind in "SU":  # fixed-width text: Arrow gives objects
+        values = values.astype(f.np_dtype, copy=False)
     return values.reshape((len(arr), *f.shape))
 
 

@@ -127,12 +127,12 @@ def bucket(**params) -> None:  # fmt: skip
     manifest = run(list(params["inputs"]), params["output"], argv=sys.argv[1:], **kwargs)
     print_summary(manifest, params["output"], params["as_json"], params["quiet"])
     if not params["quiet"] and not params["as_json"] and not manifest.nothing_to_do and "bucketing" in manifest:
-        from ..util import number
+        from ..util import counted, number
 
         b = manifest["bucketing"]
         single = b["tokens"] / b["single_bucket_padded_tokens"] if b["single_bucket_padded_tokens"] else 1.0
         click.echo(
-            f"  {len(manifest['buckets'])} bucket{'s' if len(manifest['buckets']) != 1 else ''}, boundaries {','.join(map(str, b['boundaries']))}; "
+            f"  {counted(len(manifest['buckets']), 'bucket')}, boundaries {','.join(map(str, b['boundaries']))}; "
             f"padding efficiency {b['padding_efficiency']:.1%} (one bucket: "
             f"{single:.1%}), {number(b['padded_tokens_saved'])} padded tokens saved",
             err=True,

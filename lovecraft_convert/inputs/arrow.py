@@ -63,14 +63,14 @@ def _batches(reader, kind: str, name: str, b0: int = 0, b1: int | None = None) -
             yield rb
 
 
-def scan_ipc(path: str, name: str) -> list[tuple[int, int, int, str]]:
-    """(rows, bytes in the file, bytes decoded, codec or "") of each record batch of an IPC file or
-    stream: from its metadata (nothing decompressed), else by reading it (codec unknown: "")."""
+def scan_ipc(path: str, name: str) -> list[tuple[int, int, int]]:
+    """(rows, bytes in the file, bytes decoded) of each record batch of an IPC file or stream: from
+    its metadata (nothing decompressed), else by reading it."""
     layout = ipc_layout(path)
     if layout is not None:
-        return [(b.rows, b.body, b.decoded, b.compressed) for b in layout[0]]
+        return [(b.rows, b.body, b.decoded) for b in layout[0]]
     reader, kind = _open_ipc(path, name)
-    return [(rb.num_rows, rb.nbytes, rb.nbytes, "") for rb in _batches(reader, kind, name)]
+    return [(rb.num_rows, rb.nbytes, rb.nbytes) for rb in _batches(reader, kind, name)]
 
 
 def ipc_layout(path: str):
@@ -148,9 +148,9 @@ class ArrowReader(ColumnarReader):
             return
         run = mapper or (lambda fn, calls: [fn(*c) for c in calls])
         for f, blocks in zip(todo, run(scan_ipc, [(f.path, f.name) for f in todo]), strict=True):
-            f.blocks = [Block(rows, size, decoded) for rows, size, decoded, _ in blocks]
+            f.blocks = [Block(rows, size, decoded) for rows, size, decoded in blocks]
             f.info["record_batches"] = len(blocks)
-            f.info["rows"] = sum(b[0] for b in blocks)
+            f.info["rows"] = sum(r for r, _, _ in blocks)
 
     def input_details(self, i: int) -> dict:
         """What ``inspect`` shows: with the codec of compressed bodies ("lz4-compressed inside", as a

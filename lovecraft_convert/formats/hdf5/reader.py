@@ -321,7 +321,4 @@ def _fixed_text(fd: Field, raw) -> np.ndarray:
     """A fixed-width text column (NumPy ``S``/``U``) as its schema's dtype, whatever h5py gave
     (fixed-length bytes; variable-length strings as objects): bytes kept as they are, NULs inside
     a value included; the loaders check columns against that dtype."""
-    raw = np.asarray(raw)
-    if raw.dtype == fd.np_dtype:
-        return raw
-    return raw.astype(fd.np_dtype) if raw.size else np.empty(raw.shape, dtype=fd.np_dtype)
+    return np.asarray(raw).astype(fd.np_dtype, copy=False)
