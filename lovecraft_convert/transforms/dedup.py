@@ -6,7 +6,7 @@ its hashing in :mod:`.near`, its spill, decision and components in
 The decision is made before the rows are written, in three steps that each hold a bounded piece:
 
 1. *Scan* (:func:`~lovecraft_convert.engine.dedup.scan_part`, one per part of the input): every
-   row the filter keeps gets a 128-bit digest of its chosen columns (BLAKE3, 16 bytes, over each
+   row the filter keeps gets a 128-bit digest of its chosen columns (XXH3-128, 16 bytes, over each
    column's bytes preceded by their length as 8 bytes, so ``('ab', 'c')`` and ``('a', 'bc')``
    differ) and its position: ``part << 40 | row`` (its row in the part, counting every row read).
    Rows repeating a digest already seen in the same batch are decided at once (dropped, kept: the
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from blake3 import blake3
+from xxhash import xxh3_128_digest
 
 from ..errors import OptionsError
 from ..schema import STRING, STRING_LIST, Batch, Schema, VarColumn
@@ -48,7 +48,7 @@ PART_SHIFT = 40  # a position is part << 40 | row: up to 2^40 rows per part, 2^2
 ENTRY = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("pos", "<i8")])
 DECIDE_BYTES = 96  # what deciding holds per entry at its peak (entries, sort order, sorted copies)
 FINE_BITS = 12
-DIGEST = "blake3-128"  # what a row's digest is (the manifest says it; a resume checks it: options.py)
+DIGEST = "xxh3-128"  # what a row's digest is (the manifest says it; a resume checks it: options.py)
 FINE = 1 << FINE_BITS  # fine hash partitions (the digest's top bits), grouped into decisions by their counts
 
 
@@ -127,24 +127,22 @@ def group_entries(unit_budget: int) -> int:
 
 
 def row_digests(batch: Batch, schema: Schema, columns: tuple[str, ...]) -> np.ndarray:
-    """The 128-bit digest of each row's ``columns`` (``[rows, 2]`` uint64): BLAKE3-128 over each
+    """The 128-bit digest of each row's ``columns`` (``[rows, 2]`` uint64): XXH3-128 over each
     column's bytes, each preceded by its length (8 bytes, little-endian)."""
     n = batch.num_rows
     parts = [_row_bytes(batch.columns[c], schema[c].kind, n) for c in columns]
     if len(parts) == 1:  # a comprehension joined once: half the time of a loop filling a bytearray
         mv, starts, ends = parts[0]
         digests = [
-            blake3((b - a).to_bytes(8, "little") + mv[a:b]).digest(16) for a, b in zip(starts, ends, strict=True)
+            xxh3_128_digest((b - a).to_bytes(8, "little") + mv[a:b]) for a, b in zip(starts, ends, strict=True)
         ]
     else:
         digests = []
         for i in range(n):
-            h = blake3()
-            for mv, starts, ends in parts:
-                a, b = starts[i], ends[i]
-                h.update((b - a).to_bytes(8, "little"))
-                h.update(mv[a:b])
-            digests.append(h.digest(16))
+            framed = (
+                (ends[i] - starts[i]).to_bytes(8, "little") + mv[starts[i] : ends[i]] for mv, starts, ends in parts
+            )
+            digests.append(xxh3_128_digest(b"".join(framed)))
     return np.frombuffer(b"".join(digests), dtype="<u8").reshape(n, 2)
 
 
@@ -195,7 +193,7 @@ class SeenDigests:
     """``--dedup exact`` decided in the writing pass itself, for a ``convert`` whose distinct rows
     fit: the digests seen so far in a hash table of ``uint64[slots, 2]`` (16 bytes a slot, at most
     :data:`SEEN_LOAD` full, doubled as it fills), probed and filled a batch at a time with NumPy.
-    A row is kept when its digest (the same BLAKE3-128 as the two passes compare) is new, so the
+    A row is kept when its digest (the same XXH3-128 as the two passes compare) is new, so the
     rows kept are the same as theirs: each digest's first occurrence in input order among the rows
     the filter keeps. ``limit``: the bytes the table may take (a doubling holds both tables);
     :class:`SeenFull` when it would need more, and the job starts over in two passes."""

@@ -137,7 +137,7 @@ def test_a_near_dedup_parameter_given_as_its_default_is_the_same_command(src, tm
 
 
 def test_an_unfinished_dedup_run_of_another_digest_is_not_resumed(src, tmp_path):
-    """A --dedup exact run begun by a version that hashed rows with BLAKE2b: its spilled digests
+    """A --dedup exact run begun by a version that hashed rows with BLAKE3: its spilled digests
     cannot be mixed with this version's, so the resume is refused, saying why."""
     import lovecraft_convert as lc
     from lovecraft_convert.inputs import resolve_inputs
@@ -148,12 +148,12 @@ def test_an_unfinished_dedup_run_of_another_digest_is_not_resumed(src, tmp_path)
     o = lc.ShardOptions(to="parquet", num_shards=3, dedup="exact")
     o.validate()
     sources = [s.describe() for s in resolve_inputs([src])]
-    made = {"options": o.fingerprint(), "sources": sources, "version": 1, "digest": "blake2b-128"}
+    made = {"options": o.fingerprint(), "sources": sources, "version": 1, "digest": "blake3-128"}
     (work / "plan.json").write_text(json.dumps({"fingerprint": made, "widened": {}}))
     with pytest.raises(lc.OutputError) as e:
         lc.shard(src, out, to="parquet", num_shards=3, dedup="exact", resume=True)
     assert e.value.one_line() == (
-        f"{out}: the unfinished run in {work} cannot be resumed: its dedup digests are blake2b-128, this "
-        "version makes blake3-128; run it with the same command and resume=True, or pass overwrite=True to start over"
+        f"{out}: the unfinished run in {work} cannot be resumed: its dedup digests are blake3-128, this "
+        "version makes xxh3-128; run it with the same command and resume=True, or pass overwrite=True to start over"
     )
     assert lc.shard(src, out, to="parquet", num_shards=3, dedup="exact", overwrite=True).rows > 0

@@ -38,14 +38,18 @@ def test_column_boundaries_are_framed():
     assert (d[0] == d[2]).all()
 
 
-def test_digest_is_blake3_of_framed_bytes():
-    from blake3 import blake3
+def test_digest_is_xxh3_128_of_framed_bytes():
+    from xxhash import xxh3_128_digest
 
-    batch, schema = _strings(["héllo", ""])
+    batch, schema = _strings(["héllo", ""], ["a", "bc"])
     d = row_digests(batch, schema, ("c0",))
-    want = blake3(len("héllo".encode()).to_bytes(8, "little") + "héllo".encode()).digest(16)
+    want = xxh3_128_digest(len("héllo".encode()).to_bytes(8, "little") + "héllo".encode())
     assert d[0].astype("<u8").tobytes() == want
-    assert d[1].astype("<u8").tobytes() == blake3(bytes(8)).digest(16)
+    assert d[1].astype("<u8").tobytes() == xxh3_128_digest(bytes(8))
+    two = row_digests(batch, schema, ("c0", "c1"))  # each column framed by its length, in order
+    framed = (6).to_bytes(8, "little") + "héllo".encode() + (1).to_bytes(8, "little") + b"a"
+    assert two[0].astype("<u8").tobytes() == xxh3_128_digest(framed)
+    assert two[1].astype("<u8").tobytes() == xxh3_128_digest(bytes(8) + (2).to_bytes(8, "little") + b"bc")
 
 
 def test_fixed_and_sequence_columns():
