@@ -165,7 +165,7 @@ class ColumnarReader(Reader):
                     read.append(c)
         else:
             bad = next((c for c in cols if c.refused), None)
-            if bad is not None and (not self.options.lenient or not readable):
+            if bad is not None and not self.options.lenient:
                 raise refusal(bad, first.name, [x.name for x in readable])
             read = readable
         self.columns = cols

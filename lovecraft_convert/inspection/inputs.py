@@ -237,7 +237,7 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
         c["tokenizer"] = tokens[1].describe()
     _add_input_figures(report, reader)
     report.update(getattr(reader, "report", dict)())  # files left out (--on-bad-file skip): skipped_files
-    if estimate and kept:
+    if estimate and kept and len(schema):  # (no column read: nothing to estimate)
         report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows)
         floating = [f for f in schema if f.np_dtype.kind == "f" and f.np_dtype.itemsize > 2]
         if floating:

@@ -567,6 +567,33 @@ def test_inspect_lists_a_column_whose_values_no_output_can_hold_and_reads_the_ot
     assert r.exit_code == 0, r.stderr
 
 
+def test_inspect_of_a_file_with_no_column_it_can_read_describes_the_file(tmp_path):
+    """Every column of the file refused (parquet-testing's null_list.parquet is one list<null>
+    column): inspect said "Error: ..., leave it out with --columns" (exit 1) about the only column,
+    where with one readable column it lists the others and goes on. It now gives the file's figures
+    and each column it cannot read, exit 0; convert still refuses in one line."""
+    src = str(tmp_path / "t.parquet")
+    table = {"e": pa.array([[], [None]], pa.list_(pa.null())), "d": pa.array([1, 2], pa.decimal128(5, 2))}
+    pq.write_table(pa.table(table), src)
+    r = lovecraft("inspect", src, "-q")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "rows: 2" in lines
+    assert "column 'e' not read: it holds list<element: null> (lists of null), which lovecraft does not convert yet" in lines
+    assert "column 'd' not read: it holds decimal128(5, 2) (a decimal is read as a number or as text, as you choose)" in lines
+    assert "output size per format" not in r.stdout
+    report = json.loads(lovecraft("inspect", src, "--json").stdout)
+    assert report["rows"] == 2 and report["columns"] == []
+    assert [c["name"] for c in report["columns_not_read"]] == ["e", "d"]
+    r = lovecraft("convert", src, "-o", str(tmp_path / "o"), "--to", "parquet")
+    assert r.exit_code == 1
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"Error: {src}, column 'e': holds list<element: null> (lists of null), which lovecraft does not convert "
+        "yet; leave it out with --columns"
+    )
+    assert not os.path.exists(tmp_path / "o")
+
+
 @pytest.mark.parametrize("fmt", ["memmap", "hdf5", "parquet", "tfrecord"])
 def test_int_lists_with_a_missing_element(tmp_path, fmt):
     """A list<int64> column with a null element is read as float64 (NaN) like a column of numbers
