@@ -579,8 +579,14 @@ def test_inspect_of_a_file_with_no_column_it_can_read_describes_the_file(tmp_pat
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert "rows: 2" in lines
-    assert "column 'e' not read: it holds list<element: null> (lists of null), which lovecraft does not convert yet" in lines
-    assert "column 'd' not read: it holds decimal128(5, 2) (a decimal is read as a number or as text, as you choose)" in lines
+    assert (
+        "column 'e' not read: it holds list<element: null> (lists of null), which lovecraft does not convert yet"
+        in lines
+    )
+    assert (
+        "column 'd' not read: it holds decimal128(5, 2) (a decimal is read as a number or as text, as you choose)"
+        in lines
+    )
     assert "output size per format" not in r.stdout
     report = json.loads(lovecraft("inspect", src, "--json").stdout)
     assert report["rows"] == 2 and report["columns"] == []
