@@ -238,6 +238,9 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
     _add_input_figures(report, reader)
     report.update(getattr(reader, "report", dict)())  # files left out (--on-bad-file skip): skipped_files
     if estimate and kept and len(schema):  # (no column read: nothing to estimate)
+        if tokens is not None:  # what convert --tokenizer writes: the text column's tokens
+            kept, schema = [tokens[2](b) for b in kept], tokens[2].schema
+            report["estimated_of"] = "tokens"
         report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows)
         floating = [f for f in schema if f.np_dtype.kind == "f" and f.np_dtype.itemsize > 2]
         if floating:
@@ -248,14 +251,15 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
 
 def _tokens(reader, schema, o):
     """The text column ``--tokenizer`` measures (``--column``, else ``text``, else the only text
-    column) and the tokenizer with the markers, or None without ``--tokenizer``."""
+    column), the tokenizer with the markers and the step that writes that column's tokens alone
+    (as ``convert --tokenizer`` does), or None without ``--tokenizer``."""
     if o.tokenizer is None:
         return None
     from ..transforms.tokenize import Tokenize, Tokens
 
     where = ", ".join(s.name for s in reader.specs)
     t = Tokenize(schema, Tokens(o.tokenizer, o.eos, o.bos), o.column, None, where)
-    return t.column, t.tokens
+    return t.column, t.tokens, t
 
 
 def _add_input_figures(report: dict[str, Any], reader) -> None:

@@ -111,8 +111,10 @@ def format_text(r: dict[str, Any]) -> str:
     if r.get("columns_not_read"):
         out.append("")
     if r.get("estimated_bytes"):
-        approx = "estimated from a sample" if r.get("estimated_exact") is False else ""
-        out.append(f"output size per format ({approx}):")
+        how = ["estimated from a sample"] if r.get("estimated_exact") is False else []
+        if r.get("estimated_of") == "tokens":
+            how.append("of the tokens alone, as convert --tokenizer writes them")
+        out.append(f"output size per format ({'; '.join(how)}):")
         f16 = r.get("estimated_bytes_float16") or {}
         for fmt, size in r["estimated_bytes"].items():
             text = format_size(size) if size is not None else "cannot hold these columns"

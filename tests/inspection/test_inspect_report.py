@@ -52,6 +52,27 @@ def test_lengths_in_tokens_as_bucket_counts_them(corpus, tmp_path):
     assert "  length (bytes): min" in plain
 
 
+def test_sizes_with_a_tokenizer_are_those_of_the_tokens_convert_writes(corpus, tmp_path):
+    """With --tokenizer, the size per format was that of the text (Megatron: "cannot hold these
+    columns", though convert --tokenizer --to megatron writes it): it is now that of the tokens
+    alone, as convert --tokenizer writes them; the whole input is sampled here, so the figures are
+    the files' bytes (memmap's headers within a few hundred bytes)."""
+    src, tok, _ = corpus
+    r = lovecraft("inspect", src, "--tokenizer", tok, "--eos", "<EOT>", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["estimated_of"] == "tokens"
+    for fmt in ("megatron", "parquet", "memmap"):
+        out = tmp_path / fmt
+        r = lovecraft("convert", src, "-o", str(out), "--to", fmt, "--tokenizer", tok, "--eos", "<EOT>", "-q")
+        assert r.exit_code == 0, r.stderr
+        written = sum(p.stat().st_size for p in out.iterdir() if p.name != "_manifest.json")
+        assert abs(report["estimated_bytes"][fmt] - written) <= 0.01 * written, (fmt, written)
+    text = lovecraft("inspect", src, "--tokenizer", tok, "-q").stdout
+    assert "; of the tokens alone, as convert --tokenizer writes them):" in text
+    assert "cannot hold" not in text
+
+
 def test_a_plot_in_tokens(corpus, tmp_path):
     pytest.importorskip("matplotlib")
     src, tok, _ = corpus
