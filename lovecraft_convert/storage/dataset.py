@@ -75,6 +75,7 @@ def strays(uri: str, listed: set[str]) -> list[tuple[str, str]]:
     the objects of a dead or losing run, a ``_partial.json`` of an unfinished one, anything else."""
     store = store_for(uri)
     prefix = _key(uri, "")
+    ours = {name.split("/", 1)[0] for name in listed if name.startswith("run-") and "/" in name}  # the manifest's run
     out = []
     for key, _size in store.list(prefix):
         rel = key[len(prefix) :]
@@ -82,6 +83,8 @@ def strays(uri: str, listed: set[str]) -> list[tuple[str, str]]:
             continue
         if rel == PARTIAL:
             out.append((rel, "the marker of an unfinished run (finish it with --resume or remove it with --overwrite)"))
+        elif rel.split("/", 1)[0] in ours:
+            out.append((rel, "in this dataset's own run folder, not listed in the manifest (a stray object)"))
         elif rel.startswith("run-"):
             out.append((rel, "an object of another run, not listed in the manifest (stray: --overwrite removes it)"))
         else:

@@ -72,6 +72,8 @@ def test_verify_names_the_flipped_object_and_strays(s3, bucket, csv_on_s3, tmp_p
     s3.put_object(Bucket=bucket, Key=f"out/{victim}", Body=bytes(data))
     s3.put_object(Bucket=bucket, Key="out/run-dead/x.npy", Body=b"left by a dead run")
     s3.create_multipart_upload(Bucket=bucket, Key="out/run-dead/y.npy")  # an upload a SIGKILL left open
+    run = victim.split("/")[0]
+    s3.put_object(Bucket=bucket, Key=f"out/{run}/notes.txt", Body=b"put there by hand")
     r = lovecraft("verify", f"s3://{bucket}/out")
     assert r.exit_code == 1
     lines = r.stdout.splitlines()
@@ -82,6 +84,11 @@ def test_verify_names_the_flipped_object_and_strays(s3, bucket, csv_on_s3, tmp_p
     assert (
         f"s3://{bucket}/out/run-dead/x.npy: an object of another run, not listed in the manifest "
         "(stray: --overwrite removes it)" in lines
+    )
+    # (it said "an object of another run" of an object in the manifest's own run folder)
+    assert (
+        f"s3://{bucket}/out/{run}/notes.txt: in this dataset's own run folder, not listed in the manifest "
+        "(a stray object)" in lines
     )
     assert (
         f"s3://{bucket}/out/run-dead/y.npy: an unfinished multipart upload (of a dead run: --overwrite aborts it)"
