@@ -621,6 +621,13 @@ class CsvReader(MatrixParsing, Reader):
         cols = {}
         for f in self.schema:
             arr = rb.column(f.name)
+            if pa.types.is_floating(arr.type) and self.widened.get(f.name) == "float64" and rounds(arr):
+                # integers widened for a missing value: every piece is checked, with a missing value
+                # or not (a later piece's 2**53 + 3 was rounded without a word)
+                self.widened[f.name] = "string"
+                self._note(spec, "notes", [ROUNDED.format(f.name)])
+                self.schema = self._probe()
+                raise SchemaChanged(self.widened)
             if arr.null_count:
                 if pa.types.is_integer(arr.type) and f.name not in self.column_types:
                     # a missing value: NaN in float64, unless that would round the integers (uint64:
@@ -628,11 +635,6 @@ class CsvReader(MatrixParsing, Reader):
                     self.widened[f.name] = "string" if pa.types.is_unsigned_integer(arr.type) else "float64"
                     if self.widened[f.name] == "string":
                         self._note(spec, "notes", [ROUNDED.format(f.name)])
-                    self.schema = self._probe()
-                    raise SchemaChanged(self.widened)
-                if pa.types.is_floating(arr.type) and self.widened.get(f.name) == "float64" and rounds(arr):
-                    self.widened[f.name] = "string"
-                    self._note(spec, "notes", [ROUNDED.format(f.name)])
                     self.schema = self._probe()
                     raise SchemaChanged(self.widened)
                 if pa.types.is_boolean(arr.type) and f.name not in self.column_types and f.name not in self.widened:

@@ -35,12 +35,13 @@ ROUNDED = (
 
 
 def rounds(arr) -> bool:
-    """Does float64 column ``arr`` (integers widened for a missing value) hold a value beyond
-    2**53, where float64 no longer holds every integer?"""
+    """Does float64 column ``arr`` (integers widened for a missing value, as parsed) hold a value
+    that may have been rounded: 2**53 or beyond, where float64 no longer holds every integer? (The
+    text 9007199254740993, 2**53 + 1, parses to 2**53 itself: a bound of ``> 2**53`` let it pass.)"""
     import pyarrow.compute as pc
 
     top = pc.max(pc.abs(arr)).as_py()
-    return top is not None and top > 2.0**53
+    return top is not None and top >= 2.0**53
 
 
 def looks_float(v: str) -> bool:

@@ -202,6 +202,11 @@ def test_a_bool_column_with_a_missing_value_is_float64(tmp_path):
         ("nulls", "id,v\n" + "".join(f"{2**60 + i},{i}\n" for i in range(400_000)) + ",1\n", "string", None,
          "beyond 2**53 and a missing value"),
         ("small", "id,v\n" + "".join(f"{i},{i}\n" for i in range(400_000)) + ",1\n", "double", None, None),
+        # 2**53 + 1 parses to 2**53 itself, which the bound (> 2**53) let through: rounded, no note
+        ("edge", "id,v\n9007199254740993,1\n,2\n5,3\n", "string", None, "beyond 2**53 and a missing value"),
+        # the missing value early, the big integer in a later piece without one: it was not checked
+        ("late_big", "id,v\n,0\n" + "".join(f"{i},{i}\n" for i in range(400_000)) + "9007199254740995,1\n",
+         "string", None, "beyond 2**53 and a missing value"),
         ("floats", "id,v\n1e19,1\n2.5,2\n", "double", [1e19, 2.5], None),
         # hexadecimal: pyarrow reads them as int64 and wraps those past 2**63 to negative numbers
         # (numpy's random test CSVs: seeds 0xa475f55fbb6bc638...)
