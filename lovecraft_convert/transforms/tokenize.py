@@ -380,7 +380,8 @@ def with_markers(col: VarColumn, bos: int | None, eos: int | None) -> VarColumn:
 
 
 class Tokenize:
-    """Batch -> batch: the text column ``column`` (``text`` when None and there is one) becomes the
+    """Batch -> batch: the text column ``column`` (when None: ``text``, else the only text column)
+    becomes the
     token column ``tokens`` (in its place among ``keep``, first when ``keep`` does not name it); the
     other columns are those of ``keep``."""
 
@@ -389,7 +390,7 @@ class Tokenize:
             strings = [f.name for f in schema if f.kind in (STRING, BINARY)]
             if "text" in schema.names:
                 column = "text"
-            elif len(strings) == 1 and len(schema) == 1:
+            elif len(strings) == 1:  # the only text column (the docs' default; id columns beside it)
                 column = strings[0]
             else:
                 raise SchemaError(

@@ -264,8 +264,8 @@ def test_inspect_describes_ours_and_megatron_cores_own_files(small, tmp_path):
          "--tokenizer bytes|chars|tokenizer.json"),
         (["d.csv"], 1, "Error: {d}/d.csv, column 'body': megatron holds token ids, not text; tokenize it with "
          "--tokenizer bytes|chars|tokenizer.json --column body"),
-        (["d.csv", "--tokenizer", "bytes"], 1, "Error: {d}/d.csv: say which column holds the text to tokenize "
-         "(columns: id, body); pass --column NAME"),
+        (["two.csv", "--tokenizer", "bytes"], 1, "Error: {d}/two.csv: say which column holds the text to tokenize "
+         "(columns: id, title, body); pass --column NAME"),
         (["d.csv", "--tokenizer", "bytes", "--column", "body", "--columns", "id,body"], 1,
          "Error: {d}/d.csv, column 'id': megatron holds one column of token ids, not int64 columns; leave the column "
          "out (with --tokenizer, the output is the tokens and the columns --columns names), or write another format"),
@@ -297,6 +297,7 @@ def test_what_it_cannot_hold_is_one_line(tmp_path, monkeypatch, args, code, mess
     write(tmp_path / "t.txt", b"abc\n")
     write(tmp_path / "e.txt", b"\n\n")  # two empty documents: an empty .bin, which Megatron-Core cannot map
     write(tmp_path / "d.csv", b"id,body\n1,x\n")
+    write(tmp_path / "two.csv", b"id,title,body\n1,a,x\n")
     np.save(tmp_path / "x.npy", np.zeros((3, 2), np.float32))
     r = lovecraft("convert", str(tmp_path / args[0]) if "/" not in args[0] else args[0], *args[1:], "-o", "out",
                   "--to", "megatron")  # fmt: skip
@@ -304,6 +305,17 @@ def test_what_it_cannot_hold_is_one_line(tmp_path, monkeypatch, args, code, mess
     assert r.exit_code == code, r.stderr
     assert r.stderr.startswith(want) and r.stderr.count("\n") == 1, r.stderr
     assert not os.path.exists(tmp_path / "out") and [n for n in leftovers(tmp_path) if n != ".out.lock"] == []
+
+
+def test_the_only_text_column_is_tokenized_without_column(tmp_path):
+    """``--column`` defaults to ``text``, else the input's only text column, as the docs say: a CSV
+    of an id and a body said "say which column holds the text to tokenize (columns: id, body)"."""
+    src = write(tmp_path / "d.csv", b"id,body\n1,ab\n2,c\n")
+    r = lovecraft("convert", src, "-o", str(tmp_path / "out"), "--to", "megatron", "--tokenizer", "bytes", "-q")
+    assert r.exit_code == 0, r.stderr
+    f = parse_idx(str(tmp_path / "out" / "data.idx"))
+    assert list(np.fromfile(tmp_path / "out" / "data.bin", np.uint8)) == [97, 98, 99]
+    assert list(f["lengths"]) == [2, 1]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
