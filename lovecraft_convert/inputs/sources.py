@@ -146,6 +146,8 @@ def detect_compression(spec: InputSpec, head: bytes | None = None) -> str | None
     for magic, name in MAGIC:
         if head.startswith(magic):
             return name
+    if len(head) >= 4 and int.from_bytes(head[:4], "little") & 0xFFFFFFF0 == 0x184D2A50:
+        return "zstd"  # a zstd skippable frame first (pzstd writes one before each frame)
     lower = spec.path.lower()
     for ext, name in COMPRESSIONS.items():
         if lower.endswith(ext):

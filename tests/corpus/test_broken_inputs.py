@@ -563,3 +563,25 @@ def test_a_file_named_as_another_kind_is_named_as_what_it_is(tmp_path):
     )
     assert lovecraft("inspect", str(tmp_path / "p.csv"), "--input-format", "parquet").exit_code == 0
     assert lovecraft("inspect", str(tmp_path / "t.csv")).exit_code == 0
+
+
+@pytest.mark.parametrize("name", ["pz.csv.zst", "pz.csv"])
+def test_zstd_that_starts_with_a_skippable_frame(tmp_path, name):
+    """pzstd writes a skippable frame (its frame's size) before each zstd frame: such a file was
+    "named .zst but is not zstd-compressed" (the magic looked for was the zstd frame's alone), and
+    without the extension it was read as text ("invalid UTF-8"). Found by an outside trial."""
+    import struct
+
+    text = "a,b\n" + "".join(f"{i},{i * i}\n" for i in range(1000))
+    frames = b""
+    for part in (text[:2000], text[2000:]):  # two frames, as pzstd -p 2 writes them
+        frame = zstandard.ZstdCompressor().compress(part.encode())
+        frames += struct.pack("<III", 0x184D2A50, 4, len(frame)) + frame
+    src = tmp_path / name
+    src.write_bytes(frames)
+    out = str(tmp_path / "o")
+    r = lovecraft("convert", str(src), "-o", out, "--to", "parquet", "-q")
+    assert r.exit_code == 0, r.stderr
+    got = read_back(out, "parquet")
+    assert got["a"].tolist() == list(range(1000)) and got["b"].tolist() == [i * i for i in range(1000)]
+    assert manifest(out)["sources"][0]["compression"] == "zstd"
