@@ -267,6 +267,27 @@ def test_edited_numbers_in_the_manifest_are_caught(datasets, tmp_path, name):
     assert all(line.startswith(f"{ds}/") for line in lines)
 
 
+@pytest.mark.parametrize("to", ["tfrecord", "parquet", "hdf5", "memmap"])
+def test_an_int_dtype_narrowed_in_the_manifest_is_caught(tmp_path, to):
+    """TFRecord stores integers as int64_list whatever the schema's dtype: a schema edited from
+    int64 to int32 verified ok, and every loader read 5000000000 back as 705032704 (found by an
+    outside trial). The others hold the dtype in their files and caught it already."""
+    src = tmp_path / "a.csv"
+    src.write_text("a,f\n1,0.5\n5000000000,1.25\n")
+    ds = str(tmp_path / "ds")
+    assert lovecraft("convert", str(src), "-o", ds, "--to", to, "-q").exit_code == 0
+    m = manifest(ds)
+    m["schema"][0]["dtype"] = "<i4"
+    _write_manifest(ds, m)
+    r = lovecraft("verify", ds)
+    assert r.exit_code == 1, r.stdout
+    if to == "tfrecord":
+        assert (
+            f"{ds}/data.tfrecord: column 'a' holds 5000000000, beyond int32, the dtype the manifest's schema gives it (the loaders would read it changed)"
+            in r.stdout.splitlines()
+        )
+
+
 @pytest.mark.parametrize("name", ["tfrecord-npy", "tfrecord-csv", "hdf5-npy", "parquet-npy", "parquet-csv"])
 def test_flip_is_located_by_the_formats_own_checksums(datasets, tmp_path, name):
     """Not only the digest: TFRecord CRCs, HDF5 fletcher32 and Parquet page checksums catch it."""
