@@ -250,10 +250,11 @@ class Downcast:
         return cls(schema, targets, on_overflow) if targets else None
 
     @staticmethod
-    def left_alone(schema: Schema, dtype: str | None, per_column: dict[str, str]) -> str | None:
+    def left_alone(schema: Schema, dtype: str | None, per_column: dict[str, str], typed: bool = True) -> str | None:
         """A note naming the integer columns ``--dtype`` leaves as they are (it narrows floating
         columns: an integer's exactness is its point, unless the user says otherwise), and the way
-        to narrow them too; None when there are none."""
+        to narrow them too where the input takes ``--column-type`` (``typed``); None when there are
+        none."""
         if not dtype:
             return None
         names = [
@@ -266,10 +267,8 @@ class Downcast:
         shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
         prefix = os.path.commonprefix(names)
         sel = f"'{prefix}*'" if len(names) > 1 and prefix else names[0]
-        return (
-            f"--dtype {dtype} narrows floating columns; integer columns are kept as they are: {shown} "
-            f"(to narrow them too: --column-type {sel}={dtype})"
-        )
+        note = f"--dtype {dtype} narrows floating columns; integer columns are kept as they are: {shown}"
+        return note + (f" (to narrow them too: --column-type {sel}={dtype})" if typed else "")
 
     def _where(self, row: int, name: str) -> tuple[str, str, int | None, int]:
         """Where a (0-based, within this transform's stream) row is, for an error: (source, column,

@@ -108,6 +108,19 @@ def test_columns_can_name_a_stacked_column(tmp_path, kind):
     assert (r.exit_code, r.stderr) == (2, "Error: --columns names 'c1', which is stacked into 'x'; name 'x' alone\n")
 
 
+def test_dtype_float16_note_of_an_npy_input_suggests_no_column_type(tmp_path):
+    """NPY inputs do not take --column-type: the note suggested it, and following it was refused
+    ("--column-type applies to CSV, JSON Lines, ..."). Found by an outside trial of the docs."""
+    np.save(tmp_path / "features.npy", np.ones((4, 3), np.float32))
+    np.save(tmp_path / "labels.npy", np.arange(4))
+    r = lovecraft(
+        "convert", str(tmp_path / "features.npy"), str(tmp_path / "labels.npy"), "-o", str(tmp_path / "o"),
+        "--to", "hdf5", "-q", "--dtype", "float16",
+    )  # fmt: skip
+    note = "--dtype float16 narrows floating columns; integer columns are kept as they are: labels"
+    assert (r.exit_code, r.stderr) == (0, f"note: {note}\n")
+
+
 def test_dtype_float16_names_the_integer_columns_it_leaves(tmp_path):
     p = tmp_path / "px.csv"
     p.write_text("label,pixel0,pixel1,v\n1,0,255,1.5\n2,3,4,2.5\n")
