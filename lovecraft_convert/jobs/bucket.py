@@ -45,7 +45,7 @@ from ..inputs import Part
 from ..schema import FIXED, SEQUENCE, Batch, Field, Schema, VarColumn
 from ..stats import merged, raw
 from ..transforms.shuffle import hash_bucket
-from ..transforms.tokenize import ids_dtype, token_description
+from ..transforms.tokenize import ids_dtype, notes_of, token_description
 from ..util import parse_size, trace
 from .convert import write_unit_files
 from .options import BucketOptions, takes_options
@@ -539,6 +539,7 @@ def _manifest(
         stats=merged(schema, frags),
         float16={},
         sources=probe.describe_sources() + o.tokenizer_source(),
+        **notes_of(probe.tokenizer),
         **fmt.dataset_extra(schema, [fr["extra"] for fr in frags]),
         **probe.keep.extra(*summed(split), dedup),
     )

@@ -93,12 +93,9 @@ class OutputPlan:
             out = down.schema
         keep = Filter(filter).check(schema) if filter else None
         notes = [note] if note else []
-        ignored = getattr(tokenize.tokens.tokenizer, "ignored", None) if tokenize is not None else None
+        ignored = tokenize.tokens.note() if tokenize is not None else None
         if ignored:
-            notes.append(
-                f"{tokenize.tokens.name} asks for {' and '.join(ignored)}, which is not applied: each document is "
-                "tokenized whole (bucket --truncate cuts sequences, and counts them)"
-            )
+            notes.append(ignored)
         return cls(out, source, tokenize, stack, down, notes, Keep(keep))
 
     @classmethod

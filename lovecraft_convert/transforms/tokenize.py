@@ -114,7 +114,7 @@ class HfTokenizer(Tokenizer):
                 hint="pip install 'lovecraft-convert[tokenizers]'",
             ) from None
         try:
-            self.tok = _loaded(_T, path)
+            self.tok, self.ignored = _loaded(_T, path)
         except OSError as e:
             raise InputError(f"{path}: cannot read the tokenizer ({e.strerror})", hint="check the path") from None
         except Exception as e:  # noqa: BLE001 - the library's own error types vary
@@ -123,14 +123,6 @@ class HfTokenizer(Tokenizer):
                 f"{path}: not a tokenizer.json the tokenizers package can load ({first})",
                 hint="save one with Tokenizer.save(path)",
             ) from None
-        # what the file says of padding and truncation is a setting for a model's batches, not for a
-        # corpus: padded, every document took the pads of its piece's longest (and their EOS came
-        # after them); truncated, it was cut without a word. Documents are tokenized whole
-        # (bucket --truncate cuts, and counts).
-        self.ignored = [k for k, v in (("padding", self.tok.padding), ("truncation", self.tok.truncation)) if v]
-        if self.ignored:
-            self.tok.no_padding()
-            self.tok.no_truncation()
         self.path = path
         self.name = os.path.basename(path)
         self.vocab_size = int(self.tok.get_vocab_size(with_added_tokens=True))
@@ -185,7 +177,7 @@ class HfTokenizer(Tokenizer):
         return d
 
 
-_LOADED: dict[tuple, object] = {}  # (path, size, mtime) -> the library's Tokenizer, in this process
+_LOADED: dict[tuple, tuple] = {}  # (path, size, mtime) -> (the library's Tokenizer, settings not applied)
 
 
 def _loaded(cls, path: str):
@@ -195,16 +187,28 @@ def _loaded(cls, path: str):
     library's tokenizer that has encoded keeps about 1.3 MiB after it is dropped (tokenizers
     0.23; measured: 16 units of a 1 GiB corpus grew a worker by 21 MiB). One instance per file is
     also faster: a unit does not parse the file again.
+
+    Returns it with the settings it was saved with that are not applied (``padding``,
+    ``truncation``): what the file says of them is a setting for a model's batches, not for a
+    corpus (padded, every document took the pads of its piece's longest, and their EOS came after
+    them; truncated, it was cut without a word), so documents are tokenized whole (bucket
+    --truncate cuts, and counts). They are read before the shared instance is changed, so every
+    load of the file says them (a second job of the process said nothing, and its manifest lost
+    them).
     """
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
-    tok = _LOADED.get(key)
-    if tok is None:
+    got = _LOADED.get(key)
+    if got is None:
         tok = cls.from_file(path)
+        ignored = [k for k, v in (("padding", tok.padding), ("truncation", tok.truncation)) if v]
+        if ignored:
+            tok.no_padding()
+            tok.no_truncation()
         if len(_LOADED) >= 4:
             _LOADED.pop(next(iter(_LOADED)))
-        _LOADED[key] = tok
-    return tok
+        got = _LOADED[key] = (tok, ignored)
+    return got
 
 
 @functools.cache
@@ -347,6 +351,22 @@ class Tokens:
         d = self.tokenizer.describe()
         d.update({"dtype": self.dtype.name, "eos_id": self.eos, "bos_id": self.bos})
         return d
+
+    def note(self) -> str | None:
+        """The note of a tokenizer.json saved with padding or truncation, which are not applied."""
+        ignored = getattr(self.tokenizer, "ignored", None)
+        if not ignored:
+            return None
+        return (
+            f"{self.name} asks for {' and '.join(ignored)}, which is not applied: each document is "
+            "tokenized whole (bucket --truncate cuts sequences, and counts them)"
+        )
+
+
+def notes_of(tokens: Tokens | None) -> dict:
+    """The manifest's ``notes`` about ``tokens`` (bucket's: convert's come with its plan's)."""
+    note = tokens.note() if tokens is not None else None
+    return {"notes": [note]} if note else {}
 
 
 def token_description(tokens: Tokens | None, dtype: str) -> dict | None:

@@ -221,6 +221,9 @@ def read_options(manifest: dict) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(BucketOptions)}
     out = {k: v for k, v in raw.items() if k in READ_OPTIONS and k in names}
     info = manifest.get("tokenizer")
+    for section in ("bucketing", "packing"):  # where bucket records its tokenizer
+        if not isinstance(info, dict) and isinstance(manifest.get(section), dict):
+            info = manifest[section].get("tokenizer")
     if (
         isinstance(info, dict)
         and isinstance(info.get("path"), str)

@@ -185,6 +185,16 @@ def test_a_tokenizer_files_padding_and_truncation_are_not_applied(tok, tmp_path)
     want = [plain.encode(d).ids + [eos] for d in DOCS]
     assert [list(x) for x in read_megatron(out)["tokens"]] == want
     assert manifest(out)["tokenizer"]["settings_not_applied"] == ["padding", "truncation"]
+    # bucket said nothing (the docs say a note does): padded and packed layouts
+    for opts in (["--num-buckets", "2"], ["--layout", "packed", "--seq-len", "8"]):
+        out = str(tmp_path / f"b{len(opts)}")
+        r = lovecraft("bucket", str(src), "-o", out, "--to", "parquet", "--tokenizer", p2, "--eos", "</s>", "-q", *opts)
+        assert r.exit_code == 0, r.stderr
+        assert r.stderr.startswith(
+            "note: padded.json asks for padding and truncation, which is not applied: each document is tokenized "
+            "whole (bucket --truncate cuts sequences, and counts them)\n"
+        ), r.stderr
+        assert manifest(out)["notes"] == [r.stderr.splitlines()[0][len("note: ") :]]
 
 
 def test_chars_of_a_binary_column_that_is_not_utf8_stay_in_their_document(tmp_path):

@@ -135,3 +135,29 @@ def test_a_shuffled_packed_dataset_is_compared_by_its_tokens(tmp_path):
     other.write_text(src.read_text().replace("line 7 ", "lime 7 "))
     r = lovecraft("verify", out, str(other), "--against", "-q")
     assert r.exit_code == 1 and r.stdout.count("\n") == 1, r.stdout
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+def test_a_tokenizer_file_given_relative_is_found_from_anywhere(tmp_path, monkeypatch, layout):
+    """bucket --tokenizer tokenizer.json (relative) records the file's absolute path in its
+    bucketing (or packing) section; verify --against looked for it only in a top-level tokenizer
+    section, so it read the relative name and failed from another directory ("--tokenizer
+    tokenizer.json: no such file"). Found by an outside trial of the docs."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers
+
+    work = tmp_path / "bk"
+    work.mkdir()
+    words = [f"w{i}" for i in range(50)]
+    tok = tokenizers.Tokenizer(models.WordLevel({"<EOT>": 0, **{w: i + 1 for i, w in enumerate(words)}}, "<EOT>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(work / "tokenizer.json"))
+    (work / "corpus.txt").write_text("".join(" ".join(words[: 1 + i % 40]) + "\n" for i in range(300)))
+    monkeypatch.chdir(work)
+    opts = ["--num-buckets", "3"] if layout == "padded" else ["--layout", "packed", "--seq-len", "32"]
+    r = lovecraft("bucket", "corpus.txt", "-o", "out", "--to", "parquet", "--tokenizer", "tokenizer.json",
+                  "--eos", "<EOT>", "-q", *opts)  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    monkeypatch.chdir(tmp_path)
+    r = lovecraft("verify", "bk/out", "--against", "bk/corpus.txt")
+    assert r.exit_code == 0, (r.stdout, r.stderr)
