@@ -56,6 +56,13 @@ MAGIC_KINDS = {
     "hdf5": ("an HDF5 file", b"", None),
     "npz": ("a zip archive", b"", "an NPZ archive: pass --input-format npz, or rename it; another archive: extract it first"),
 }  # fmt: skip
+# The kinds read as UTF-8 text, and the byte order marks of the encodings they are not (refused
+# naming the encoding: read as UTF-8, the first byte is an error that --errors replace only hides)
+TEXT_KINDS = ("text", "csv", "jsonl", "json")
+OTHER_BOMS = [
+    (b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"),
+    (b"\xff\xfe", "UTF-16LE"), (b"\xfe\xff", "UTF-16BE"),
+]  # fmt: skip
 # Text by its first bytes that are not white space (after a BOM): JSON Lines, a first line that
 # opens an object with a key (or an empty object); a JSON array
 TEXT_MAGICS = [(b'{"', "jsonl"), (b'{ "', "jsonl"), (b"{}", "jsonl"), (b"[", "json")]

@@ -185,10 +185,17 @@ def _check_named_kind(spec: InputSpec, kind: str, head: bytes) -> None:
     later in that reader's words (a CSV's "invalid UTF-8 ... pass --errors replace", which only
     turns the bytes into other errors)."""
     from ..storage import is_remote
-    from .kinds import MAGIC_KINDS, MAGICS
+    from .kinds import MAGIC_KINDS, MAGICS, OTHER_BOMS, TEXT_KINDS
 
     if spec.is_stdin or is_remote(spec.path):
         return
+    if kind in TEXT_KINDS:
+        enc = next((e for bom, e in OTHER_BOMS if head.startswith(bom)), None)
+        if enc is not None:
+            raise InputError(
+                f"{spec.name}: {enc} text (a {enc[:6]} byte order mark begins it); lovecraft reads text as UTF-8",
+                hint=f"re-encode it, e.g. iconv -f {enc[:6]} -t UTF-8 {spec.name} > utf8{spec.base_ext}",
+            )
     for magic, real in MAGICS:
         if head.startswith(magic) and real != kind:
             what, tail, hint = MAGIC_KINDS.get(real, (f"a {real} file", b"", None))

@@ -585,3 +585,27 @@ def test_zstd_that_starts_with_a_skippable_frame(tmp_path, name):
     got = read_back(out, "parquet")
     assert got["a"].tolist() == list(range(1000)) and got["b"].tolist() == [i * i for i in range(1000)]
     assert manifest(out)["sources"][0]["compression"] == "zstd"
+
+
+@pytest.mark.parametrize(
+    "name,data,enc",
+    [
+        ("u.csv", "a,b\n1,x\n".encode("utf-16"), "UTF-16LE"),
+        ("u.jsonl", b"\xfe\xff" + '{"a": 1}\n'.encode("utf-16-be"), "UTF-16BE"),
+        ("u.txt", "hello\n".encode("utf-32"), "UTF-32LE"),
+    ],
+)
+def test_utf16_and_utf32_text_is_named_as_what_it_is(tmp_path, name, data, enc):
+    """A UTF-16 CSV said "line 1 (the header): invalid UTF-8 ... pass --errors replace", and
+    following that gave "row 1001: expected 3 fields, found 1". Its byte order mark says what it
+    is (found by an outside trial)."""
+    src = tmp_path / name
+    src.write_bytes(data)
+    r = lovecraft("convert", str(src), "-o", str(tmp_path / "o"), "--to", "parquet")
+    ext = os.path.splitext(name)[1]
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {src}: {enc} text (a {enc[:6]} byte order mark begins it); lovecraft reads text as UTF-8; "
+        f"re-encode it, e.g. iconv -f {enc[:6]} -t UTF-8 {src} > utf8{ext}\n",
+    )
+    assert not os.path.exists(tmp_path / "o")
