@@ -31,6 +31,9 @@ def src(tmp_path) -> str:
     [
         ("shard", ["--to", "parquet", "--num-shards", "3"]),
         ("bucket", ["--to", "memmap", "--num-buckets", "2", "--ragged"]),
+        # a finished --dedup exact dataset was refused: "its --dedup digests are unset, this version
+        # makes xxh3-128" (the digest was compared, and missing on the finished side)
+        ("shard", ["--to", "parquet", "--num-shards", "3", "--dedup", "exact"]),
     ],
 )
 def test_resume_on_a_finished_dataset_writes_nothing(src, tmp_path, command, args):
@@ -43,6 +46,20 @@ def test_resume_on_a_finished_dataset_writes_nothing(src, tmp_path, command, arg
     assert _snapshot(str(tmp_path)) == before
     r = lovecraft(command, src, "-o", out, *args, "--resume", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["nothing_to_do"] is True
+    assert _snapshot(str(tmp_path)) == before
+
+
+def test_resume_on_a_finished_bucket_dedup_exact_dataset_writes_nothing(tmp_path):
+    src = write(tmp_path / "t.txt", b"".join(f"line {i % 700}\n".encode() for i in range(3000)))
+    out = str(tmp_path / "out")
+    args = ["--to", "memmap", "--num-buckets", "2", "--dedup", "exact"]
+    assert lovecraft("bucket", src, "-o", out, *args, "-q").exit_code == 0
+    before = _snapshot(str(tmp_path))
+    r = lovecraft("bucket", src, "-o", out, *args, "--resume")
+    assert (r.exit_code, r.stderr) == (
+        0,
+        f"{out}: already complete, made by the same command and inputs; nothing to do\n",
+    )
     assert _snapshot(str(tmp_path)) == before
 
 
