@@ -151,6 +151,17 @@ class Filter:
             return Node("not in" if negated else "in", (left, tuple(items)), at)
         return left
 
+    def _number(self, value: int | float, text: str, at: int) -> int | float:
+        """An integer literal within int64 (what it is compared as); beyond, one line (it was a
+        traceback: OverflowError from pyarrow's scalar)."""
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            self.fail(
+                at,
+                f"the integer {text} is beyond the 64-bit integers",
+                hint=f"write it as a float to compare it as one ({float(value)!r})",
+            )
+        return value
+
     def _literal(self) -> Node:
         node = self._value()
         if node.op != "lit":
@@ -163,9 +174,9 @@ class Filter:
             k2, v2, _ = self._next()
             if k2 != "num":
                 self.fail(at, "'-' goes before a number")
-            return Node("lit", (-_number(v2),), at)
+            return Node("lit", (self._number(-_number(v2), "-" + v2, at),), at)
         if kind == "num":
-            return Node("lit", (_number(v),), at)
+            return Node("lit", (self._number(_number(v), v, at),), at)
         if kind == "str":
             return Node("lit", (_unescape(v[1:-1]),), at)
         if kind == "quoted":

@@ -86,6 +86,10 @@ def test_columns_read_in_order():
         ("text > 3", SchemaError, "cannot compare a string with a number (column 'text' is a string) at position 6; compare like with like (quote text)"),
         ("isnan(text)", SchemaError, "isnan() of column 'text', a string at position 1; isnan() takes a number column"),
         ("seq == 1", SchemaError, "cannot compare a list with a number (column 'seq' is a list) at position 5; compare len(COLUMN) for a list"),
+        # integers beyond int64 were a traceback (OverflowError from pyarrow's scalar), in any comparison
+        ("label == 99999999999999999999999", OptionsError, "the integer 99999999999999999999999 is beyond the 64-bit integers at position 10; write it as a float to compare it as one (1e+23)"),
+        ("x < -9223372036854775809", OptionsError, "the integer -9223372036854775809 is beyond the 64-bit integers at position 5; write it as a float to compare it as one (-9.223372036854776e+18)"),
+        ("label in (1, 18446744073709551616)", OptionsError, "the integer 18446744073709551616 is beyond the 64-bit integers at position 14"),
     ],
 )  # fmt: skip
 def test_errors(expr, cls, message):
@@ -166,6 +170,22 @@ def test_cli_syntax_error_is_a_usage_error(tmp_path, jsonl):
     r = lovecraft("convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "lang = 'en'")
     assert r.exit_code == 2
     assert r.stderr.strip() == "Error: --filter \"lang = 'en'\": unexpected '=' at position 6; compare with =="
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_cli_integer_beyond_int64_is_a_usage_error(tmp_path, jsonl):
+    r = lovecraft(
+        "convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "len(text) > 2**64", "--json"
+    )
+    assert r.exit_code == 2  # (a syntax error: ** is not an operator)
+    r = lovecraft(
+        "convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "id > 9223372036854775808"
+    )
+    assert (r.exit_code, r.stderr) == (
+        2,
+        "Error: --filter 'id > 9223372036854775808': the integer 9223372036854775808 is beyond the 64-bit integers "
+        "at position 6; write it as a float to compare it as one (9.223372036854776e+18)\n",
+    )
     assert not os.path.exists(tmp_path / "o")
 
 
