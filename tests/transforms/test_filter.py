@@ -175,10 +175,6 @@ def test_cli_syntax_error_is_a_usage_error(tmp_path, jsonl):
 
 def test_cli_integer_beyond_int64_is_a_usage_error(tmp_path, jsonl):
     r = lovecraft(
-        "convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "len(text) > 2**64", "--json"
-    )
-    assert r.exit_code == 2  # (a syntax error: ** is not an operator)
-    r = lovecraft(
         "convert", jsonl, "-o", str(tmp_path / "o"), "--to", "parquet", "--filter", "id > 9223372036854775808"
     )
     assert (r.exit_code, r.stderr) == (
