@@ -9,7 +9,7 @@ import stat
 
 from ..errors import InputError
 from .spec import COMPRESSIONS, InputSpec
-from .streams import open_stream, stdin_buffer
+from .streams import open_stream, spooled_stdin, stdin_buffer
 
 MAGIC = [(b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd")]
 
@@ -23,7 +23,9 @@ def resolve_inputs(specs: list[str], input_format: str | None = None) -> list[In
     out: list[InputSpec] = []
     for spec in specs:
         if spec == "-":
-            out.append(InputSpec("-", "<stdin>"))
+            spool = spooled_stdin()  # read again (bucket's second reader): the copy, not the drained pipe
+            size = os.path.getsize(spool) if spool is not None else None
+            out.append(InputSpec("-", "<stdin>", stdin_spool=spool, size=size))
             continue
         if is_remote(spec):
             out.extend(_remote_specs(spec))
@@ -88,6 +90,14 @@ def _check_file(p: str, input_format: str | None = None) -> InputSpec:
         return InputSpec(p, p, format=kind, size=None if kind == FILES else _tree_size(p), mtime=st.st_mtime)
     if not os.access(p, os.R_OK):
         raise InputError(f"{p}: permission denied", hint="check the file's permissions")
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        # its kind is told from its first bytes, then it is opened again (and by each worker): a
+        # pipe's first bytes went to the look (a JSON Lines 'line 1: not valid JSON'), and a second
+        # open waited for a writer that never came (--dedup hung)
+        raise InputError(
+            f"{p}: is a pipe (a process substitution or a mkfifo), which can be read only once",
+            hint="pipe it to stdin instead (... | lovecraft convert - --input-format KIND), or write it to a file",
+        )
     return InputSpec(p, p, size=st.st_size if stat.S_ISREG(st.st_mode) else None, mtime=st.st_mtime)
 
 
@@ -133,6 +143,9 @@ def _tree_size(path: str) -> int:
 
 
 def _peek(spec: InputSpec, n: int = 8) -> bytes:
+    if spec.is_stdin and spec.stdin_spool:
+        with open(spec.stdin_spool, "rb") as f:
+            return f.read(n)
     if spec.is_stdin:
         return stdin_buffer().peek(n)[:n]
     from ..storage import open_input

@@ -20,6 +20,17 @@ if TYPE_CHECKING:  # pragma: no cover
 DEFAULT_MAX_RATIO = 1000
 
 _STDIN: list = []
+_SPOOLED: list = []  # [(sys.stdin.buffer, the file it was spooled to)]: one spool per stdin
+
+
+def spooled_stdin() -> str | None:
+    """The file this process's stdin was spooled to (:func:`spool_stdin`), if it was: a reader
+    opened on ``-`` after it (bucket opens its input twice) reads that, not the drained pipe."""
+    import os
+
+    if _SPOOLED and _SPOOLED[0][0] is sys.stdin.buffer and os.path.exists(_SPOOLED[0][1]):
+        return _SPOOLED[0][1]
+    return None
 
 
 def stdin_buffer() -> BinaryIO:
@@ -324,9 +335,12 @@ def spool_stdin(spec: InputSpec) -> None:
     import shutil
     import tempfile
 
-    fd, path = tempfile.mkstemp(prefix="lovecraft-stdin-", suffix=".spool")
-    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
-    with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(stdin_buffer(), out, 4 << 20)
+    path = spooled_stdin()
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="lovecraft-stdin-", suffix=".spool")
+        atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(stdin_buffer(), out, 4 << 20)
+        _SPOOLED[:] = [(sys.stdin.buffer, path)]
     spec.stdin_spool = path
     spec.size = os.path.getsize(path)

@@ -249,7 +249,7 @@ class Sequences:
     def _columnar(self, inputs: list[str], probe, o: BucketOptions, budget: int, threads: bool, kw: dict) -> None:
         """A Parquet, Arrow or Hugging Face input: its one variable-length column (or ``--column``),
         text through the tokenizer, a sequence column (token ids) as it is; only it is read."""
-        from ..transforms.tokenize import load_tokenizer
+        from ..transforms.tokenize import Tokens
 
         fld = pick_column(self.name, probe.schema, o.column)
         columns = list(dict.fromkeys([fld.name, *o.keep_columns()]))
@@ -257,8 +257,8 @@ class Sequences:
         self.kind = "columnar"
         self.source_column = fld.name
         self._keep_step()
-        if fld.kind == "string":
-            self.tokenizer = load_tokenizer(o.tokenizer)
+        if fld.kind == "string":  # the markers too (a bare tokenizer here dropped --eos and --bos)
+            self.tokenizer = Tokens(o.tokenizer, o.eos, o.bos)
             self.column = "tokens"
         else:
             self.column = fld.name

@@ -53,8 +53,19 @@ class Tokenizer:
         """The tokenizer's own special tokens (what a document marker usually is), in id order."""
         return []
 
+    ignored: list[str] = []  # settings the file asks for that are not applied (HfTokenizer)
+
     def describe(self) -> dict:
         return {"name": self.name, "vocab_size": self.vocab_size}
+
+    def note(self) -> str | None:
+        """The note of a tokenizer.json saved with padding or truncation, which are not applied."""
+        if not self.ignored:
+            return None
+        return (
+            f"{self.name} asks for {' and '.join(self.ignored)}, which is not applied: each document is "
+            "tokenized whole (bucket --truncate cuts sequences, and counts them)"
+        )
 
 
 class BytesTokenizer(Tokenizer):
@@ -353,17 +364,10 @@ class Tokens:
         return d
 
     def note(self) -> str | None:
-        """The note of a tokenizer.json saved with padding or truncation, which are not applied."""
-        ignored = getattr(self.tokenizer, "ignored", None)
-        if not ignored:
-            return None
-        return (
-            f"{self.name} asks for {' and '.join(ignored)}, which is not applied: each document is "
-            "tokenized whole (bucket --truncate cuts sequences, and counts them)"
-        )
+        return self.tokenizer.note()
 
 
-def notes_of(tokens: Tokens | None) -> dict:
+def notes_of(tokens: Tokens | Tokenizer | None) -> dict:
     """The manifest's ``notes`` about ``tokens`` (bucket's: convert's come with its plan's)."""
     note = tokens.note() if tokens is not None else None
     return {"notes": [note]} if note else {}

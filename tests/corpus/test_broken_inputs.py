@@ -609,3 +609,20 @@ def test_utf16_and_utf32_text_is_named_as_what_it_is(tmp_path, name, data, enc):
         f"re-encode it, e.g. iconv -f {enc[:6]} -t UTF-8 {src} > utf8{ext}\n",
     )
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_a_pipe_given_by_name_is_refused_not_misread(tmp_path):
+    """A process substitution (<(zcat x)) or a mkfifo given as a path: its first bytes went to the
+    look that tells its kind, so a JSON Lines input said 'line 1: not valid JSON', and with
+    --dedup the second open waited forever for a writer (found by an outside trial). Refused in
+    one line, before it is opened."""
+    fifo = tmp_path / "p.jsonl"
+    os.mkfifo(fifo)
+    for extra in ([], ["--dedup", "exact"]):
+        r = lovecraft("convert", str(fifo), "-o", str(tmp_path / "o"), "--to", "parquet", *extra)
+        assert (r.exit_code, r.stderr) == (
+            1,
+            f"Error: {fifo}: is a pipe (a process substitution or a mkfifo), which can be read only once; pipe it "
+            "to stdin instead (... | lovecraft convert - --input-format KIND), or write it to a file\n",
+        )
+    assert not os.path.exists(tmp_path / "o")

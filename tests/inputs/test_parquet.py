@@ -341,6 +341,29 @@ def test_bucket_a_text_column(tmp_path, wide):
     )
 
 
+@pytest.mark.parametrize("layout", [["--num-buckets", "1"], ["--layout", "packed", "--seq-len", "4", "--pad-last"]])
+def test_bucket_a_text_column_with_markers(tmp_path, layout):
+    """bucket of a Parquet text column read it through the bare tokenizer: --eos and --bos were
+    dropped without a word (['ab', 'c'] gave [97, 98] and [99], where JSON Lines gives the EOS too);
+    verify --against agreed, re-reading it the same way. Found while fixing another trial's case."""
+    src = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"text": ["ab", "c"], "n": [1, 2]}), src)
+    jl = tmp_path / "t.jsonl"
+    jl.write_text('{"text": "ab"}\n{"text": "c"}\n')
+    got = {}
+    for name, path in (("parquet", src), ("jsonl", str(jl))):
+        out = str(tmp_path / name)
+        r = lovecraft("bucket", path, "-o", out, "--to", "parquet", "--column", "text", "--eos", "0", "--bos", "1",
+                      "-q", *layout)  # fmt: skip
+        assert r.exit_code == 0, r.stderr
+        t = pq.read_table(out)
+        got[name] = t.to_pylist()
+        assert lovecraft("verify", out, "--against", path).exit_code == 0
+    assert got["parquet"] == got["jsonl"]
+    if layout[0] == "--num-buckets":
+        assert sorted((r["tokens"][: r["length"]] for r in got["parquet"]), key=len) == [[1, 99, 0], [1, 97, 98, 0]]
+
+
 def test_inspect_shows_nested_paths_types_nulls_row_groups(tmp_path, wide):
     src, table = wide
     r = lovecraft("inspect", src, "--json", "-q")

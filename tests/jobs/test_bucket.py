@@ -697,3 +697,23 @@ def test_a_damaged_spill_frame_of_a_journalled_part_is_read_again_on_resume(corp
     assert disk_digest(out) == disk_digest(ref)
     assert lovecraft("verify", out).exit_code == 0
     assert [n for n in leftovers(tmp_path) if n != ".out.lock"] == []
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_bucket_from_stdin(tmp_path, compressed):
+    """bucket opens its input twice (a probe for the column, then the reader): from stdin the
+    second read found the pipe drained by the first's spool ('<stdin>: empty input (no records)').
+    A second reader of '-' reads the spooled copy (found by an outside trial)."""
+    import gzip
+
+    docs = [" ".join(["w"] * (1 + i % 20)) for i in range(300)]
+    data = "".join(json.dumps({"id": i, "text": d}) + "\n" for i, d in enumerate(docs)).encode()
+    out = str(tmp_path / "out")
+    r = lovecraft(
+        "bucket", "-", "--input-format", "jsonl", "-o", out, "--to", "parquet", "--num-buckets", "2", "-q",
+        input=gzip.compress(data) if compressed else data,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    m = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert m["rows"] == 300
+    assert sorted(m["bucketing"]["length_histogram"][0]) == sorted({len(d.encode()) for d in docs})
