@@ -80,7 +80,7 @@ class Sequences:
         if kept and (self.dataset is not None or o.ragged):
             raise OptionsError(
                 f"{kept} is not offered by bucket for {'--ragged rows' if o.ragged else 'a dataset input'} yet",
-                hint="run `lovecraft shard` with it first, then bucket its output",
+                hint=f"run `lovecraft shard` with {kept} on it first, then bucket that output without {kept}",
             )
         if self.dataset is not None:
             from ..loaders import open_dataset

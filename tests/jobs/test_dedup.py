@@ -150,7 +150,21 @@ def test_bucket_refuses_ragged_rows(tmp_path):
     assert (r.exit_code, r.stderr.strip()) == (
         2,
         "Error: --dedup is not offered by bucket for --ragged rows yet; "
-        "run `lovecraft shard` with it first, then bucket its output",
+        "run `lovecraft shard` with --dedup on it first, then bucket that output without --dedup",
+    )
+    # a dataset (a shard output already): the hint said to shard it with --dedup and bucket "its
+    # output", read as this very input (an outside trial)
+    ds = str(tmp_path / "ds")
+    (tmp_path / "t.jsonl").write_text('{"text": "a"}\n{"text": "a"}\n')
+    assert (
+        lovecraft("shard", str(tmp_path / "t.jsonl"), "-o", ds, "--to", "parquet", "--num-shards", "1", "-q").exit_code
+        == 0
+    )
+    r = lovecraft("bucket", ds, "-o", str(tmp_path / "o"), "--to", "parquet", "--num-buckets", "1", "--dedup", "exact")
+    assert (r.exit_code, r.stderr.strip()) == (
+        2,
+        "Error: --dedup is not offered by bucket for a dataset input yet; "
+        "run `lovecraft shard` with --dedup on it first, then bucket that output without --dedup",
     )
 
 
@@ -227,6 +241,18 @@ def test_bucket_of_json_lines_names_the_flag_of_a_column_it_does_not_find(tmp_pa
             f"Error: {flag}: no column 'nope' in {p}; columns in the first records are text, id, lang\n",
         )
         assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.parametrize("command", ["convert", "shard"])
+def test_a_dedup_column_named_twice_is_refused(tmp_path, command):
+    """--dedup-columns text,text was taken without a word (found by an outside trial)."""
+    p = tmp_path / "a.jsonl"
+    p.write_text("".join(json.dumps({"id": i % 3, "text": "t"}) + "\n" for i in range(30)))
+    extra = ["--num-shards", "2"] if command == "shard" else []
+    r = lovecraft(command, str(p), "-o", str(tmp_path / "o"), "--to", "parquet", "--dedup", "exact",
+                  "--dedup-columns", "text,id,text", *extra)  # fmt: skip
+    assert (r.exit_code, r.stderr) == (2, "Error: --dedup-columns names 'text' twice; name each column once\n")
+    assert not os.path.exists(tmp_path / "o")
 
 
 def test_shard_from_stdin_names_it_in_the_report(tmp_path):
