@@ -60,6 +60,9 @@ class Journal:
         self.f.close()
 
 
+LEADING = ("to", "layout", "dedup", "tokenizer", "input_format")  # options named first when several differ
+
+
 def difference(old: dict, new: dict) -> tuple[str, str] | None:
     """How the job fingerprint ``new`` differs from ``old`` (both JSON-able): ``("option", text)``
     naming the first option that differs, ``("input", text)`` naming an input that differs (or
@@ -76,7 +79,9 @@ def difference(old: dict, new: dict) -> tuple[str, str] | None:
             f"it was made by `lovecraft {old.get('command') or 'shard'}`, not `{new.get('command') or 'shard'}`",
         )
     o_opts, n_opts = old.get("options") or {}, new.get("options") or {}
-    for k in sorted(set(o_opts) | set(n_opts)):
+    # the options others depend on first (a run of --dedup exact resumed with near differs in
+    # --band-rows too, which named it alone), then by name
+    for k in sorted(set(o_opts) | set(n_opts), key=lambda k: (LEADING.index(k) if k in LEADING else len(LEADING), k)):
         if o_opts.get(k) != n_opts.get(k):
             flag = "--" + k.replace("_", "-")
             return "option", f"it was made with {flag} {_shown(o_opts.get(k))}, this run has {_shown(n_opts.get(k))}"

@@ -174,3 +174,14 @@ def test_an_unfinished_dedup_run_of_another_digest_is_not_resumed(src, tmp_path)
         "version makes xxh3-128; run it with the same command and resume=True, or pass overwrite=True to start over"
     )
     assert lc.shard(src, out, to="parquet", num_shards=3, dedup="exact", overwrite=True).rows > 0
+
+
+def test_a_run_resumed_with_another_dedup_mode_names_the_mode():
+    """A --dedup exact run resumed with --dedup near differs in --band-rows too (near's parameters
+    resolved), which sorted first and was named alone: '--band-rows unset, this run has 8' (an
+    outside trial). The options others depend on are named first."""
+    from lovecraft_convert.engine.journal import difference
+
+    old = {"options": {"dedup": "exact", "to": "parquet"}, "sources": [], "version": 1}
+    new = {"options": {"dedup": "near", "band_rows": 8, "bands": 14, "to": "parquet"}, "sources": [], "version": 1}
+    assert difference(old, new) == ("option", "it was made with --dedup exact, this run has near")
