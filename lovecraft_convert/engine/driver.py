@@ -133,6 +133,14 @@ def _run_job(o, output, inputs, specs, sources, body, command, protect, finish, 
     overwrite, resume = o.overwrite, o.resume
     if resume and not overwrite:
         done = finished_run(output, fingerprint)
+        report = getattr(o, "dedup_report", None)
+        if done is not None and report and not os.path.exists(report):
+            from ..errors import OptionsError
+
+            raise OptionsError(  # (it said "nothing to do", and no report came)
+                f"--dedup-report {report}: {output} is already complete, so nothing is read that could be reported",
+                hint="pass --overwrite to run it again with the report",
+            )
         if done is not None:
             return done
 

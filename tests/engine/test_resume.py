@@ -185,3 +185,21 @@ def test_a_run_resumed_with_another_dedup_mode_names_the_mode():
     old = {"options": {"dedup": "exact", "to": "parquet"}, "sources": [], "version": 1}
     new = {"options": {"dedup": "near", "band_rows": 8, "bands": 14, "to": "parquet"}, "sources": [], "version": 1}
     assert difference(old, new) == ("option", "it was made with --dedup exact, this run has near")
+
+
+def test_resume_of_a_finished_dataset_with_a_new_report_says_there_is_nothing_to_report(tmp_path):
+    """--resume with a --dedup-report the first run did not write said 'nothing to do', exit 0, and
+    no report came (an outside trial)."""
+    src = write(tmp_path / "t.jsonl", b"".join(b'{"text": "%d"}\n' % (i % 50) for i in range(500)))
+    out, rep = str(tmp_path / "out"), str(tmp_path / "rep.jsonl")
+    args = ["--to", "parquet", "--num-shards", "2", "--dedup", "exact"]
+    assert lovecraft("shard", src, "-o", out, *args, "-q").exit_code == 0
+    r = lovecraft("shard", src, "-o", out, *args, "--resume", "--dedup-report", rep)
+    assert (r.exit_code, r.stderr) == (
+        2,
+        f"Error: --dedup-report {rep}: {out} is already complete, so nothing is read that could be reported; "
+        "pass --overwrite to run it again with the report\n",
+    )
+    assert not os.path.exists(rep)
+    assert lovecraft("shard", src, "-o", out, *args, "--overwrite", "--dedup-report", rep, "-q").exit_code == 0
+    assert lovecraft("shard", src, "-o", out, *args, "--resume", "--dedup-report", rep).exit_code == 0  # it is there
