@@ -120,7 +120,7 @@ def output_plan(reader: Reader, o: ConvertOptions) -> OutputPlan:
         column_types=o.column_types,
         on_overflow=o.on_overflow,
         filter=o.filter,
-        typed=reader.takes_column_types,
+        takes_column_types=reader.takes_column_types,
     )
 
 

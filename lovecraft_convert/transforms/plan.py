@@ -60,12 +60,12 @@ class OutputPlan:
         column_types: dict[str, str] | None = None,
         on_overflow: str = "error",
         filter: str | None = None,
-        typed: bool = True,
+        takes_column_types: bool = True,
     ) -> OutputPlan:
         """The plan of a reader's ``schema`` (``where``: its inputs, for messages) for the options
         of the same names (the CLI's flags); ``stacked``: the reader stacked the ``stack_columns``
         as it read (a table too wide to read column by column), so there is no stack step;
-        ``typed``: the input takes ``--column-type`` (a note may suggest it)."""
+        ``takes_column_types``: the input takes ``--column-type`` (a note may suggest it)."""
         tokenize = None
         if tokenizer is not None:
             from .tokenize import Tokens
@@ -86,7 +86,7 @@ class OutputPlan:
 
             typed = ColumnTypes(dict(column_types or {})).resolve(schema.names, where, strict=False)
             per_col = {k: v for k, v in typed.items() if v == "float16"}
-        note = Downcast.left_alone(out, dtype, per_col, typed)
+        note = Downcast.left_alone(out, dtype, per_col, takes_column_types)
         down = Downcast.for_dtype(out, dtype, per_col, on_overflow)
         if down is not None:
             down.source = where
