@@ -104,6 +104,10 @@ class LocalExecutor:
             from concurrent.futures import ProcessPoolExecutor
 
             check_spawnable(workers)
+            # the pool fixes the process's default start method as it starts (the standard library's
+            # doing, even with a context of its own): put back to unset at close, or a caller's later
+            # multiprocessing.set_start_method("spawn") raised "context has already been set"
+            self._method = mp.get_start_method(allow_none=True)
             self.pool = ProcessPoolExecutor(
                 workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(os.getpid(), setup)
             )
@@ -159,6 +163,10 @@ class LocalExecutor:
                         p.kill()
                 self.pool.shutdown(wait=True, cancel_futures=True)
                 self.pool = None
+                if self._method is None:
+                    import multiprocessing as mp
+
+                    mp.set_start_method(None, force=True)  # (None with force: unset, as it was)
 
 
 def _trimmed(fn, *args):

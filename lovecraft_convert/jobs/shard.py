@@ -349,24 +349,27 @@ def shard(inputs: list[str] | str, output: str, *, argv: list[str] | None = None
     Keyword arguments are the fields of :class:`ShardOptions` (the CLI's flags).
     """
     o, inputs = ShardOptions.parse(inputs, kwargs)
-    try:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        pa.set_memory_pool(pa.system_memory_pool())
-    except ImportError:
-        pass
-    probe = open_reader(inputs, budget=o.budget(), **o.read_kwargs())  # checks inputs and flags first
-    return run_job(
-        o,
-        output=output,
-        inputs=inputs,
-        specs=probe.specs,
-        sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
-        body=lambda run: _run(o, run, probe),
-        finish=get_format(o.to).finish_dataset,
-        argv=argv,
-        setup=worker_setup(),
-    )
+    # freed buffers handed back at once while the job runs, and the caller's pool put back after
+    # (it was left swapped: every later allocation of the caller's pyarrow used another allocator)
+    pool = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        probe = open_reader(inputs, budget=o.budget(), **o.read_kwargs())  # checks inputs and flags first
+        return run_job(
+            o,
+            output=output,
+            inputs=inputs,
+            specs=probe.specs,
+            sources=[s.describe() for s in probe.specs] + o.tokenizer_source(),
+            body=lambda run: _run(o, run, probe),
+            finish=get_format(o.to).finish_dataset,
+            argv=argv,
+            setup=worker_setup(),
+        )
+    finally:
+        pa.set_memory_pool(pool)
 
 
 def _run(o: ShardOptions, run: Run, probe) -> dict:

@@ -36,6 +36,7 @@ int64 and uint8), as with ``to_torch``; ``keep_dtype=True`` keeps the stored dty
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -232,15 +233,24 @@ def _generator_dataset(tf, plan, fields, input_context, start: tuple[int, int]):
     signature = {k: tf.TensorSpec(shape, _tf_dtype(tf, dt)) for k, (shape, dt) in fields.items()}
     passes = itertools.count()
     keys = list(fields)
+    # TF's registry of generators keeps ``gen`` after the pipeline is dropped: it holds the plan
+    # weakly (and so the dataset's open files), the pipeline strongly (its iterators hold it).
+    # Held by the closure, 20 epochs of a fresh dataset left 160 files open.
+    held = weakref.ref(plan)
 
     def gen():
         k = next(passes)
         epoch, pos = start[0] + k, (start[1] if k == 0 else 0)
-        for b, _ in plan.steps(epoch, worker, pos):
+        p = held()
+        if p is None:  # (a pipeline's iterator holds the pipeline, and so the plan)
+            raise DatasetError("the tf.data pipeline was dropped while it was read")
+        for b, _ in p.steps(epoch, worker, pos):
             yield {k: b[k] for k in keys}
 
     batches = plan.count(start[0], worker[1], worker[0], start[1])
-    return tf.data.Dataset.from_generator(gen, output_signature=signature), batches
+    d = tf.data.Dataset.from_generator(gen, output_signature=signature)
+    d._lovecraft_plan = plan  # the datasets made from it hold it (their inputs), and their iterators them
+    return d, batches
 
 
 # --------------------------------------------------------------------------------------------

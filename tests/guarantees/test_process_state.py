@@ -10,6 +10,7 @@ those two setters are watched for the duration of each call: a library call must
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import signal
@@ -36,6 +37,10 @@ def process_state() -> dict:
         "pyarrow io_thread_count": pa.io_thread_count(),
         "threads": set(threading.enumerate()),
         "background work": background.live(),
+        # shard swapped the caller's pyarrow pool for the system one and left it; its worker pool
+        # fixed the default start method (a later set_start_method("spawn") raised)
+        "pyarrow memory pool": pa.default_memory_pool().backend_name,
+        "multiprocessing start method": multiprocessing.get_start_method(allow_none=True),
     }
     if "torch" in sys.modules:
         from torch.utils.data._utils.collate import default_collate_fn_map
@@ -116,6 +121,9 @@ CALLS = {
     ),
     "bucket packed, one worker": lambda i, o: lc.bucket(
         [_paths(i, "lines.txt")], o, to="tfrecord", layout="packed", seq_len=64, workers=1, progress=False
+    ),
+    "shard, two workers (a pool of processes)": lambda i, o: lc.shard(
+        [_paths(i, "t.csv")], o, to="parquet", num_shards=2, workers=2, progress=False
     ),
     "verify": lambda i, o: lc.verify(i["memmap"]),
     "verify --against": lambda i, o: lc.verify(i["tfrecord"], [_paths(i, "t.csv")]),
