@@ -58,15 +58,17 @@ def _handler(signum, frame) -> None:
 
 class Signals:
     """SIGINT and SIGTERM raise ``KeyboardInterrupt`` in the main thread, or are held inside
-    :func:`held`. A SIGINT handler of the application's own (not Python's default) is left alone.
-    Outside the main thread this does nothing."""
+    :func:`held`. A handler of the application's own (not Python's default: a training script's
+    checkpoint on SIGTERM) is left alone, for either signal. Outside the main thread this does
+    nothing."""
 
     def __enter__(self) -> Signals:
         self.old: dict[int, object] = {}
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 current = signal.getsignal(sig)
-                if sig == signal.SIGINT and current is not signal.default_int_handler and current is not _handler:
+                default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+                if current is not default and current is not _handler:
                     continue
                 self.old[sig] = signal.signal(sig, _handler)
         except ValueError:  # not the main thread

@@ -6,6 +6,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -101,3 +102,30 @@ def test_map_daemons_gives_results_in_order_raises_the_first_error_and_leaves_no
     with pytest.raises(ValueError, match="item 7"):
         map_daemons(fails, list(range(20)), 1, "t")  # one thread: 7 is met first, 9 never started
     assert map_daemons(str, [], 4, "t") == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_handler_of_the_applications_own_is_left_alone(sig):
+    """A training script's SIGTERM handler (a checkpoint on preemption) was replaced for the whole
+    of a library call, and never ran (an outside trial); a SIGINT one was left alone already. A
+    default handler is taken over, and put back."""
+    from lovecraft_convert.runtime.interrupts import Signals
+
+    seen = []
+
+    def own(signum, frame):
+        seen.append(signum)
+
+    old = signal.signal(sig, own)
+    try:
+        with Signals():
+            assert signal.getsignal(sig) is own
+            os.kill(os.getpid(), sig)
+            time.sleep(0.05)
+        assert seen == [sig]
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        with Signals():
+            assert signal.getsignal(sig) not in (own, signal.default_int_handler, signal.SIG_DFL)
+        assert signal.getsignal(sig) in (signal.default_int_handler, signal.SIG_DFL)
+    finally:
+        signal.signal(sig, old)
