@@ -95,6 +95,50 @@ def test_convert_returns_the_manifest_typed_and_frozen(csv_file, tmp_path):
     assert inspect.signature(lc.convert).return_annotation == "Manifest"
 
 
+def test_keyword_arguments_are_checked_as_the_flags_are(csv_file, tmp_path):
+    """The API's keywords, as an outside trial gave them: a list option as one string was read a
+    character at a time (columns="xk": columns x and k); seed="7" failed deep in the shuffle;
+    num_shards=2.5 was "more than the records"; a misspelled keyword, a Path output, inputs=None or
+    5 were TypeError or AttributeError, not OptionsError; get_type_hints could not resolve the
+    return annotation."""
+    import pathlib
+    import typing
+
+    out = str(tmp_path / "o")
+    m = lc.convert(csv_file, out, to="parquet", columns="x,k", progress=False)
+    assert m.schema.names == ["x", "k"]
+    m = lc.convert(csv_file, pathlib.Path(out), to="parquet", columns=("t",), overwrite=True, progress=False)
+    assert m.schema.names == ["t"] and m.path == out
+    cases = [
+        (lc.convert, {"columns": "xk"}, "columns: no column 'xk'; columns are x, k, t"),
+        (lc.shard, {"shuffle": True, "seed": "7", "num_shards": 2}, "seed='7': give an integer"),
+        (lc.shard, {"num_shards": 2.5}, "num_shards=2.5: give an integer"),
+        (
+            lc.shard,
+            {"num_shard": 2},
+            "shard() got an unexpected keyword argument 'num_shard'; did you mean num_shards?",
+        ),
+        (lc.convert, {"overwrite": "yes"}, "overwrite='yes': give True or False"),
+    ]
+    for fn, kw, message in cases:
+        with pytest.raises(lc.OptionsError) as e:
+            fn(csv_file, str(tmp_path / "x"), to="parquet", progress=False, **kw)
+        assert e.value.one_line() == message
+    for inputs, message in [
+        (None, "inputs=None: give a path, a list of paths or data"),
+        (5, "inputs=5: give a path, a list of paths, or data (an Arrow stream, a dict of arrays)"),
+    ]:
+        with pytest.raises(lc.OptionsError) as e:
+            lc.convert(inputs, str(tmp_path / "x"), to="parquet")
+        assert e.value.one_line() == message
+    with pytest.raises(lc.OptionsError) as e:
+        lc.convert(csv_file, 7, to="parquet")  # type: ignore[arg-type]
+    assert e.value.one_line() == "output=7: give the path of the output directory"
+    assert not os.path.exists(tmp_path / "x")
+    for fn in (lc.convert, lc.shard, lc.bucket):
+        assert typing.get_type_hints(fn)["return"] is lc.Manifest
+
+
 def test_shard_and_bucket_return_the_manifest_typed(tmp_path, csv_file):
     s = lc.shard(csv_file, str(tmp_path / "s"), to="memmap", num_shards=2, workers=1, progress=False)
     assert isinstance(s, lc.Manifest) and s.command == "shard" and len(s["shards"]) == 2 and s.rows == 100

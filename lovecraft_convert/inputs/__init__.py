@@ -75,7 +75,12 @@ def paths_or_data(inputs: Any) -> tuple[list[str] | None, Any]:
         if inputs and isinstance(inputs[0], Mapping):
             return None, inputs
         return [os.fspath(p) if isinstance(p, os.PathLike) else p for p in inputs], None
-    it = iter(inputs)
+    try:
+        it = iter(inputs)
+    except TypeError:
+        raise OptionsError(
+            f"inputs={inputs!r}: give a path, a list of paths, or data (an Arrow stream, a dict of arrays)"
+        ) from None
     first = next(it, None)
     if first is None or not isinstance(first, Mapping):
         return [

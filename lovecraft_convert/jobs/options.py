@@ -99,6 +99,38 @@ class ConvertOptions:
     def check_inputs(self, inputs: list[str]) -> None:
         """Refuse inputs these options cannot take."""
 
+    def check_types(self) -> None:
+        """Keyword arguments of the Python API checked against their fields' types before anything
+        else: a list option given as a string is read as the CLI reads its flag (``columns="a,b"``
+        was read a character at a time: columns ``a``, ``,``, ``b``), and a value of another type is
+        refused in one line (``seed="7"`` failed deep inside the shuffle, ``num_shards=2.5`` as a
+        count of records)."""
+        for f in fields(self):
+            v, kind = getattr(self, f.name), str(f.type)
+            if v is None:
+                continue
+            if kind.startswith("list[str]"):
+                if isinstance(v, str):  # the CLI's spelling: comma-separated (stack_columns: one each)
+                    v = [v] if f.name == "stack_columns" else [x for x in v.split(",") if x]
+                elif isinstance(v, tuple):
+                    v = list(v)
+                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                    raise OptionsError(f"{f.name}={v!r}: give a list of strings (or one comma-separated string)")
+                setattr(self, f.name, v)
+            elif kind in ("int", "int | None") and (isinstance(v, bool) or not isinstance(v, int)):
+                if isinstance(v, float) and v.is_integer():
+                    setattr(self, f.name, int(v))
+                    continue
+                raise OptionsError(f"{f.name}={v!r}: give an integer")
+            elif kind in ("bool", "bool | None") and not isinstance(v, bool):
+                raise OptionsError(f"{f.name}={v!r}: give True or False")
+            elif kind in ("float", "float | None") and (isinstance(v, bool) or not isinstance(v, int | float)):
+                raise OptionsError(f"{f.name}={v!r}: give a number")
+            elif kind in ("str", "str | None") and not isinstance(v, str):
+                if not isinstance(v, os.PathLike):
+                    raise OptionsError(f"{f.name}={v!r}: give a string")
+                setattr(self, f.name, os.fspath(v))  # (a path: a report, a tokenizer, a metadata file)
+
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d.pop("progress", None)
@@ -111,6 +143,7 @@ class ConvertOptions:
         from ..formats import get
         from ..inputs import names as input_names
 
+        self.check_types()
         fmt = get(self.to)
         if self.input_format is not None and self.input_format not in input_names():
             raise OptionsError(
@@ -497,13 +530,32 @@ def takes_options(cls: type[ConvertOptions]):
     :class:`~lovecraft_convert.result.Manifest`."""
 
     def wrap(fn):
+        names = {f.name for f in fields(cls)}
+
         @functools.wraps(fn)
         def job(inputs, output, *, argv=None, **kwargs):
             from ..engine.executors import leave_if_rerun_by_spawn
             from ..result import Manifest
 
             leave_if_rerun_by_spawn()
-            return Manifest.of(fn(inputs, output, argv=argv, **kwargs), os.fspath(output))
+            unknown = sorted(set(kwargs) - names)
+            if unknown:  # (a TypeError naming the options' dataclass)
+                import difflib
+
+                near = difflib.get_close_matches(unknown[0], sorted(names), 1, 0.8)
+                raise OptionsError(
+                    f"{fn.__name__}() got an unexpected keyword argument '{unknown[0]}'",
+                    hint=f"did you mean {near[0]}?" if near else "see help(lovecraft_convert." + fn.__name__ + ")",
+                )
+            if isinstance(output, os.PathLike):
+                output = os.fspath(output)
+            if not isinstance(output, str):
+                raise OptionsError(f"output={output!r}: give the path of the output directory")
+            if inputs is None:
+                raise OptionsError(
+                    "inputs=None: give a path, a list of paths" + (" or data" if fn.__name__ == "convert" else "")
+                )
+            return Manifest.of(fn(inputs, output, argv=argv, **kwargs), output)
 
         P = inspect.Parameter
         params = [
@@ -515,7 +567,9 @@ def takes_options(cls: type[ConvertOptions]):
             params.append(P(f.name, P.KEYWORD_ONLY, default=default, annotation=f.type))
         params.append(P("argv", P.KEYWORD_ONLY, default=None, annotation="list[str] | None"))
         job.__signature__ = inspect.Signature(params, return_annotation="Manifest")
-        job.__annotations__ = {**fn.__annotations__, "return": "Manifest"}
+        from ..result import Manifest  # the class itself: typing.get_type_hints could not resolve the name
+
+        job.__annotations__ = {**fn.__annotations__, "return": Manifest}
         return job
 
     return wrap
