@@ -622,8 +622,6 @@ class CsvReader(MatrixParsing, Reader):
         for f in self.schema:
             arr = rb.column(f.name)
             if pa.types.is_floating(arr.type) and self.widened.get(f.name) == "float64" and rounds(arr):
-                # integers widened for a missing value: every piece is checked, with a missing value
-                # or not (a later piece's 2**53 + 3 was rounded without a word)
                 self.widened[f.name] = "string"
                 self._note(spec, "notes", [ROUNDED.format(f.name)])
                 self.schema = self._probe()

@@ -37,7 +37,8 @@ ROUNDED = (
 def rounds(arr) -> bool:
     """Does float64 column ``arr`` (integers widened for a missing value, as parsed) hold a value
     that may have been rounded: 2**53 or beyond, where float64 no longer holds every integer? (The
-    text 9007199254740993, 2**53 + 1, parses to 2**53 itself: a bound of ``> 2**53`` let it pass.)"""
+    text 9007199254740993, 2**53 + 1, parses to 2**53 itself: a bound of ``> 2**53`` let it pass.)
+    Every piece is checked, with a missing value or not (a later piece's 2**53 + 3 was rounded)."""
     import pyarrow.compute as pc
 
     top = pc.max(pc.abs(arr)).as_py()
