@@ -274,6 +274,13 @@ class NpyReader(Reader):
             dt = h.dtype.newbyteorder("=") if not h.dtype.isnative else h.dtype
             fields.append(array_field(spec.stem, dt, h.shape[1:]))
         self.schema = Schema(tuple(fields))
+        if self.rows and self.row_bytes > self.options.batch_bytes:  # a batch holds one row at least
+            need = -(-self.row_bytes * 16 // (1 << 20))
+            raise InputError(
+                f"{', '.join(s.name for s in specs)}: a row holds {self.row_bytes} bytes, more than --max-memory "
+                "allows (a row must fit in 1/16 of it)",
+                hint=f"raise --max-memory to {need}MiB or more",
+            )
         self._done = 0
         self._streams: list = []
 

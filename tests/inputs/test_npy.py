@@ -251,3 +251,26 @@ def test_fixed_width_text_keeps_its_nuls_and_loads_back(tmp_path, to):
     if to == "parquet":  # pyarrow reads the values NumPy holds
         t = pq.read_table(out / "data.parquet")
         assert t["b"].to_pylist() == b.tolist() and t["u"].to_pylist() == u.tolist()
+
+
+def test_a_row_larger_than_the_memory_allows_is_one_line(tmp_path):
+    """One NumPy row of 72 MB was taken at --max-memory 256MiB, and memory grew with it (a 320 MB
+    row peaked at 947 MiB; an outside trial): a row must fit in 1/16 of --max-memory, as a CSV
+    record does. Given the memory, it converts, and its HDF5 output verifies (a one-row chunk of
+    more than 64 MiB was refused by verify)."""
+    src = str(tmp_path / "big.npy")
+    a = np.lib.format.open_memmap(src, mode="w+", dtype="<f8", shape=(2, 9_000_000))
+    a[:] = 1.5
+    a.flush()
+    del a
+    r = lovecraft("convert", src, "-o", str(tmp_path / "o"), "--to", "parquet")
+    assert (r.exit_code, r.stderr) == (
+        1,
+        f"Error: {src}: a row holds 72000000 bytes, more than --max-memory allows (a row must fit in 1/16 of "
+        "it); raise --max-memory to 1099MiB or more\n",
+    )
+    assert not os.path.exists(tmp_path / "o")
+    out = str(tmp_path / "h")
+    assert lovecraft("convert", src, "-o", out, "--to", "hdf5", "--max-memory", "1100MiB", "-q").exit_code == 0
+    r = lovecraft("verify", out)
+    assert r.exit_code == 0, r.stdout

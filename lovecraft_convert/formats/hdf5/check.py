@@ -88,7 +88,10 @@ def _datasets(p: str, f, unit: Unit, schema: Schema) -> dict:
                 raise FileProblem(p, f"dataset '{fd.name}' holds {ds.dtype}, the schema says {fd.describe()}", "schema")
         if ds.chunks is not None:
             chunk_bytes = ds.dtype.itemsize * int(np.prod(ds.chunks, dtype=np.int64))
-            if chunk_bytes > MAX_CHUNK_BYTES:
+            # one row, whatever its size, is a chunk lovecraft writes (a row of 100 MB: its own
+            # output was refused); more than 64 MiB of rows is not
+            row_bytes = ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))
+            if chunk_bytes > max(MAX_CHUNK_BYTES, row_bytes):
                 raise FileProblem(p, f"dataset '{fd.name}' has chunks of {chunk_bytes} bytes (refused: over 64 MiB)")
         dsets[fd.name] = ds
     return dsets
