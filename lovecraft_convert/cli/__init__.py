@@ -139,6 +139,22 @@ def _few_malloc_arenas() -> None:
         pass
 
 
+def _open_files_to_the_hard_limit() -> None:
+    """The process's soft limit of open files (often 1024) raised to its hard limit: a memmap
+    dataset holds a file per column open (written, verified or read: np.memmap keeps one each), and
+    2,000 columns failed with "Too many open files". The CLI's process only: a library call raises
+    it while its memmap writer runs, and puts it back."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def main() -> None:
     # We never multiply matrices: without this, NumPy's OpenBLAS starts a thread per core in every
     # process (workers included), and they spin for a while after NumPy is imported.
@@ -148,6 +164,7 @@ def main() -> None:
     # --max-memory 64MiB, 23 MiB less CSV -> Parquet at the default budget, and no slower)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     _few_malloc_arenas()
+    _open_files_to_the_hard_limit()
     from ..runtime.interrupts import ignore_after_commit
 
     ignore_after_commit()  # a run whose output is complete exits 0, whatever signal comes after

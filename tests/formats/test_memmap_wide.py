@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+import lovecraft_convert as lc
 from tests.conftest import lovecraft
 from tests.readback import assert_manifest_matches_disk
 
@@ -246,3 +247,54 @@ def test_finish_and_fsync_names_the_file_and_closes_every_one(tmp_path, monkeypa
     assert all(f.closed for _, f in files[:3]) and not any(f.closed for _, f in files[3:])
     for _, f in files[3:]:
         f.close()
+
+
+def test_more_columns_than_the_soft_limit_of_open_files(tmp_path):
+    """A memmap file per column stays open: 2,000 columns under the common soft limit of 1,024
+    open files were a traceback ("Too many open files"), in convert and in verify (an outside
+    trial). A library call raises the soft limit while its writer runs and puts it back; the CLI
+    raises it to the hard limit for its process; beyond the hard limit, one line."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.conftest import SUBPROCESS_ENV
+
+    cols = 1100
+    src = tmp_path / "w.csv"
+    src.write_text(
+        ",".join(f"c{i}" for i in range(cols))
+        + "\n"
+        + "".join(",".join(str(r * i % 97) for i in range(cols)) + "\n" for r in range(20))
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard limit of open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        m = lc.convert(str(src), str(tmp_path / "o"), to="memmap", progress=False)
+        assert m.rows == 20 and resource.getrlimit(resource.RLIMIT_NOFILE) == (1024, hard)
+        assert np.load(tmp_path / "o" / "c1099.npy").tolist() == [r * 1099 % 97 for r in range(20)]
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    def limited(n_soft: int, n_hard: int):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n_soft, n_hard))
+
+    cli = [sys.executable, "-m", "lovecraft_convert"]
+    out = str(tmp_path / "c")
+    r = subprocess.run([*cli, "convert", str(src), "-o", out, "--to", "memmap", "-q"], capture_output=True, text=True,
+                       env=SUBPROCESS_ENV, preexec_fn=limited(1024, hard))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*cli, "verify", out, "-q"], capture_output=True, text=True, env=SUBPROCESS_ENV,
+                       preexec_fn=limited(1024, hard))  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([*cli, "convert", str(src), "-o", str(tmp_path / "d"), "--to", "memmap"], capture_output=True,
+                       text=True, env=SUBPROCESS_ENV, preexec_fn=limited(1024, 1024))  # fmt: skip
+    assert (r.returncode, r.stderr) == (
+        1,
+        "Error: memmap writes a file per column and holds them open: 1100 files, more than this process may open "
+        "(1024, the hard limit of ulimit -n); stack the columns into one (--stack-columns), or write parquet or "
+        "hdf5\n",
+    )
+    assert not os.path.exists(tmp_path / "d")

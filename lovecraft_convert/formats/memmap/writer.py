@@ -152,6 +152,7 @@ class MemmapWriter(Writer):
         self.bases = column_bases(schema.names)
         self.files: dict[str, list[tuple[str, _NpyFile]]] = {}
         count = sum(1 if f.kind == FIXED else 2 for f in schema)  # files
+        self._limit = _room_for_files(count)
         self.many = count > self.MANY
         self._value_base = {f.name: 0 for f in schema if f.kind != FIXED}
         # a wide table's scalar columns of one dtype, gathered together
@@ -252,6 +253,7 @@ class MemmapWriter(Writer):
                 self.fs.close()
         else:
             done = [nf.close() for _, _, nf in handles]
+        self._limit = _restore_limit(self._limit)
         return [
             FileRecord(os.path.basename(nf.path), self.rows, nbytes, digest, nf.hash, column=name, role=role)
             for (name, role, nf), (nbytes, digest) in zip(handles, done, strict=True)
@@ -272,3 +274,37 @@ class MemmapWriter(Writer):
                 self.fs.close()
             except OSError:
                 pass  # the run failed already: a background flush's error adds nothing
+        self._limit = _restore_limit(self._limit)
+
+
+def _room_for_files(count: int) -> tuple[int, int] | None:
+    """A file per column stays open while the table is written: the soft limit of open files
+    (``ulimit -n``, often 1024) raised to make room for ``count`` of them while the writer runs,
+    within the hard limit, and put back by :func:`_restore_limit` (2,000 columns were a traceback,
+    "Too many open files"). Returns the limits to put back (None: nothing changed); beyond the hard
+    limit, one line."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    from ...errors import OutputError
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = count + 256  # the process's own files, the inputs', the other writers'
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return None
+    if hard != resource.RLIM_INFINITY and need > hard:
+        raise OutputError(
+            f"memmap writes a file per column and holds them open: {count} files, more than this process "
+            f"may open ({hard}, the hard limit of ulimit -n)",
+            hint="stack the columns into one (--stack-columns), or write parquet or hdf5",
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    return soft, hard
+
+
+def _restore_limit(limit: tuple[int, int] | None) -> None:
+    if limit is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, limit)
