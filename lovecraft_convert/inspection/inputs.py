@@ -241,10 +241,12 @@ def inspect_inputs(inputs, o, sample, num_buckets, estimate, progress, plot: boo
         if tokens is not None:  # what convert --tokenizer writes: the text column's tokens
             kept, schema = [tokens[2](b) for b in kept], tokens[2].schema
             report["estimated_of"] = "tokens"
-        report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows)
+        report["estimated_bytes"] = estimate_sizes(kept, schema, total_rows or rows, budget=budget)
         floating = [f for f in schema if f.np_dtype.kind == "f" and f.np_dtype.itemsize > 2]
         if floating:
-            report["estimated_bytes_float16"] = estimate_sizes(kept, schema, total_rows or rows, dtype="float16")
+            report["estimated_bytes_float16"] = estimate_sizes(
+                kept, schema, total_rows or rows, dtype="float16", budget=budget
+            )
         report["estimated_exact"] = False
     return report
 
@@ -297,7 +299,9 @@ def _bar(reader, enabled: bool | None):
     )
 
 
-def estimate_sizes(kept: list, schema, rows: int, dtype: str | None = None) -> dict[str, int | None]:
+def estimate_sizes(
+    kept: list, schema, rows: int, dtype: str | None = None, budget: int = 256 << 20
+) -> dict[str, int | None]:
     """Bytes of the dataset each format would write for ``rows`` rows, from writing the sample rows
     ``kept`` (and half of them, to separate fixed overheads such as headers and footers)."""
 
@@ -322,7 +326,10 @@ def estimate_sizes(kept: list, schema, rows: int, dtype: str | None = None) -> d
             def size_of(n: int, name=name, fmt=fmt) -> int:
                 d = os.path.join(tmp, f"{name}-{n}")
                 os.mkdir(d)
-                w = fmt.writer_class()(d, fmt.stem, schema, WriteOptions(expected_rows=n))
+                # written as convert writes within the budget (a 2,000-column sample written with
+                # the defaults' 64 MiB row groups peaked at 682 MiB for Parquet alone)
+                opts = WriteOptions(expected_rows=n, row_group_bytes=max(1 << 20, budget // 12), memory=budget // 4)
+                w = fmt.writer_class()(d, fmt.stem, schema, opts)
                 try:
                     w.write(sample.slice(0, n))
                     files = w.close()
