@@ -139,6 +139,18 @@ def test_keyword_arguments_are_checked_as_the_flags_are(csv_file, tmp_path):
         assert typing.get_type_hints(fn)["return"] is lc.Manifest
 
 
+def test_the_loader_methods_show_their_keywords(csv_file, tmp_path):
+    """ds.to_torch and ds.to_tf_dataset showed (batch_size, **kwargs) and one line of doc in
+    help() (an outside trial): they show the functions' keywords and docstrings."""
+    out = str(tmp_path / "o")
+    lc.convert(csv_file, out, to="parquet", progress=False)
+    ds = lc.open_dataset(out)
+    for method in (ds.to_torch, ds.to_tf_dataset):
+        params = inspect.signature(method).parameters
+        assert {"batch_size", "shuffle", "seed", "state", "keep_dtype"} <= set(params), params
+        assert "self" not in params and len((method.__doc__ or "").splitlines()) > 3
+
+
 def test_shard_and_bucket_return_the_manifest_typed(tmp_path, csv_file):
     s = lc.shard(csv_file, str(tmp_path / "s"), to="memmap", num_shards=2, workers=1, progress=False)
     assert isinstance(s, lc.Manifest) and s.command == "shard" and len(s["shards"]) == 2 and s.rows == 100

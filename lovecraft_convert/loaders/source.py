@@ -86,3 +86,26 @@ class Batches:
         from .torch import to_torch
 
         return to_torch(self, batch_size, **kwargs)
+
+
+def _shows(method, fn) -> None:
+    """``method`` (``ds.to_torch``) shown as the function it calls (``to_torch(ds, ...)``): its
+    keywords, defaults and docstring in ``help()`` and ``inspect.signature`` (they showed
+    ``(batch_size=None, **kwargs)`` and one line)."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    self_ = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__signature__ = sig.replace(parameters=[self_, *list(sig.parameters.values())[1:]])
+    method.__doc__ = fn.__doc__
+
+
+def _show_loaders() -> None:
+    from .tf import to_tf_dataset
+    from .torch import to_torch
+
+    _shows(Batches.to_tf_dataset, to_tf_dataset)
+    _shows(Batches.to_torch, to_torch)
+
+
+_show_loaders()
