@@ -253,7 +253,10 @@ class SlowReadWarning(UserWarning):
 
 
 class Interrupted(LovecraftError):
-    """The run was interrupted (SIGINT/SIGTERM); nothing was left at the output path."""
+    """The run was interrupted (SIGINT/SIGTERM): nothing was committed at the output path (a
+    ``shard`` or ``bucket`` run keeps its work beside it, ``.NAME.partial``, for ``resume=True``; the
+    message says which). A subclass of :class:`LovecraftError`, not of ``KeyboardInterrupt``: an
+    ``except Exception`` around a call catches it too."""
 
     exit_code = 130
     kind = "interrupted"
