@@ -216,8 +216,6 @@ class ConvertOptions:
             from ..transforms.filter import Filter
 
             Filter(self.filter)
-        if isinstance(self.dedup_columns, str):
-            self.dedup_columns = [c for c in self.dedup_columns.split(",") if c]
         if self.dedup is not None:
             from ..transforms.dedup import MODES
 

@@ -86,10 +86,6 @@ class Dedup:
                 )
         else:
             cols = list(columns) if columns else list(default)
-        if columns and "" in columns:
-            raise OptionsError(
-                f"--dedup-columns {','.join(columns)}: an empty column name", hint="drop the extra comma"
-            )
         twice = next((c for i, c in enumerate(cols) if c in cols[:i]), None)
         if columns and twice is not None:
             raise OptionsError(f"--dedup-columns names '{twice}' twice", hint="name each column once")
